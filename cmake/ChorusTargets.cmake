@@ -1,0 +1,35 @@
+# Helpers that give every chorus target the same flags, so one precompiled header serves all
+# libtorch-dependent targets.
+set(CHORUS_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+
+function(chorus_layer name)
+  # chorus_layer(<name> [TORCH] [DEPS ...]): a static library from src/<name>/*.cc.
+  cmake_parse_arguments(ARG "TORCH" "" "DEPS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  if(NOT sources)
+    message(WARNING "chorus: layer ${name} has no sources yet")
+    return()
+  endif()
+  add_library(chorus_${name} STATIC ${sources})
+  target_include_directories(chorus_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(chorus_${name} PUBLIC ${ARG_DEPS} Threads::Threads)
+  chorus_flags(chorus_${name} ${ARG_TORCH})
+endfunction()
+
+function(chorus_flags target torch)
+  target_compile_options(${target} PRIVATE ${CHORUS_WARNINGS})
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  if(torch)
+    target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+    target_precompile_headers(${target} REUSE_FROM chorus_torch_pch)
+  endif()
+endfunction()
+
+# The precompiled header for libtorch, built once and reused by every torch target.
+add_library(chorus_torch_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cc)
+target_link_libraries(chorus_torch_pch PUBLIC ${TORCH_LIBRARIES})
+target_compile_options(chorus_torch_pch PRIVATE ${CHORUS_WARNINGS})
+set_target_properties(chorus_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_precompile_headers(chorus_torch_pch PRIVATE
+  <ATen/ATen.h> <torch/torch.h> <torch/csrc/distributed/c10d/Backend.hpp>
+  <torch/csrc/distributed/c10d/Store.hpp> <torch/csrc/distributed/c10d/Work.hpp>)

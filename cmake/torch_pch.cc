@@ -1,0 +1,1 @@
+// Anchor for the libtorch precompiled header (see ChorusTargets.cmake).
