@@ -1,6 +1,8 @@
 # Helpers that give every chorus target the same flags, so one precompiled header serves all
 # libtorch-dependent targets.
-set(CHORUS_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+# -fPIC for every target, libraries and executables alike: the shared precompiled header is only
+# valid where the code model flags match.
+set(CHORUS_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -fPIC)
 
 function(chorus_layer name)
   # chorus_layer(<name> [TORCH] [DEPS ...]): a static library from src/<name>/*.cc.
@@ -18,7 +20,6 @@ endfunction()
 
 function(chorus_flags target torch)
   target_compile_options(${target} PRIVATE ${CHORUS_WARNINGS})
-  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   if(torch)
     target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
     target_precompile_headers(${target} REUSE_FROM chorus_torch_pch)
@@ -29,7 +30,6 @@ endfunction()
 add_library(chorus_torch_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cc)
 target_link_libraries(chorus_torch_pch PUBLIC ${TORCH_LIBRARIES})
 target_compile_options(chorus_torch_pch PRIVATE ${CHORUS_WARNINGS})
-set_target_properties(chorus_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE ON)
 target_precompile_headers(chorus_torch_pch PRIVATE
   <ATen/ATen.h> <torch/torch.h> <torch/csrc/distributed/c10d/Backend.hpp>
   <torch/csrc/distributed/c10d/Store.hpp> <torch/csrc/distributed/c10d/Work.hpp>)

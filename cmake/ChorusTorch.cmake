@@ -21,6 +21,14 @@ endif()
 get_filename_component(CHORUS_TORCH_ROOT "${TORCH_INSTALL_PREFIX}" ABSOLUTE)
 message(STATUS "chorus: libtorch ${Torch_VERSION} at ${CHORUS_TORCH_ROOT}")
 
+# A CUDA torch wheel finds its CUDA libraries (NCCL, cuDNN, ...) in sibling `nvidia/*/lib` folders
+# through its RPATH at run time; the linker needs to be told the same, or it picks an older
+# system NCCL (e.g. the toolkit's) and misses newer symbols.
+file(GLOB CHORUS_WHEEL_LIB_DIRS LIST_DIRECTORIES true "${CHORUS_TORCH_ROOT}/../nvidia/*/lib")
+foreach(dir ${CHORUS_WHEEL_LIB_DIRS})
+  add_link_options("LINKER:-rpath-link,${dir}")
+endforeach()
+
 # The torch wheel ships c10d's ProcessGroupGloo.hpp but not the gloo headers it includes. We compile
 # exactly one file (src/comm/gloo_backend.cc) against Debian's libgloo-dev headers; it only calls
 # libtorch's out-of-line entry points, and every gloo type it touches is held by pointer.

@@ -1,0 +1,50 @@
+// The node agent behind `chorus run`: starts one worker per device, hands each its identity,
+// hosts the job's rendezvous store on node 0, and supervises the workers.
+//
+// Across nodes the agents meet at the rendezvous endpoint (torchrun style: --nnodes, --node-rank,
+// --rdzv-endpoint); node 0's agent hosts the store there. Ranks are numbered node by node, in
+// node-rank order. When any worker on any node fails, every agent stops its workers within a few
+// seconds and exits non-zero, naming the failed rank.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "chorus/core/device_spec.h"
+
+namespace chorus::runtime {
+
+struct AgentOptions {
+  // Devices of this node, one worker each; `auto` is expanded by the agent. Required.
+  std::vector<DeviceSpec> devices;
+  // Number of nodes (agents) in the job. Default: 1.
+  int nnodes = 1;
+  // This node's index in [0, nnodes). Default: 0.
+  int node_rank = 0;
+  // HOST:PORT where node 0 hosts the store. Default: "" = 127.0.0.1 on a free port (one node only).
+  std::string rdzv_endpoint;
+  // File holding the job secret (mode 600). Default: "" = a fresh secret (one node only).
+  std::string secret_file;
+  // The worker program and its arguments. Required.
+  std::vector<std::string> command;
+  // Directory for one log file per rank. Default: "" (none).
+  std::string log_dir;
+  // Prefix every output line with "[rank N]". Default: true.
+  bool prefix_output = true;
+  // Grace between SIGTERM and SIGKILL when stopping workers. Default: 3 s.
+  std::chrono::milliseconds grace{3000};
+  // How long agents wait for each other at the rendezvous. Default: 5 min.
+  std::chrono::milliseconds rdzv_timeout{300000};
+  // Default deadline of workers' communication, passed on as CHORUS_TIMEOUT_MS. Default: 60 s.
+  std::chrono::milliseconds comm_timeout{60000};
+  // Log level passed to workers. Default: "info".
+  std::string log_level = "info";
+};
+
+// Runs the job's part on this node and returns the exit code for `chorus run`: 0 when every
+// worker of every node succeeded, 3 when a worker failed, 130 when interrupted. Throws
+// ConfigError / CommError / LaunchError when the job cannot start.
+int runAgent(const AgentOptions& options);
+
+}  // namespace chorus::runtime

@@ -1,0 +1,70 @@
+// Who a worker is: its rank, the job's size, its device and where the job's store lives.
+//
+// The agent (`chorus run`) hands each worker its identity through CHORUS_* environment variables;
+// a worker started by `mpirun` or `srun` takes rank and size from OMPI_COMM_WORLD_* or SLURM_*
+// and the store's endpoint and secret from CHORUS_RDZV_ENDPOINT / CHORUS_SECRET_FILE. A process
+// started by hand without any of these is a job of one. Parsing is pure (it takes the environment
+// as a map), so tests need not touch the real environment; chorus::init() reads it once.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "chorus/core/device_spec.h"
+
+namespace chorus::runtime {
+
+using Environment = std::map<std::string, std::string>;
+
+// The variables `chorus run` sets for each worker.
+namespace env {
+constexpr const char* kRank = "CHORUS_RANK";
+constexpr const char* kWorldSize = "CHORUS_WORLD_SIZE";
+constexpr const char* kLocalRank = "CHORUS_LOCAL_RANK";
+constexpr const char* kLocalWorldSize = "CHORUS_LOCAL_WORLD_SIZE";
+constexpr const char* kNodeRank = "CHORUS_NODE_RANK";
+constexpr const char* kNodes = "CHORUS_NNODES";
+constexpr const char* kDevice = "CHORUS_DEVICE";
+constexpr const char* kDevices = "CHORUS_DEVICES";  // mpirun/srun: list indexed by local rank
+constexpr const char* kStoreEndpoint = "CHORUS_RDZV_ENDPOINT";
+constexpr const char* kSecret = "CHORUS_JOB_SECRET";
+constexpr const char* kSecretFile = "CHORUS_SECRET_FILE";
+constexpr const char* kBindAddress = "CHORUS_BIND_ADDRESS";
+constexpr const char* kHostId = "CHORUS_HOST_ID";
+constexpr const char* kTimeoutMs = "CHORUS_TIMEOUT_MS";
+constexpr const char* kLogLevel = "CHORUS_LOG_LEVEL";
+}  // namespace env
+
+// Value type.
+struct WorkerIdentity {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  int nnodes = 1;
+  DeviceSpec device;            // Default: cpu
+  std::string store_host;       // empty: no store (a job of one uses an in-process store)
+  int store_port = 0;
+  std::string secret;           // the job secret's text (from CHORUS_JOB_SECRET or the file)
+  std::string secret_file;      // set when the secret must be read from a file
+  std::string bind_address = "127.0.0.1";
+  std::string host_id;          // identifies the host for per-host groups; Default: node rank
+  int timeout_ms = 60000;       // default deadline of communication; Default: 60 s
+  std::string log_level = "info";
+  std::string launcher = "none";  // "chorus", "mpirun", "srun" or "none"
+
+  bool hasStore() const { return !store_host.empty(); }
+};
+
+// Reads the identity from `environment`. Throws ConfigError naming the variable that is missing
+// or malformed (e.g. a rank outside the world size).
+WorkerIdentity identityFromEnvironment(const Environment& environment);
+
+// The process's environment as a map (reads `environ`; call once, at start-up).
+Environment processEnvironment();
+
+// Splits "host:port" (IPv6 in brackets: "[::1]:29500"); throws ConfigError on a bad endpoint.
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint);
+
+}  // namespace chorus::runtime

@@ -1,0 +1,53 @@
+// Private to comm: creation of the c10d process groups that carry a Communicator's traffic.
+// One file per backend (gloo_backend.cc, nccl/nccl_backend.cc or nccl/nccl_unavailable.cc); the
+// build decides which files exist, the tensor's device decides at run time which one is used.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "chorus/comm/store.h"
+
+namespace chorus::comm {
+
+struct BackendArgs {
+  c10::intrusive_ptr<c10d::Store> store;  // already prefixed for this backend
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{60000};
+  std::string bind_address;
+};
+
+c10::intrusive_ptr<c10d::Backend> createGlooBackend(const BackendArgs& args);
+// Throws CommError when this build has no NCCL, or no CUDA device is usable.
+c10::intrusive_ptr<c10d::Backend> createNcclBackend(const BackendArgs& args);
+
+// The process groups of one Communicator, keyed by device type. Gloo is created eagerly (it is the
+// group's rendezvous); NCCL on the first CUDA tensor, which every rank meets at the same operation.
+// Thread-safe.
+class Backends {
+ public:
+  Backends(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout,
+           std::string bind_address);
+  c10d::Backend& forTensor(const at::Tensor& tensor);
+  c10d::Backend& cpu() { return *gloo_; }
+
+ private:
+  BackendArgs argsFor(const std::string& prefix) const;
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::string bind_address_;
+  std::mutex mutex_;
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+  c10::intrusive_ptr<c10d::Backend> nccl_;
+};
+
+}  // namespace chorus::comm

@@ -1,0 +1,135 @@
+// The wire format of the TCP store, shared by TcpStoreServer and TcpStore (private to src/comm).
+//
+// Handshake (fixed sizes, before any frame, so nothing is allocated for an unauthenticated peer):
+//   server → client   kMagic, server nonce (32 bytes)
+//   client → server   kMagic, HMAC(secret, "client" || server nonce), client nonce (32 bytes)
+//   server → client   kAuthFailed, then close          (wrong secret)
+//                  or kOk, HMAC(secret, "server" || client nonce)
+// Then requests and replies, one frame each: a big-endian u32 payload length, then the payload.
+//   request  = u8 Op, fields          reply = u8 Status, fields
+// Fields: u8; i64 (big-endian); bytes and strings (u32 length, data); string lists (u32 count,
+// strings). Payloads above kMaxFrameBytes are refused, so a bad peer cannot make us allocate
+// without bound.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chorus/comm/store.h"
+#include "chorus/core/clock.h"
+
+namespace chorus::comm::wire {
+
+constexpr char kMagic[] = "CHORUSv1";
+constexpr std::size_t kMagicBytes = sizeof(kMagic) - 1;
+constexpr std::size_t kNonceBytes = 32;
+constexpr std::uint32_t kMaxFrameBytes = 1u << 30;
+constexpr char kClientLabel[] = "client";
+constexpr char kServerLabel[] = "server";
+
+enum class Op : std::uint8_t {
+  kSet = 1,         // key, value                 → (nothing)
+  kGet = 2,         // key, i64 timeout ms        → value
+  kAdd = 3,         // key, i64 delta             → i64 new value
+  kCompareSet = 4,  // key, expected, desired     → value
+  kCheck = 5,       // keys                       → u8 all present
+  kWait = 6,        // keys, i64 timeout ms       → (nothing)
+  kDelete = 7,      // key                        → u8 existed
+  kNumKeys = 8,     //                            → i64 count
+};
+
+enum class Status : std::uint8_t {
+  kOk = 0,
+  kAuthFailed = 1,  // handshake only; the server closes the connection after it
+  kTimeout = 2,     // get/wait: followed by the list of keys still missing
+  kError = 3,       // the operation failed (e.g. add on a non-integer): followed by a message
+  kBadRequest = 4,  // malformed request: followed by a message; the server closes the connection
+};
+
+// Builds one frame. Reserves the length prefix up front so frame() needs no copy.
+class Writer {
+ public:
+  Writer() : out_(4) {}
+  Writer& u8(std::uint8_t value);
+  Writer& i64(std::int64_t value);
+  Writer& bytes(const Bytes& value);
+  Writer& str(const std::string& value);
+  Writer& strings(const std::vector<std::string>& values);
+  // The finished frame, length prefix included; leaves the writer empty. Throws ProtocolError
+  // above kMaxFrameBytes.
+  Bytes frame();
+
+ private:
+  void u32(std::uint32_t value);
+  void raw(const void* data, std::size_t size);
+  Bytes out_;
+};
+
+// Reads the fields of one frame's payload; throws ProtocolError when it runs short.
+class Reader {
+ public:
+  explicit Reader(Bytes payload) : in_(std::move(payload)) {}
+  std::uint8_t u8();
+  std::int64_t i64();
+  Bytes bytes();
+  std::string str();
+  std::vector<std::string> strings();
+  // Throws ProtocolError unless every byte was consumed.
+  void finish() const;
+
+ private:
+  std::uint32_t u32();
+  const std::uint8_t* take(std::size_t size);
+  Bytes in_;
+  std::size_t pos_ = 0;
+};
+
+// A connected TCP socket whose every read and write is bounded by a deadline (poll), so a dead
+// or silent peer never hangs us. Owns the file descriptor. Not thread-safe, except shutdown(),
+// which any thread may call to wake one blocked in I/O. Errors name `peer` (e.g. "the store at
+// host:7000"): CommError when the connection fails or closes, TimeoutError at the deadline.
+class Socket {
+ public:
+  Socket(int fd, std::string peer);
+  ~Socket();
+  Socket(Socket&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), peer_(std::move(other.peer_)) {}
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  // Connects to host:port before `deadline` (one attempt per resolved address). Throws CommError.
+  static Socket connect(const std::string& host, int port, Deadline deadline);
+
+  void sendAll(const void* data, std::size_t size, Deadline deadline);
+  void sendAll(const Bytes& data, Deadline deadline) {
+    sendAll(data.data(), data.size(), deadline);
+  }
+  void recvAll(void* data, std::size_t size, Deadline deadline);
+  Bytes recvBytes(std::size_t size, Deadline deadline);
+  // Reads up to `size` bytes, fewer only if the peer closes first; returns how many arrived.
+  std::size_t recvUpTo(void* data, std::size_t size, Deadline deadline);
+  // One frame's payload (without the length prefix). Throws ProtocolError above kMaxFrameBytes.
+  Bytes recvFrame(Deadline deadline);
+  // Wakes any thread blocked in I/O on this socket; later I/O fails.
+  void shutdown();
+
+  int fd() const { return fd_; }
+  const std::string& peer() const { return peer_; }
+
+ private:
+  // Waits for `events` before `deadline`; throws TimeoutError naming `what` when it passes.
+  void waitFor(short events, Deadline deadline, const char* what);
+
+  int fd_;
+  std::string peer_;
+};
+
+// "host:port", with IPv6 hosts in brackets.
+std::string formatEndpoint(const std::string& host, int port);
+// Makes `fd` non-blocking with TCP_NODELAY (requests are small and latency-bound).
+void configureSocket(int fd);
+
+}  // namespace chorus::comm::wire

@@ -1,0 +1,135 @@
+#include "chorus/comm/work.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "chorus/core/error.h"
+#include "work_state.h"
+
+namespace chorus::comm {
+namespace {
+
+// Extra time granted to the c10d wait beyond the operation's deadline, so the transport's own
+// timeout (set to the same deadline) normally fires first with the more specific message.
+constexpr std::chrono::milliseconds kWaitGrace{1000};
+
+bool mentions(const std::string& text, std::initializer_list<const char*> needles) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const char* needle : needles)
+    if (lower.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+std::string shorten(const std::string& text) {
+  constexpr size_t kMax = 300;
+  return text.size() <= kMax ? text : text.substr(0, kMax) + "...";
+}
+
+// A failed operation's transfer may still be pending (a recv whose sender never came): abort it
+// where the backend can, so it cannot write into the caller's tensor later. Backends without
+// abort (Gloo collectives) end the transfer themselves at their own deadline.
+void abandon(Work::State& state) {
+  if (!state.work || state.work->isCompleted()) return;
+  try {
+    state.work->abort();
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+
+std::string GroupContext::describeRanks(const std::vector<int>& group_ranks) const {
+  std::vector<int> global;
+  for (int rank : group_ranks)
+    global.push_back(global_ranks.empty() ? rank : global_ranks.at(rank));
+  return joinInts(global);
+}
+
+void GroupContext::markBroken(const std::string& why) {
+  std::lock_guard<std::mutex> lock(failure_mutex);
+  if (!broken.exchange(true)) failure = why;
+}
+
+std::exception_ptr GroupContext::translate(const std::exception& error, const std::string& op,
+                                           long long sequence, std::chrono::milliseconds timeout,
+                                           int peer) {
+  const std::string what = error.what();
+  std::vector<int> missing;
+  if (peer >= 0)
+    missing.push_back(peer);
+  else if (progress)
+    missing = progress->behind(sequence);
+  const std::string where = detail::concat(op, " #", sequence, " in group '", name, "'");
+  const std::string absent = missing.empty() ? std::string("no rank is behind (all had entered it)")
+                                             : "ranks not arrived: " + describeRanks(missing);
+  std::vector<int> global_missing;
+  for (int rank : missing)
+    global_missing.push_back(global_ranks.empty() ? rank : global_ranks[rank]);
+  try {
+    if (mentions(what, {"timed out", "timeout"})) {
+      throw TimeoutError(detail::concat(where, " timed out after ", timeout.count(), " ms; ",
+                                        absent, " (transport: ", shorten(what), ")"),
+                         __FILE__, __LINE__, op, sequence, global_missing);
+    }
+    if (mentions(what, {"closed by peer", "reset by peer", "connection", "broken pipe",
+                        "read error", "write error", "socket"})) {
+      throw PeerFailure(
+          detail::concat(where, " lost a peer; ", absent, " (transport: ", shorten(what), ")"),
+          __FILE__, __LINE__, global_missing);
+    }
+    CHORUS_THROW(CommError, where, " failed: ", shorten(what));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+void Work::wait() {
+  if (!state_) return;
+  State& state = *state_;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (state.done) {
+    if (state.error) std::rethrow_exception(state.error);
+    return;
+  }
+  try {
+    if (state.work) {
+      const auto budget = state.deadline.remaining() + kWaitGrace;
+      if (!state.work->wait(budget)) CHORUS_THROW(CommError, state.operation, " was aborted");
+    }
+    if (state.finish) state.finish();
+  } catch (const Error&) {
+    state.error = std::current_exception();
+  } catch (const std::exception& error) {
+    state.error =
+        state.group->translate(error, state.operation, state.sequence, state.timeout, state.peer);
+  }
+  state.done = true;
+  state.group->stats->record(state.operation, state.bytes, state.clock.seconds(),
+                             state.error != nullptr);
+  if (state.error) {
+    abandon(state);
+    try {
+      std::rethrow_exception(state.error);
+    } catch (const std::exception& error) {
+      state.group->markBroken(error.what());
+    }
+    std::rethrow_exception(state.error);
+  }
+}
+
+bool Work::isCompleted() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done || !state_->work || state_->work->isCompleted();
+}
+
+const std::string& Work::operation() const {
+  static const std::string kNone = "none";
+  return state_ ? state_->operation : kNone;
+}
+
+long long Work::sequence() const { return state_ ? state_->sequence : -1; }
+
+}  // namespace chorus::comm

@@ -1,0 +1,148 @@
+#include "chorus/runtime/agent.h"
+
+#include <csignal>
+
+#include "chorus/comm/job_secret.h"
+#include "chorus/comm/tcp_store.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/device/discovery.h"
+#include "chorus/runtime/identity.h"
+#include "chorus/runtime/supervisor.h"
+#include "node_rendezvous.h"
+
+namespace chorus::runtime {
+namespace {
+
+void validateOptions(const AgentOptions& options) {
+  CHORUS_CHECK_CONFIG(!options.command.empty(), "chorus run: no worker program given after --");
+  CHORUS_CHECK_CONFIG(options.nnodes >= 1, "chorus run: --nnodes must be at least 1");
+  CHORUS_CHECK_CONFIG(options.node_rank >= 0 && options.node_rank < options.nnodes,
+                      "chorus run: --node-rank ", options.node_rank, " is outside [0, ",
+                      options.nnodes, ")");
+  if (options.nnodes > 1) {
+    CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
+                        "chorus run: a job of several nodes needs --rdzv-endpoint HOST:PORT");
+    CHORUS_CHECK_CONFIG(!options.secret_file.empty(),
+                        "chorus run: a job of several nodes needs --secret-file, the same file "
+                        "(mode 600) on every node");
+  }
+}
+
+// The job's store: hosted here on node 0, reached as a client everywhere.
+struct StoreConnection {
+  std::unique_ptr<comm::TcpStoreServer> server;
+  std::shared_ptr<comm::TcpStore> client;
+  std::string endpoint;  // what workers connect to
+};
+
+StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret) {
+  StoreConnection connection;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  if (!options.rdzv_endpoint.empty()) std::tie(host, port) = parseEndpoint(options.rdzv_endpoint);
+  if (options.node_rank == 0) {
+    comm::TcpStoreServerOptions server;
+    server.host = options.nnodes > 1 ? "0.0.0.0" : host;
+    server.port = port;
+    server.secret = secret;
+    connection.server = std::make_unique<comm::TcpStoreServer>(server);
+    port = connection.server->port();
+  }
+  comm::TcpStoreOptions client;
+  client.host = host;
+  client.port = port;
+  client.secret = secret;
+  client.connect_timeout = options.rdzv_timeout;
+  connection.client = std::make_shared<comm::TcpStore>(client);
+  connection.endpoint = host + ":" + std::to_string(port);
+  return connection;
+}
+
+std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
+                                          const std::vector<DeviceSpec>& devices,
+                                          const NodeSlot& slot, const StoreConnection& store,
+                                          const comm::JobSecret& secret) {
+  const auto [store_host, store_port] = parseEndpoint(store.endpoint);
+  const std::string bind =
+      options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
+  std::vector<WorkerLaunch> workers;
+  for (size_t local = 0; local < devices.size(); ++local) {
+    WorkerLaunch worker;
+    worker.rank = slot.rank_offset + static_cast<int>(local);
+    worker.argv = options.command;
+    worker.env = {
+        {env::kRank, std::to_string(worker.rank)},
+        {env::kWorldSize, std::to_string(slot.world_size)},
+        {env::kLocalRank, std::to_string(local)},
+        {env::kLocalWorldSize, std::to_string(devices.size())},
+        {env::kNodeRank, std::to_string(options.node_rank)},
+        {env::kNodes, std::to_string(options.nnodes)},
+        {env::kDevice, devices[local].toString()},
+        {env::kStoreEndpoint, store.endpoint},
+        {env::kSecret, secret.text()},
+        {env::kBindAddress, bind},
+        {env::kHostId, "node" + std::to_string(options.node_rank)},
+        {env::kTimeoutMs, std::to_string(options.comm_timeout.count())},
+        {env::kLogLevel, options.log_level},
+    };
+    workers.push_back(std::move(worker));
+  }
+  return workers;
+}
+
+int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::Store& store) {
+  if (outcome.first_failure) {
+    const std::string message = detail::concat(outcome.first_failure->describe(), " on node ",
+                                               options.node_rank);
+    try {
+      reportJobFailure(store, message);
+    } catch (const std::exception&) {
+    }
+    logError("chorus run: ", message, "; stopped the other workers");
+    return 3;
+  }
+  if (!outcome.external_failure.empty()) {
+    logError("chorus run: stopped: ", outcome.external_failure);
+    return 3;
+  }
+  if (outcome.interrupt_signal != 0) {
+    logWarn("chorus run: interrupted by signal ", outcome.interrupt_signal, "; workers stopped");
+    return 128 + outcome.interrupt_signal;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int runAgent(const AgentOptions& options) {
+  validateOptions(options);
+  const auto found = device::discoverDevices();
+  const std::vector<DeviceSpec> devices = device::expandAuto(options.devices, found);
+  device::validateSpecs(devices, found);
+  const comm::JobSecret secret = options.secret_file.empty()
+                                     ? comm::JobSecret::generate()
+                                     : comm::JobSecret::fromFile(options.secret_file);
+  StoreConnection store = connectStore(options, secret);
+  const NodeSlot slot = joinNodes(*store.client, options.node_rank, options.nnodes,
+                                  static_cast<int>(devices.size()), options.rdzv_timeout);
+  logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ",
+          slot.rank_offset, "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ",
+          slot.world_size, " on ", toString(devices), ", store ", store.endpoint);
+
+  SupervisorOptions supervision;
+  supervision.prefix_output = options.prefix_output;
+  supervision.log_dir = options.log_dir;
+  supervision.grace = options.grace;
+  Supervisor supervisor(supervision);
+  supervisor.start(describeWorkers(options, devices, slot, store, secret));
+  std::function<std::optional<std::string>()> remote_failure;
+  if (options.nnodes > 1) remote_failure = [&] { return jobFailure(*store.client); };
+  const SupervisorOutcome outcome = supervisor.run(remote_failure);
+  const int code = report(options, outcome, *store.client);
+  reportNodeDone(*store.client, options.node_rank);
+  if (store.server && options.nnodes > 1) awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
+  return code;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,508 @@
+#include "chorus/runtime/supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "output_pump.h"
+#include "signal_relay.h"
+
+extern char** environ;
+
+namespace chorus::runtime {
+
+struct Supervisor::Worker {
+  int rank = 0;
+  pid_t pid = -1;  // also the id of the worker's process group
+  bool running = true;
+  bool stop_requested = false;
+  UniqueFd out;  // read ends of the worker's stdout and stderr pipes; closed at EOF
+  UniqueFd err;
+  UniqueFd log;
+  std::unique_ptr<OutputPump> out_pump;
+  std::unique_ptr<OutputPump> err_pump;
+};
+
+struct Supervisor::RunState {
+  SignalRelay relay;
+  SupervisorOutcome outcome;
+  bool stopping = false;
+  bool killed = false;  // SIGKILL sent to every remaining worker
+  Clock::time_point kill_at{};
+};
+
+namespace {
+
+// After the last worker exited, its pipes normally reach EOF at once; only a process that left
+// the worker's group (setsid, daemons) can hold them open, and run() does not wait for it long.
+constexpr Millis kDrainTimeout{1000};
+// Reads per stream per poll round, so one chatty worker cannot starve the others.
+constexpr int kReadsPerRound = 16;
+constexpr int kExecFailedStatus = 127;
+
+// "SIGKILL" for 9; empty when the C library cannot name the signal.
+std::string signalName(int signo) {
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+  if (const char* abbreviation = ::sigabbrev_np(signo)) return std::string("SIG") + abbreviation;
+#endif
+  return "";
+}
+
+// Time from now until `when`, rounded up so a poll() never wakes just before its deadline.
+Millis until(Clock::time_point when) {
+  const auto left = std::chrono::ceil<Millis>(when - Clock::now());
+  return std::max(left, Millis(0));
+}
+
+std::vector<char*> cStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (const std::string& s : strings) pointers.push_back(const_cast<char*>(s.c_str()));
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// The one read of the agent's environment (STYLE: parse once, pass explicitly).
+std::map<std::string, std::string> readEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* equals = ::strchr(*entry, '=');
+    const char* name = *entry;
+    if (equals != nullptr) env.emplace(std::string(name, equals), std::string(equals + 1));
+  }
+  return env;
+}
+
+// Finds `name` like execvp() would, but in the PATH the worker will have, not the agent's.
+std::string resolveProgram(const std::string& name, const std::map<std::string, std::string>& env,
+                           int rank) {
+  if (name.find('/') != std::string::npos) return name;  // execve() reports what is wrong with it
+  const auto path_entry = env.find("PATH");
+  const std::string path = path_entry != env.end() ? path_entry->second : "/usr/bin:/bin";
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = std::min(path.find(':', start), path.size());
+    const std::string dir = end > start ? path.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + name;
+    struct stat info {};
+    if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    if (end == path.size()) break;
+    start = end + 1;
+  }
+  CHORUS_THROW(LaunchError, "cannot start rank ", rank, ": program '", name,
+               "' was not found in PATH (", path, ")");
+}
+
+// Everything the child needs, prepared before fork(): between fork() and exec() a child of a
+// multi-threaded agent may only make async-signal-safe calls, so it must not allocate.
+struct ChildSetup {
+  const char* program;
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  int stdout_fd;
+  int stderr_fd;
+  int status_fd;  // write end of the CLOEXEC pipe that reports a failed exec
+  int max_fd;
+};
+
+[[noreturn]] void childFail(int status_fd) {
+  const int error = errno;
+  const ssize_t ignored = ::write(status_fd, &error, sizeof error);
+  (void)ignored;
+  ::_exit(kExecFailedStatus);
+}
+
+// Marks every descriptor above stderr close-on-exec, so the worker inherits none of the agent's
+// (stores, sockets, other workers' pipes). CLOEXEC rather than close: the status pipe must stay
+// open until the exec itself succeeds.
+void markCloexecFrom3(int max_fd) {
+#if defined(SYS_close_range) && defined(CLOSE_RANGE_CLOEXEC)
+  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+#endif
+  for (int fd = 3; fd < max_fd; ++fd) {
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+}
+
+// Caught signals would run the agent's handlers in the child until exec, and ignored SIGPIPE or
+// SIGXFSZ would survive the exec; give the worker the defaults a shell would.
+void resetSignalsInChild() {
+  struct sigaction defaults {};  // sigaction(), unlike signal(), is async-signal-safe
+  defaults.sa_handler = SIG_DFL;
+  for (int signo = 1; signo < NSIG; ++signo) {
+    if (signo == SIGKILL || signo == SIGSTOP) continue;
+    struct sigaction current {};
+    if (::sigaction(signo, nullptr, &current) != 0) continue;
+    const bool caught = (current.sa_flags & SA_SIGINFO) != 0 ||
+                        (current.sa_handler != SIG_IGN && current.sa_handler != SIG_DFL);
+    if (caught || signo == SIGPIPE || signo == SIGXFSZ) ::sigaction(signo, &defaults, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+[[noreturn]] void execChild(const ChildSetup& setup) {
+  ::setpgid(0, 0);  // own group: the agent signals the worker's whole tree with kill(-pid)
+  int status_fd = ::fcntl(setup.status_fd, F_DUPFD_CLOEXEC, 3);
+  if (status_fd < 0) ::_exit(kExecFailedStatus);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) childFail(status_fd);
+  // The agent may have died before PR_SET_PDEATHSIG took effect; then nobody would kill us.
+  if (::getppid() != setup.parent) ::_exit(kExecFailedStatus);
+  // Move the three sources above 2 first, so one dup2() onto 0..2 cannot clobber another.
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int in = null_fd < 0 ? -1 : ::fcntl(null_fd, F_DUPFD_CLOEXEC, 3);
+  const int out = ::fcntl(setup.stdout_fd, F_DUPFD_CLOEXEC, 3);
+  const int err = ::fcntl(setup.stderr_fd, F_DUPFD_CLOEXEC, 3);
+  if (in < 0 || out < 0 || err < 0) childFail(status_fd);
+  if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) childFail(status_fd);
+  markCloexecFrom3(setup.max_fd);
+  resetSignalsInChild();
+  ::execve(setup.program, setup.argv, setup.envp);
+  childFail(status_fd);
+}
+
+// Waits for `pid` to end and returns its wait status.
+int reapBlocking(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+pid_t forkWorker(const ChildSetup& setup, int rank) {
+  // Blocked across fork() so no handler of the agent's runs in the child before it resets them.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t pid = ::fork();
+  if (pid == 0) execChild(setup);
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) CHORUS_THROW(LaunchError, "cannot fork rank ", rank, ": ", ::strerror(fork_errno));
+  // Also done by the child: whichever runs first, the group exists before anyone signals it.
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+// Reads the exec status pipe (whose write end the caller closed): EOF means the exec succeeded;
+// an errno means it failed, and the child is reaped before the error is thrown.
+void awaitExec(int status_fd, pid_t pid, const std::string& program, int rank) {
+  int child_errno = 0;
+  ssize_t n;
+  while ((n = ::read(status_fd, &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  if (n <= 0) return;
+  reapBlocking(pid);
+  CHORUS_THROW(LaunchError, "cannot start rank ", rank, ": cannot execute '", program,
+               "': ", ::strerror(child_errno));
+}
+
+UniqueFd openLog(const std::string& dir, int rank) {
+  const std::string path = dir + "/rank-" + std::to_string(rank) + ".log";
+  // Appended to, so a restarted job keeps the earlier attempt's output.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    CHORUS_THROW(LaunchError, "cannot open log file '", path, "' for rank ", rank, ": ",
+                 ::strerror(errno));
+  return UniqueFd(fd);
+}
+
+std::pair<UniqueFd, UniqueFd> makePipe(const char* what) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    CHORUS_THROW(LaunchError, "cannot create the ", what, " pipe: ", ::strerror(errno));
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+}  // namespace
+
+std::string WorkerExit::describe() const {
+  std::string who = detail::concat("rank ", rank, " (pid ", pid, ")");
+  if (!signaled) return detail::concat(who, " exited with code ", code);
+  const std::string name = signalName(code);
+  return detail::concat(who, " was killed by signal ", code, name.empty() ? "" : " (" + name + ")");
+}
+
+bool SupervisorOutcome::ok() const {
+  if (first_failure || interrupt_signal != 0 || !external_failure.empty()) return false;
+  return std::all_of(exits.begin(), exits.end(), [](const WorkerExit& e) { return e.success(); });
+}
+
+Supervisor::Supervisor(SupervisorOptions options) : options_(std::move(options)) {
+  CHORUS_CHECK_CONFIG(options_.grace.count() >= 0, "supervisor grace must not be negative");
+  CHORUS_CHECK_CONFIG(options_.poll_interval.count() > 0, "supervisor poll interval must be > 0");
+}
+
+Supervisor::~Supervisor() { killAll(); }
+
+void Supervisor::start(const std::vector<WorkerLaunch>& launches) {
+  if (started_) CHORUS_THROW(LaunchError, "Supervisor::start() called twice");
+  started_ = true;
+  std::set<int> ranks;
+  for (const WorkerLaunch& launch : launches) {
+    CHORUS_CHECK_CONFIG(!launch.argv.empty(), "rank ", launch.rank, ": empty command line");
+    CHORUS_CHECK_CONFIG(ranks.insert(launch.rank).second, "rank ", launch.rank, " given twice");
+  }
+  if (!options_.log_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options_.log_dir, error);
+    if (error)
+      CHORUS_THROW(LaunchError, "cannot create log directory '", options_.log_dir,
+                   "': ", error.message());
+  }
+  const Environment base_env = readEnvironment();
+  try {
+    for (const WorkerLaunch& launch : launches) workers_.push_back(spawn(launch, base_env));
+  } catch (...) {
+    killAll();
+    throw;
+  }
+}
+
+std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch,
+                                                      const Environment& base_env) {
+  Environment env = base_env;
+  for (const auto& [key, value] : launch.env) env[key] = value;
+  std::vector<std::string> env_strings;
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  const std::string program = resolveProgram(launch.argv[0], env, launch.rank);
+  const std::vector<char*> argv = cStrings(launch.argv);
+  const std::vector<char*> envp = cStrings(env_strings);
+
+  auto worker = std::make_unique<Worker>();
+  worker->rank = launch.rank;
+  if (!options_.log_dir.empty()) worker->log = openLog(options_.log_dir, launch.rank);
+  auto [out_read, out_write] = makePipe("stdout");
+  auto [err_read, err_write] = makePipe("stderr");
+  auto [status_read, status_write] = makePipe("exec status");
+  const int max_fd = static_cast<int>(std::clamp(::sysconf(_SC_OPEN_MAX), 256L, 65536L));
+  worker->pid = forkWorker({program.c_str(), argv.data(), envp.data(), ::getpid(), out_write.get(),
+                            err_write.get(), status_write.get(), max_fd},
+                           launch.rank);
+  out_write.reset();
+  err_write.reset();
+  status_write.reset();
+  awaitExec(status_read.get(), worker->pid, program, launch.rank);
+
+  ::fcntl(out_read.get(), F_SETFL, O_NONBLOCK);
+  ::fcntl(err_read.get(), F_SETFL, O_NONBLOCK);
+  worker->out = std::move(out_read);
+  worker->err = std::move(err_read);
+  const std::string prefix =
+      options_.prefix_output ? detail::concat("[rank ", launch.rank, "] ") : "";
+  worker->out_pump = std::make_unique<OutputPump>(prefix, options_.stdout_fd, worker->log.get());
+  worker->err_pump = std::make_unique<OutputPump>(prefix, options_.stderr_fd, worker->log.get());
+  return worker;
+}
+
+SupervisorOutcome Supervisor::run(const ExternalCheck& external_check) {
+  if (!started_ || ran_) CHORUS_THROW(LaunchError, "Supervisor::run() must follow start(), once");
+  ran_ = true;
+  RunState state;
+  Clock::time_point next_check = Clock::now() + options_.poll_interval;
+  for (;;) {
+    reapExited(state);
+    const SupervisorOutcome& so_far = state.outcome;
+    if (!state.stopping &&
+        (so_far.first_failure || so_far.interrupt_signal != 0 || !so_far.external_failure.empty()))
+      beginStop(state);
+    if (!anyRunning()) break;
+    if (state.stopping && !state.killed && Clock::now() >= state.kill_at) {
+      logWarn("workers still running ", options_.grace.count(),
+              " ms after SIGTERM; sending SIGKILL");
+      signalRunning(SIGKILL);
+      state.killed = true;
+    }
+    Clock::time_point wake = Clock::now() + options_.poll_interval;
+    if (state.stopping && !state.killed) wake = std::min(wake, state.kill_at);
+    if (!state.stopping && external_check) wake = std::min(wake, next_check);
+    pollOnce(state, until(wake));
+    if (!state.stopping && external_check && Clock::now() >= next_check) {
+      if (std::optional<std::string> message = external_check())
+        state.outcome.external_failure = message->empty() ? "external check failed" : *message;
+      next_check = Clock::now() + options_.poll_interval;
+    }
+  }
+  drainOutput(state);
+  return std::move(state.outcome);
+}
+
+void Supervisor::reapExited(RunState& state) {
+  for (auto& worker : workers_) {
+    if (!worker->running) continue;
+    siginfo_t info{};
+    // WNOWAIT leaves the zombie in place: it pins the group id while we clear the group below.
+    int rc;
+    while ((rc = ::waitid(P_PID, worker->pid, &info, WEXITED | WNOHANG | WNOWAIT)) < 0 &&
+           errno == EINTR) {
+    }
+    if (rc == 0 && info.si_pid == 0) continue;  // still running
+    int status = 0;
+    if (rc == 0) {
+      // The worker's group must not outlive it: whatever it left running there is orphaned.
+      ::kill(-worker->pid, SIGKILL);
+      status = reapBlocking(worker->pid);
+    } else {
+      // ECHILD: someone else reaped it (SIGCHLD ignored before run()); its status is lost.
+      logWarn("rank ", worker->rank, " (pid ", worker->pid, ") was reaped elsewhere");
+      status = 255 << 8;
+    }
+    recordExit(state, *worker, status);
+  }
+}
+
+void Supervisor::recordExit(RunState& state, Worker& worker, int status) {
+  worker.running = false;
+  WorkerExit exit;
+  exit.rank = worker.rank;
+  exit.pid = worker.pid;
+  exit.signaled = WIFSIGNALED(status);
+  exit.code = exit.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
+  exit.stopped = worker.stop_requested;
+  state.outcome.exits.push_back(exit);
+  if (!exit.success() && !exit.stopped && !state.outcome.first_failure)
+    state.outcome.first_failure = exit;
+}
+
+void Supervisor::beginStop(RunState& state) {
+  const SupervisorOutcome& outcome = state.outcome;
+  if (outcome.first_failure)
+    logWarn(outcome.first_failure->describe(), "; stopping the other workers");
+  else if (outcome.interrupt_signal != 0)
+    logWarn("agent received ", signalName(outcome.interrupt_signal), "; stopping the workers");
+  else
+    logWarn("stopping the workers: ", outcome.external_failure);
+  state.stopping = true;
+  for (auto& worker : workers_) worker->stop_requested = worker->running;
+  if (options_.grace.count() == 0) {
+    signalRunning(SIGKILL);
+    state.killed = true;
+    return;
+  }
+  signalRunning(SIGTERM);
+  state.kill_at = Clock::now() + options_.grace;
+}
+
+void Supervisor::signalRunning(int signo) {
+  for (auto& worker : workers_) {
+    // The worker may have moved itself to another group; then at least the worker is signalled.
+    if (worker->running && ::kill(-worker->pid, signo) != 0) ::kill(worker->pid, signo);
+  }
+}
+
+void Supervisor::pollOnce(RunState& state, Millis timeout) {
+  std::vector<pollfd> fds{{state.relay.fd(), POLLIN, 0}};
+  std::vector<std::pair<Worker*, bool>> streams;  // (worker, is stderr) for fds[1...]
+  for (auto& worker : workers_) {
+    for (bool is_err : {false, true}) {
+      const UniqueFd& fd = is_err ? worker->err : worker->out;
+      if (!fd.valid()) continue;
+      fds.push_back({fd.get(), POLLIN, 0});
+      streams.emplace_back(worker.get(), is_err);
+    }
+  }
+  const int wait_ms = static_cast<int>(std::min<long long>(timeout.count(), INT_MAX));
+  if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
+    if (errno == EINTR) return;
+    CHORUS_THROW(LaunchError, "supervisor poll() failed: ", ::strerror(errno));
+  }
+  if (fds[0].revents != 0) handleSignals(state);
+  for (std::size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) readOutput(*streams[i - 1].first, streams[i - 1].second);
+  }
+}
+
+void Supervisor::readOutput(Worker& worker, bool err_stream) {
+  UniqueFd& fd = err_stream ? worker.err : worker.out;
+  OutputPump& pump = err_stream ? *worker.err_pump : *worker.out_pump;
+  char buffer[16 * 1024];
+  for (int i = 0; i < kReadsPerRound; ++i) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n > 0) {
+      pump.feed(std::string_view(buffer, static_cast<std::size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    pump.finish();  // EOF (or a read error, which ends the stream all the same)
+    fd.reset();
+    return;
+  }
+}
+
+void Supervisor::handleSignals(RunState& state) {
+  for (int signo : state.relay.drain()) {
+    if (signo != SIGINT && signo != SIGTERM) continue;  // SIGCHLD only wakes us up to reap
+    if (state.outcome.interrupt_signal == 0) {
+      state.outcome.interrupt_signal = signo;
+    } else if (state.stopping && !state.killed) {
+      logWarn("agent received ", signalName(signo), " again; killing the workers now");
+      signalRunning(SIGKILL);
+      state.killed = true;
+    }
+  }
+}
+
+void Supervisor::drainOutput(RunState& state) {
+  const Clock::time_point deadline = Clock::now() + kDrainTimeout;
+  auto anyOpen = [this] {
+    return std::any_of(workers_.begin(), workers_.end(),
+                       [](const auto& w) { return w->out.valid() || w->err.valid(); });
+  };
+  while (anyOpen() && Clock::now() < deadline)
+    pollOnce(state, std::min(options_.poll_interval, until(deadline)));
+  for (auto& worker : workers_) {
+    if (worker->out.valid() || worker->err.valid())
+      logWarn("output of rank ", worker->rank, " still open after it exited; not copied further");
+    for (bool is_err : {false, true}) {
+      UniqueFd& fd = is_err ? worker->err : worker->out;
+      if (!fd.valid()) continue;
+      (is_err ? worker->err_pump : worker->out_pump)->finish();
+      fd.reset();
+    }
+  }
+}
+
+bool Supervisor::anyRunning() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return w->running; });
+}
+
+void Supervisor::killAll() {
+  for (auto& worker : workers_) {
+    if (worker->running && ::kill(-worker->pid, SIGKILL) != 0) ::kill(worker->pid, SIGKILL);
+  }
+  for (auto& worker : workers_) {
+    if (!worker->running) continue;
+    reapBlocking(worker->pid);
+    worker->running = false;
+  }
+}
+
+std::vector<pid_t> Supervisor::pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& worker : workers_) pids.push_back(worker->pid);
+  return pids;
+}
+
+}  // namespace chorus::runtime

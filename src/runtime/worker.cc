@@ -1,0 +1,89 @@
+#include "chorus/runtime/worker.h"
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include "chorus/chorus.h"
+#include "chorus_version.h"
+#include "chorus/comm/job_secret.h"
+#include "chorus/comm/memory_store.h"
+#include "chorus/comm/tcp_store.h"
+#include "chorus/device/memory_budget.h"
+#include "chorus/device/speed_emulator.h"
+
+namespace chorus {
+
+const char* versionString() {
+  static const std::string kVersion = std::string(CHORUS_VERSION) + " (libtorch " +
+                                      TORCH_VERSION + ")";
+  return kVersion.c_str();
+}
+
+}  // namespace chorus
+
+namespace chorus::runtime {
+namespace {
+
+comm::JobSecret secretOf(const WorkerIdentity& identity) {
+  return identity.secret.empty() ? comm::JobSecret::fromFile(identity.secret_file)
+                                 : comm::JobSecret::fromText(identity.secret);
+}
+
+}  // namespace
+
+Worker::Worker(WorkerIdentity identity) : identity_(std::move(identity)) {}
+
+Worker::~Worker() {
+  // The communicator uses the store: release it first, the hosted server last.
+  world_.reset();
+  store_.reset();
+  hosted_store_.reset();
+}
+
+c10::Device Worker::device() const {
+  if (identity_.device.kind == DeviceKind::kCuda)
+    return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(identity_.device.index));
+  return c10::Device(c10::DeviceType::CPU);
+}
+
+std::shared_ptr<Worker> init(const InitOptions& options) {
+  const Environment environment = options.environment ? *options.environment : processEnvironment();
+  std::shared_ptr<Worker> worker(new Worker(identityFromEnvironment(environment)));
+  const WorkerIdentity& identity = worker->identity_;
+  Logger::instance().setLevel(parseLogLevel(identity.log_level));
+  if (identity.world_size > 1) Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
+  if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
+
+  worker->emulator_ = std::make_unique<device::SpeedEmulator>(identity.device.speed);
+  if (identity.device.memory_budget)
+    worker->budget_ = device::MemoryBudget::install(*identity.device.memory_budget);
+
+  if (!identity.hasStore()) {
+    worker->store_ = std::make_shared<comm::MemoryStore>();
+  } else {
+    const comm::JobSecret secret = secretOf(identity);
+    // Under mpirun/srun no agent hosts the store: rank 0 does.
+    if (identity.launcher != "chorus" && identity.rank == 0) {
+      comm::TcpStoreServerOptions server;
+      server.port = identity.store_port;
+      server.secret = secret;
+      worker->hosted_store_ = std::make_unique<comm::TcpStoreServer>(server);
+    }
+    comm::TcpStoreOptions client;
+    client.host = identity.store_host;
+    client.port = identity.store_port;
+    client.secret = secret;
+    worker->store_ = std::make_shared<comm::TcpStore>(client);
+  }
+  if (options.connect) {
+    comm::CommOptions comm;
+    comm.timeout = std::chrono::milliseconds(identity.timeout_ms);
+    comm.bind_address = identity.bind_address;
+    comm.host_id = identity.host_id;
+    worker->world_ =
+        comm::Communicator::create(worker->store_, identity.rank, identity.world_size, comm);
+  }
+  return worker;
+}
+
+}  // namespace chorus::runtime

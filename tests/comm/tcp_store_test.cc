@@ -1,0 +1,407 @@
+// TcpStore and TcpStoreServer over loopback: exact results under concurrency, bounded blocking,
+// and the job secret keeping out every process that lacks it.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/comm/job_secret.h"
+#include "chorus/comm/tcp_store.h"
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+
+namespace chorus::comm {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kLong{10000};
+
+JobSecret testSecret() { return JobSecret::fromText("0123456789abcdef-test-secret"); }
+
+TcpStoreServerOptions serverOptions() {
+  TcpStoreServerOptions options;
+  options.host = "127.0.0.1";
+  options.secret = testSecret();
+  return options;
+}
+
+TcpStoreOptions clientOptions(int port, JobSecret secret = testSecret()) {
+  TcpStoreOptions options;
+  options.port = port;
+  options.secret = std::move(secret);
+  options.connect_timeout = milliseconds(2000);
+  return options;
+}
+
+// A blocking loopback socket connected to `port`, with a 5 s receive timeout so no test can hang.
+int rawConnect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  return fd;
+}
+
+// Reads until EOF, error or `size` bytes; returns what arrived.
+Bytes rawRead(int fd, std::size_t size) {
+  Bytes data(size);
+  std::size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::recv(fd, data.data() + got, size - got, 0);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  data.resize(got);
+  return data;
+}
+
+void rawWrite(int fd, const Bytes& data) {
+  ASSERT_EQ(::send(fd, data.data(), data.size(), MSG_NOSIGNAL), static_cast<ssize_t>(data.size()));
+}
+
+TEST(TcpStore, EveryOperationRoundTrips) {
+  TcpStoreServer server(serverOptions());
+  TcpStore store(clientOptions(server.port()));
+  store.set("bin", Bytes{0, 255, 7});
+  EXPECT_EQ(store.get("bin", kLong), (Bytes{0, 255, 7}));
+  EXPECT_EQ(store.add("n", 5), 5);
+  EXPECT_EQ(store.add("n", -7), -2);
+  EXPECT_EQ(store.getString("n", kLong), "-2");
+  EXPECT_EQ(store.compareSet("c", Bytes(), toBytes("a")), toBytes("a"));
+  EXPECT_EQ(store.compareSet("c", toBytes("x"), toBytes("b")), toBytes("a"));
+  EXPECT_TRUE(store.check({"bin", "n", "c"}));
+  EXPECT_FALSE(store.check({"bin", "absent"}));
+  store.wait({"bin", "n"}, kLong);
+  EXPECT_EQ(store.numKeys(), 3);
+  EXPECT_TRUE(store.deleteKey("c"));
+  EXPECT_FALSE(store.deleteKey("c"));
+  EXPECT_EQ(store.numKeys(), 2);
+  store.set("empty", Bytes());
+  EXPECT_EQ(store.get("empty", kLong), Bytes());
+}
+
+TEST(TcpStore, ConcurrentAddsFromManyClientsGiveExactTotal) {
+  TcpStoreServer server(serverOptions());
+  constexpr int kClients = 6;
+  constexpr int kAdds = 200;
+  auto shared = std::make_shared<TcpStore>(clientOptions(server.port()));
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      // Half the threads own a connection, half share one (the client is thread-safe).
+      std::unique_ptr<TcpStore> own;
+      if (c % 2 == 0) own = std::make_unique<TcpStore>(clientOptions(server.port()));
+      Store& store = own ? static_cast<Store&>(*own) : *shared;
+      for (int i = 0; i < kAdds; ++i) store.add("sum", c + 1);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(shared->add("sum", 0), kAdds * (1 + 2 + 3 + 4 + 5 + 6));
+}
+
+TEST(TcpStore, BlockingGetIsReleasedByAnotherClientsSet) {
+  TcpStoreServer server(serverOptions());
+  TcpStore waiter(clientOptions(server.port()));
+  TcpStore setter(clientOptions(server.port()));
+  std::thread thread([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    setter.setString("ready", "go");
+  });
+  Stopwatch watch;
+  EXPECT_EQ(waiter.getString("ready", kLong), "go");
+  thread.join();
+  EXPECT_GE(watch.millis().count(), 80);
+  EXPECT_LT(watch.millis().count(), 5000);
+}
+
+TEST(TcpStore, GetTimeoutIsTimeoutErrorNamingKeyAndEndpoint) {
+  TcpStoreServer server(serverOptions());
+  TcpStore store(clientOptions(server.port()));
+  Stopwatch watch;
+  try {
+    store.get("never", milliseconds(200));
+    FAIL() << "get returned";
+  } catch (const TimeoutError& error) {
+    EXPECT_NE(error.message().find("'never'"), std::string::npos) << error.message();
+    EXPECT_NE(error.message().find(store.endpoint()), std::string::npos) << error.message();
+  }
+  EXPECT_GE(watch.millis().count(), 190);
+  EXPECT_LT(watch.millis().count(), 3000);
+  // The connection is still good after a timeout.
+  store.setString("after", "ok");
+  EXPECT_EQ(store.getString("after", kLong), "ok");
+}
+
+TEST(TcpStore, WaitTimeoutNamesOnlyTheMissingKeys) {
+  TcpStoreServer server(serverOptions());
+  TcpStore store(clientOptions(server.port()));
+  store.setString("present", "1");
+  try {
+    store.wait({"present", "absent"}, milliseconds(100));
+    FAIL() << "wait returned";
+  } catch (const TimeoutError& error) {
+    EXPECT_NE(error.message().find("waiting for 'absent'"), std::string::npos) << error.message();
+    EXPECT_EQ(error.message().find("'present'"), std::string::npos) << error.message();
+  }
+}
+
+TEST(TcpStore, WrongSecretIsRefusedFastWithAuthError) {
+  TcpStoreServer server(serverOptions());
+  JobSecret wrong = JobSecret::fromText("another-job-secret-0000");
+  Stopwatch watch;
+  try {
+    TcpStore store(clientOptions(server.port(), wrong));
+    FAIL() << "connected with the wrong secret";
+  } catch (const AuthError& error) {
+    EXPECT_NE(error.message().find("rejected this process's job secret (fingerprint " +
+                                   wrong.fingerprint() + ")"),
+              std::string::npos)
+        << error.message();
+  }
+  EXPECT_LT(watch.millis().count(), 500);
+  // The server keeps serving those who know the secret.
+  TcpStore good(clientOptions(server.port()));
+  EXPECT_EQ(good.add("n", 1), 1);
+}
+
+TEST(TcpStore, NonChorusListenerIsProtocolError) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t length = sizeof(address);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  std::thread web([listener] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    ::send(fd, reply, sizeof(reply) - 1, MSG_NOSIGNAL);
+    ::close(fd);
+  });
+  Stopwatch watch;
+  try {
+    TcpStore store(clientOptions(ntohs(address.sin_port)));
+    FAIL() << "connected to a web server";
+  } catch (const ProtocolError& error) {
+    EXPECT_NE(error.message().find("does not speak the chorus store protocol"), std::string::npos)
+        << error.message();
+  }
+  EXPECT_LT(watch.millis().count(), 1000);
+  web.join();
+  ::close(listener);
+}
+
+TEST(TcpStore, SilentListenerIsProtocolErrorAfterHandshakeTimeout) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);  // the kernel accepts; nobody ever speaks
+  socklen_t length = sizeof(address);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  TcpStoreOptions options = clientOptions(ntohs(address.sin_port));
+  options.handshake_timeout = milliseconds(200);
+  Stopwatch watch;
+  EXPECT_THROW(TcpStore store(options), ProtocolError);
+  EXPECT_LT(watch.millis().count(), 2000);
+  ::close(listener);
+}
+
+TEST(TcpStore, GarbageAndSilentClientsDoNotDisturbAGoodClient) {
+  TcpStoreServerOptions options = serverOptions();
+  options.handshake_timeout = milliseconds(1500);
+  TcpStoreServer server(options);
+  TcpStore good(clientOptions(server.port()));
+  int garbage = rawConnect(server.port());
+  int silent = rawConnect(server.port());
+  Stopwatch watch;
+  rawWrite(garbage, toBytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(good.add("n", 1), 1);
+  // The garbage client is dropped at once, not at the handshake timeout: greeting, then EOF.
+  EXPECT_EQ(rawRead(garbage, 1000).size(), 8u + 32u);
+  EXPECT_LT(watch.millis().count(), 1000);
+  // The silent one is dropped at the handshake timeout.
+  EXPECT_EQ(rawRead(silent, 1000).size(), 8u + 32u);
+  EXPECT_GE(watch.millis().count(), 1400);
+  EXPECT_LT(watch.millis().count(), 4000);
+  EXPECT_EQ(good.add("n", 1), 2);
+  ::close(garbage);
+  ::close(silent);
+}
+
+TEST(TcpStore, OversizedFrameIsRefusedWithoutAllocating) {
+  TcpStoreServer server(serverOptions());
+  JobSecret secret = testSecret();
+  int fd = rawConnect(server.port());
+  Bytes greeting = rawRead(fd, 40);
+  ASSERT_EQ(greeting.size(), 40u);
+  Bytes hello = toBytes("CHORUSv1");
+  Bytes proof = secret.sign("client", Bytes(greeting.begin() + 8, greeting.end()));
+  hello.insert(hello.end(), proof.begin(), proof.end());
+  hello.insert(hello.end(), 32, 7);  // our nonce
+  rawWrite(fd, hello);
+  Bytes answer = rawRead(fd, 33);
+  ASSERT_EQ(answer.size(), 33u);
+  EXPECT_EQ(answer[0], 0);  // OK
+  EXPECT_EQ(Bytes(answer.begin() + 1, answer.end()), secret.sign("server", Bytes(32, 7)));
+  rawWrite(fd, Bytes{0xff, 0xff, 0xff, 0xf0});  // claims ~4 GiB
+  Bytes refusal = rawRead(fd, 1000);            // a bad-request reply, then EOF
+  ASSERT_GE(refusal.size(), 5u);
+  EXPECT_EQ(refusal[4], 4);  // kBadRequest
+  ::close(fd);
+  TcpStore good(clientOptions(server.port()));
+  EXPECT_EQ(good.add("n", 3), 3);
+}
+
+TEST(TcpStore, ServerStopReleasesABlockedGetWithCommErrorPromptly) {
+  auto server = std::make_unique<TcpStoreServer>(serverOptions());
+  TcpStore store(clientOptions(server->port()));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    server->stop();
+  });
+  Stopwatch watch;
+  try {
+    store.get("never", milliseconds(30000));
+    FAIL() << "get returned";
+  } catch (const TimeoutError& error) {
+    FAIL() << "expected a lost connection, got a timeout: " << error.message();
+  } catch (const CommError& error) {
+    EXPECT_NE(error.message().find(store.endpoint()), std::string::npos) << error.message();
+  }
+  EXPECT_LT(watch.millis().count(), 2000);
+  stopper.join();
+}
+
+TEST(TcpStore, ConnectRetriesUntilTheServerListens) {
+  int port = 0;
+  {
+    TcpStoreServer probe(serverOptions());  // finds a free port
+    port = probe.port();
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    TcpStoreServerOptions options = serverOptions();
+    options.port = port;
+    server = std::make_unique<TcpStoreServer>(options);
+  });
+  TcpStore store(clientOptions(port));
+  starter.join();
+  EXPECT_EQ(store.add("n", 4), 4);
+}
+
+TEST(TcpStore, NobodyListeningIsTimeoutErrorAfterConnectTimeout) {
+  int port = 0;
+  {
+    TcpStoreServer probe(serverOptions());
+    port = probe.port();
+  }
+  TcpStoreOptions options = clientOptions(port);
+  options.connect_timeout = milliseconds(300);
+  Stopwatch watch;
+  EXPECT_THROW(TcpStore store(options), TimeoutError);
+  EXPECT_GE(watch.millis().count(), 290);
+  EXPECT_LT(watch.millis().count(), 3000);
+}
+
+TEST(TcpStore, EmptySecretIsAConfigError) {
+  TcpStoreServerOptions options;
+  EXPECT_THROW(TcpStoreServer server(options), ConfigError);
+}
+
+class SecretFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/chorus_secret_XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    ::unlink(path().c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string path() const { return dir_ + "/secret"; }
+  void write(const std::string& content, mode_t mode) {
+    std::ofstream(path()) << content;
+    ASSERT_EQ(::chmod(path().c_str(), mode), 0);
+  }
+  std::string dir_;
+};
+
+TEST_F(SecretFileTest, Mode0600IsAcceptedAndTrailingNewlineTrimmed) {
+  write("0123456789abcdef0123\n", 0600);
+  EXPECT_EQ(JobSecret::fromFile(path()).text(), "0123456789abcdef0123");
+}
+
+TEST_F(SecretFileTest, Mode0644IsRejectedWithChmodAdvice) {
+  write("0123456789abcdef0123\n", 0644);
+  try {
+    JobSecret::fromFile(path());
+    FAIL() << "accepted a world-readable secret";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(error.message().find("chmod 600"), std::string::npos) << error.message();
+    EXPECT_NE(error.message().find("mode 0644"), std::string::npos) << error.message();
+  }
+}
+
+TEST_F(SecretFileTest, ShortOrEmptySecretIsRejected) {
+  write("short\n", 0600);
+  EXPECT_THROW(JobSecret::fromFile(path()), ConfigError);
+  write(" \n\n", 0600);
+  EXPECT_THROW(JobSecret::fromFile(path()), ConfigError);
+}
+
+TEST(JobSecret, MissingFileIsAConfigError) {
+  EXPECT_THROW(JobSecret::fromFile("/nonexistent/chorus/secret"), ConfigError);
+}
+
+TEST(JobSecret, GenerateGivesDistinct64HexCharacterSecrets) {
+  JobSecret a = JobSecret::generate();
+  JobSecret b = JobSecret::generate();
+  EXPECT_EQ(a.text().size(), 64u);
+  EXPECT_EQ(a.text().find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(a.text(), b.text());
+  EXPECT_EQ(a.fingerprint().size(), 8u);
+  EXPECT_EQ(a.fingerprint(), sha256Hex(a.text()).substr(0, 8));
+}
+
+TEST(JobSecret, HmacMatchesRfc4231TestCase2) {
+  EXPECT_EQ(toHex(hmacSha256("Jefe", toBytes("what do ya want for nothing?"))),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(JobSecret, SignSeparatesRolesAndConstantTimeEqualComparesExactly) {
+  JobSecret secret = testSecret();
+  Bytes nonce(32, 1);
+  EXPECT_EQ(secret.sign("client", nonce), hmacSha256(secret.text(), [&] {
+              Bytes m = toBytes("client");
+              m.insert(m.end(), nonce.begin(), nonce.end());
+              return m;
+            }()));
+  EXPECT_FALSE(constantTimeEqual(secret.sign("client", nonce), secret.sign("server", nonce)));
+  EXPECT_TRUE(constantTimeEqual(Bytes{1, 2}, Bytes{1, 2}));
+  EXPECT_FALSE(constantTimeEqual(Bytes{1, 2}, Bytes{1, 2, 3}));
+  EXPECT_EQ(sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+}  // namespace
+}  // namespace chorus::comm

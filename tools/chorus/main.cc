@@ -1,0 +1,55 @@
+// Entry point of the `chorus` CLI: parses the command line, runs the chosen subcommand, and turns
+// any chorus::Error into one clear line on stderr and a documented exit code.
+#include <iostream>
+
+#include "chorus/chorus.h"
+#include "commands.h"
+
+namespace chorus::cli {
+
+int exitCodeFor(const Error& error) {
+  if (dynamic_cast<const ConfigError*>(&error)) return kExitUsage;
+  if (dynamic_cast<const CommError*>(&error)) return kExitComm;
+  if (dynamic_cast<const DeviceError*>(&error)) return kExitDevice;
+  if (dynamic_cast<const CheckpointError*>(&error)) return kExitCheckpoint;
+  if (dynamic_cast<const LaunchError*>(&error)) return kExitWorkerFailed;
+  return kExitFailure;
+}
+
+namespace {
+
+int runCli(int argc, char** argv) {
+  CLI::App app{"chorus: train one model across unlike devices (GPUs of any kind, and CPUs)",
+               "chorus"};
+  app.set_version_flag("--version", std::string("chorus ") + versionString());
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
+  Action action;
+  addDevicesCommand(app, action);
+  addRunCommand(app, action);
+  addTrainCommand(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? kExitOk : kExitUsage;
+  }
+  Logger::instance().setLevel(parseLogLevel(log_level));
+  return action ? action() : kExitUsage;
+}
+
+}  // namespace
+}  // namespace chorus::cli
+
+int main(int argc, char** argv) {
+  try {
+    return chorus::cli::runCli(argc, argv);
+  } catch (const chorus::Error& error) {
+    std::cerr << "chorus: " << error.kind() << ": " << error.message() << std::endl;
+    return chorus::cli::exitCodeFor(error);
+  } catch (const std::exception& error) {
+    std::cerr << "chorus: unexpected error: " << error.what() << std::endl;
+    return chorus::cli::kExitFailure;
+  }
+}

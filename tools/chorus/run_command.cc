@@ -1,0 +1,50 @@
+// `chorus run`: start one worker per device on this node (see runtime/agent.h).
+#include "chorus/runtime/agent.h"
+#include "commands.h"
+
+namespace chorus::cli {
+
+void addRunCommand(CLI::App& app, Action& action) {
+  auto* run = app.add_subcommand(
+      "run", "Start one worker per device on this node and supervise them (like torchrun)");
+  run->footer(
+      "Example: chorus run --devices cpu@1.0,cpu@0.5 -- ./my_trainer --epochs 3\n"
+      "Several nodes: chorus run --devices cuda:0,cuda:1 --nnodes 2 --node-rank 0 \\\n"
+      "                 --rdzv-endpoint 10.0.0.1:29500 --secret-file job.secret -- ./trainer");
+  auto options = std::make_shared<runtime::AgentOptions>();
+  auto devices = std::make_shared<std::string>("auto");
+  auto timeout_s = std::make_shared<double>(60.0);
+  auto grace_s = std::make_shared<double>(3.0);
+  auto no_prefix = std::make_shared<bool>(false);
+  run->add_option("--devices", *devices,
+                  "Device specs, comma-separated: auto, cpu, cpu@0.5, cpu@0.5/512MiB, cuda:0, "
+                  "cuda:1/20GiB")
+      ->capture_default_str();
+  run->add_option("--nnodes", options->nnodes, "Number of nodes")->capture_default_str();
+  run->add_option("--node-rank", options->node_rank, "This node's index")->capture_default_str();
+  run->add_option("--rdzv-endpoint", options->rdzv_endpoint,
+                  "HOST:PORT where node 0 hosts the job's store (default: 127.0.0.1, free port)");
+  run->add_option("--secret-file", options->secret_file,
+                  "File with the job secret, mode 600 (default: a fresh secret; required for "
+                  "several nodes)");
+  run->add_option("--log-dir", options->log_dir, "Also write each rank's output to DIR/rank-N.log");
+  run->add_flag("--no-prefix", *no_prefix, "Do not prefix output lines with [rank N]");
+  run->add_option("--timeout", *timeout_s, "Workers' communication deadline, seconds")
+      ->capture_default_str();
+  run->add_option("--grace", *grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  run->add_option("command", options->command, "The worker program and its arguments, after --")
+      ->required();
+  run->callback([&action, options, devices, timeout_s, grace_s, no_prefix, &app] {
+    action = [options, devices, timeout_s, grace_s, no_prefix, &app] {
+      options->devices = parseDeviceSpecs(*devices);
+      options->comm_timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000));
+      options->grace = std::chrono::milliseconds(static_cast<long long>(*grace_s * 1000));
+      options->prefix_output = !*no_prefix;
+      options->log_level = app.get_option("--log-level")->as<std::string>();
+      return runtime::runAgent(*options);
+    };
+  });
+}
+
+}  // namespace chorus::cli
