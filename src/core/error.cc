@@ -8,9 +8,8 @@ Error::Error(std::string message, const char* file, int line)
       file_(file),
       line_(line) {}
 
-TimeoutError::TimeoutError(std::string message, const char* file, int line,
-                           std::string operation, long long sequence,
-                           std::vector<int> missing_ranks)
+TimeoutError::TimeoutError(std::string message, const char* file, int line, std::string operation,
+                           long long sequence, std::vector<int> missing_ranks)
     : CommError(std::move(message), file, line),
       operation_(std::move(operation)),
       sequence_(sequence),

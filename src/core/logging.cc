@@ -14,7 +14,8 @@ LogLevel parseLogLevel(const std::string& text) {
   if (text == "warn") return LogLevel::kWarn;
   if (text == "error") return LogLevel::kError;
   if (text == "off") return LogLevel::kOff;
-  CHORUS_THROW(ConfigError, "invalid log level '", text, "': expected debug, info, warn, error or off");
+  CHORUS_THROW(ConfigError, "invalid log level '", text,
+               "': expected debug, info, warn, error or off");
 }
 
 Logger& Logger::instance() {

@@ -16,10 +16,20 @@ struct Unit {
 };
 
 constexpr Unit kUnits[] = {
-    {"", 1.0},           {"B", 1.0},           {"K", 1024.0},        {"KiB", 1024.0},
-    {"KB", 1e3},         {"M", 1048576.0},     {"MiB", 1048576.0},   {"MB", 1e6},
-    {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9},          {"T", 1099511627776.0},
-    {"TiB", 1099511627776.0}, {"TB", 1e12},
+    {"", 1.0},
+    {"B", 1.0},
+    {"K", 1024.0},
+    {"KiB", 1024.0},
+    {"KB", 1e3},
+    {"M", 1048576.0},
+    {"MiB", 1048576.0},
+    {"MB", 1e6},
+    {"G", 1073741824.0},
+    {"GiB", 1073741824.0},
+    {"GB", 1e9},
+    {"T", 1099511627776.0},
+    {"TiB", 1099511627776.0},
+    {"TB", 1e12},
 };
 
 [[noreturn]] void badSize(const std::string& text) {
@@ -32,7 +42,8 @@ constexpr Unit kUnits[] = {
 
 std::uint64_t parseBytes(const std::string& text) {
   size_t pos = 0;
-  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
+  while (pos < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.'))
     ++pos;
   if (pos == 0) badSize(text);
   double number = 0;

@@ -93,8 +93,8 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
 
 int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::Store& store) {
   if (outcome.first_failure) {
-    const std::string message = detail::concat(outcome.first_failure->describe(), " on node ",
-                                               options.node_rank);
+    const std::string message =
+        detail::concat(outcome.first_failure->describe(), " on node ", options.node_rank);
     try {
       reportJobFailure(store, message);
     } catch (const std::exception&) {
@@ -126,9 +126,9 @@ int runAgent(const AgentOptions& options) {
   StoreConnection store = connectStore(options, secret);
   const NodeSlot slot = joinNodes(*store.client, options.node_rank, options.nnodes,
                                   static_cast<int>(devices.size()), options.rdzv_timeout);
-  logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ",
-          slot.rank_offset, "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ",
-          slot.world_size, " on ", toString(devices), ", store ", store.endpoint);
+  logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
+          "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
+          " on ", toString(devices), ", store ", store.endpoint);
 
   SupervisorOptions supervision;
   supervision.prefix_output = options.prefix_output;
@@ -141,7 +141,8 @@ int runAgent(const AgentOptions& options) {
   const SupervisorOutcome outcome = supervisor.run(remote_failure);
   const int code = report(options, outcome, *store.client);
   reportNodeDone(*store.client, options.node_rank);
-  if (store.server && options.nnodes > 1) awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
+  if (store.server && options.nnodes > 1)
+    awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
   return code;
 }
 

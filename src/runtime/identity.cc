@@ -78,8 +78,8 @@ void validate(const WorkerIdentity& identity) {
                  " workers needs the rendezvous endpoint in ", env::kStoreEndpoint,
                  " (start workers with `chorus run`, or set it for mpirun/srun)");
   if (identity.hasStore() && identity.secret.empty() && identity.secret_file.empty())
-    CHORUS_THROW(ConfigError, "worker identity: the job secret is missing (", env::kSecret,
-                 " or ", env::kSecretFile, ")");
+    CHORUS_THROW(ConfigError, "worker identity: the job secret is missing (", env::kSecret, " or ",
+                 env::kSecretFile, ")");
 }
 
 }  // namespace

@@ -4,18 +4,18 @@
 #include <torch/version.h>
 
 #include "chorus/chorus.h"
-#include "chorus_version.h"
 #include "chorus/comm/job_secret.h"
 #include "chorus/comm/memory_store.h"
 #include "chorus/comm/tcp_store.h"
 #include "chorus/device/memory_budget.h"
 #include "chorus/device/speed_emulator.h"
+#include "chorus_version.h"
 
 namespace chorus {
 
 const char* versionString() {
-  static const std::string kVersion = std::string(CHORUS_VERSION) + " (libtorch " +
-                                      TORCH_VERSION + ")";
+  static const std::string kVersion =
+      std::string(CHORUS_VERSION) + " (libtorch " + TORCH_VERSION + ")";
   return kVersion.c_str();
 }
 
@@ -42,7 +42,8 @@ Worker::~Worker() {
 
 c10::Device Worker::device() const {
   if (identity_.device.kind == DeviceKind::kCuda)
-    return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(identity_.device.index));
+    return c10::Device(c10::DeviceType::CUDA,
+                       static_cast<c10::DeviceIndex>(identity_.device.index));
   return c10::Device(c10::DeviceType::CPU);
 }
 
@@ -51,7 +52,8 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   std::shared_ptr<Worker> worker(new Worker(identityFromEnvironment(environment)));
   const WorkerIdentity& identity = worker->identity_;
   Logger::instance().setLevel(parseLogLevel(identity.log_level));
-  if (identity.world_size > 1) Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
+  if (identity.world_size > 1)
+    Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
   if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
 
   worker->emulator_ = std::make_unique<device::SpeedEmulator>(identity.device.speed);

@@ -16,8 +16,7 @@ namespace chorus::comm {
 namespace {
 
 // Runs `body(rank, communicator)` on `size` threads; rethrows the first failure.
-void runRanks(int size, const std::function<void(Communicator&)>& body,
-              CommOptions options = {}) {
+void runRanks(int size, const std::function<void(Communicator&)>& body, CommOptions options = {}) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(size);
@@ -61,27 +60,30 @@ TEST(Communicator, CountsBytesAndOperations) {
 TEST(Communicator, TimeoutNamesTheRankThatNeverArrived) {
   CommOptions options;
   options.timeout = std::chrono::milliseconds(1500);
-  runRanks(3, [](Communicator& comm) {
-    at::Tensor t = at::ones({4});
-    comm.allReduce(t).wait();
-    if (comm.rank() == 2) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
-      return;  // never joins operation #1
-    }
-    Stopwatch clock;
-    try {
-      comm.allReduce(t).wait();
-      ADD_FAILURE() << "no timeout";
-    } catch (const TimeoutError& error) {
-      EXPECT_EQ(error.missingRanks(), std::vector<int>{2}) << error.message();
-      EXPECT_EQ(error.sequence(), 1);
-      EXPECT_EQ(error.operation(), "all_reduce");
-      EXPECT_NE(error.message().find("ranks not arrived: 2"), std::string::npos);
-      EXPECT_LT(clock.seconds(), 1.5 + 2.0);
-    }
-    EXPECT_TRUE(comm.broken());
-    EXPECT_THROW(comm.allReduce(t), CommError);
-  }, options);
+  runRanks(
+      3,
+      [](Communicator& comm) {
+        at::Tensor t = at::ones({4});
+        comm.allReduce(t).wait();
+        if (comm.rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+          return;  // never joins operation #1
+        }
+        Stopwatch clock;
+        try {
+          comm.allReduce(t).wait();
+          ADD_FAILURE() << "no timeout";
+        } catch (const TimeoutError& error) {
+          EXPECT_EQ(error.missingRanks(), std::vector<int>{2}) << error.message();
+          EXPECT_EQ(error.sequence(), 1);
+          EXPECT_EQ(error.operation(), "all_reduce");
+          EXPECT_NE(error.message().find("ranks not arrived: 2"), std::string::npos);
+          EXPECT_LT(clock.seconds(), 1.5 + 2.0);
+        }
+        EXPECT_TRUE(comm.broken());
+        EXPECT_THROW(comm.allReduce(t), CommError);
+      },
+      options);
 }
 
 TEST(Communicator, JoinTimeoutNamesAbsentRanks) {

@@ -46,7 +46,8 @@ TEST(DeviceSpec, AutoStandsAlone) {
 }
 
 TEST(DeviceSpec, RoundTripsThroughCanonicalText) {
-  for (const char* text : {"cpu", "cpu@0.5", "cpu@0.25/512M", "cuda:3/20G", "cuda:0@0.333", "auto"}) {
+  for (const char* text :
+       {"cpu", "cpu@0.5", "cpu@0.25/512M", "cuda:3/20G", "cuda:0@0.333", "auto"}) {
     const DeviceSpec spec = parseDeviceSpec(text);
     EXPECT_EQ(parseDeviceSpec(spec.toString()), spec) << text << " -> " << spec.toString();
   }

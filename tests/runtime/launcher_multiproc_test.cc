@@ -27,7 +27,8 @@ RunResult chorusRun(const std::string& run_args, const std::string& worker_args)
   if (!pipe) return result;
   std::array<char, 4096> buffer;
   size_t got;
-  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), got);
+  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), got);
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.seconds = clock.seconds();
@@ -36,19 +37,24 @@ RunResult chorusRun(const std::string& run_args, const std::string& worker_args)
 
 int countOf(const std::string& text, const std::string& needle) {
   int count = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++count;
   return count;
 }
 
 TEST(LauncherMultiproc, HandsEachWorkerItsIdentityAndPrefixesOutput) {
   const RunResult run = chorusRun("--devices cpu,cpu@0.5,cpu/256MiB", "identity");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("[rank 0] identity rank=0 world=3 local=0 node=0 device=cpu launcher=chorus"),
-            std::string::npos) << run.output;
+  EXPECT_NE(
+      run.output.find("[rank 0] identity rank=0 world=3 local=0 node=0 device=cpu launcher=chorus"),
+      std::string::npos)
+      << run.output;
   EXPECT_NE(run.output.find("[rank 1] identity rank=1 world=3 local=1 node=0 device=cpu@0.5"),
-            std::string::npos) << run.output;
+            std::string::npos)
+      << run.output;
   EXPECT_NE(run.output.find("[rank 2] identity rank=2 world=3 local=2 node=0 device=cpu/256M"),
-            std::string::npos) << run.output;
+            std::string::npos)
+      << run.output;
 }
 
 class CollectivesMultiproc : public testing::TestWithParam<int> {};
@@ -74,7 +80,8 @@ TEST(LauncherMultiproc, AbsentRankIsNamedWithinTheDeadline) {
 TEST(LauncherMultiproc, CrashingWorkerStopsTheJobAndIsNamed) {
   const RunResult run = chorusRun("--devices cpu,cpu,cpu --grace 2", "crash 2");
   EXPECT_EQ(run.exit_code, 3) << run.output;
-  EXPECT_TRUE(std::regex_search(run.output, std::regex("rank 2 \\(pid [0-9]+\\) was killed by signal 11")))
+  EXPECT_TRUE(
+      std::regex_search(run.output, std::regex("rank 2 \\(pid [0-9]+\\) was killed by signal 11")))
       << run.output;
   // The survivors sleep 60 s unless stopped: the agent must have stopped them promptly.
   EXPECT_LT(run.seconds, 20.0) << run.output;

@@ -10,8 +10,8 @@
 #include <ATen/ATen.h>
 
 #include <csignal>
-#include <numeric>
 #include <iostream>
+#include <numeric>
 #include <thread>
 
 #include "chorus/chorus.h"
@@ -100,7 +100,8 @@ void checkScatterAndExchange(Communicator& world, int64_t n) {
     recv_counts.push_back(n + peer + r);
   }
   std::vector<at::Tensor> pieces;
-  for (int peer = 0; peer < p; ++peer) pieces.push_back(at::full({send_counts[peer]}, 100.0f * r + peer));
+  for (int peer = 0; peer < p; ++peer)
+    pieces.push_back(at::full({send_counts[peer]}, 100.0f * r + peer));
   at::Tensor received = at::empty({std::accumulate(recv_counts.begin(), recv_counts.end(), 0L)});
   world.allToAll(at::cat(pieces), received, send_counts, recv_counts).wait();
   int64_t offset = 0;
@@ -151,8 +152,8 @@ int runAbsent(chorus::runtime::Worker& worker, int absent) {
     world.allReduce(t).wait();
   } catch (const chorus::TimeoutError& error) {
     const bool named = error.missingRanks() == std::vector<int>{absent} && error.sequence() == 1;
-    std::cout << "TIMEOUT rank " << world.rank() << " after " << clock.seconds() << " s: "
-              << error.message() << std::endl;
+    std::cout << "TIMEOUT rank " << world.rank() << " after " << clock.seconds()
+              << " s: " << error.message() << std::endl;
     const bool in_time = clock.millis() < timeout + std::chrono::milliseconds(3000);
     return named && in_time ? 0 : 1;
   }

@@ -98,8 +98,9 @@ class Communicator {
                       OpOptions options = {});
   // Rank i sends send_counts[j] elements of `input` (in rank order) to rank j and receives
   // recv_counts[j] elements from rank j into `output`. Equal counts give the plain all-to-all.
-  Work allToAll(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& send_counts,
-                const std::vector<int64_t>& recv_counts, OpOptions options = {});
+  Work allToAll(const at::Tensor& input, at::Tensor& output,
+                const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts,
+                OpOptions options = {});
   Work send(const at::Tensor& tensor, int dst, OpOptions options = {});
   Work recv(at::Tensor& tensor, int src, OpOptions options = {});
   Work barrier(OpOptions options = {});

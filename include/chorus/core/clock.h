@@ -40,9 +40,7 @@ class Stopwatch {
   Stopwatch() : start_(Clock::now()) {}
   void reset() { start_ = Clock::now(); }
   double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-  Millis millis() const {
-    return std::chrono::duration_cast<Millis>(Clock::now() - start_);
-  }
+  Millis millis() const { return std::chrono::duration_cast<Millis>(Clock::now() - start_); }
 
  private:
   Clock::time_point start_;

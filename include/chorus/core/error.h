@@ -32,11 +32,11 @@ class Error : public std::runtime_error {
   int line_;
 };
 
-#define CHORUS_DECLARE_ERROR(Name, Base)                              \
-  class Name : public Base {                                          \
-   public:                                                             \
-    using Base::Base;                                                  \
-    const char* kind() const override { return #Name; }                \
+#define CHORUS_DECLARE_ERROR(Name, Base)                \
+  class Name : public Base {                            \
+   public:                                              \
+    using Base::Base;                                   \
+    const char* kind() const override { return #Name; } \
   }
 
 // A configuration, device spec or command line that cannot be used as given.
@@ -101,10 +101,11 @@ std::string joinInts(const std::vector<int>& values, const char* separator = ", 
 }  // namespace chorus
 
 // Throws `Type` with a message built from the remaining arguments (streamed), plus file and line.
-#define CHORUS_THROW(Type, ...) throw Type(::chorus::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
+#define CHORUS_THROW(Type, ...) \
+  throw Type(::chorus::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
 
 // Throws ConfigError unless `cond` holds.
-#define CHORUS_CHECK_CONFIG(cond, ...) \
-  do {                                 \
+#define CHORUS_CHECK_CONFIG(cond, ...)                             \
+  do {                                                             \
     if (!(cond)) CHORUS_THROW(::chorus::ConfigError, __VA_ARGS__); \
   } while (0)

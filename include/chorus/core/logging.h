@@ -43,12 +43,20 @@ void logAt(LogLevel level, Args&&... args) {
   if (logger.enabled(level)) logger.write(level, detail::concat(std::forward<Args>(args)...));
 }
 template <typename... Args>
-void logDebug(Args&&... args) { logAt(LogLevel::kDebug, std::forward<Args>(args)...); }
+void logDebug(Args&&... args) {
+  logAt(LogLevel::kDebug, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void logInfo(Args&&... args) { logAt(LogLevel::kInfo, std::forward<Args>(args)...); }
+void logInfo(Args&&... args) {
+  logAt(LogLevel::kInfo, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void logWarn(Args&&... args) { logAt(LogLevel::kWarn, std::forward<Args>(args)...); }
+void logWarn(Args&&... args) {
+  logAt(LogLevel::kWarn, std::forward<Args>(args)...);
+}
 template <typename... Args>
-void logError(Args&&... args) { logAt(LogLevel::kError, std::forward<Args>(args)...); }
+void logError(Args&&... args) {
+  logAt(LogLevel::kError, std::forward<Args>(args)...);
+}
 
 }  // namespace chorus

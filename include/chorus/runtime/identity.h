@@ -43,14 +43,14 @@ struct WorkerIdentity {
   int local_world_size = 1;
   int node_rank = 0;
   int nnodes = 1;
-  DeviceSpec device;            // Default: cpu
-  std::string store_host;       // empty: no store (a job of one uses an in-process store)
+  DeviceSpec device;       // Default: cpu
+  std::string store_host;  // empty: no store (a job of one uses an in-process store)
   int store_port = 0;
-  std::string secret;           // the job secret's text (from CHORUS_JOB_SECRET or the file)
-  std::string secret_file;      // set when the secret must be read from a file
+  std::string secret;       // the job secret's text (from CHORUS_JOB_SECRET or the file)
+  std::string secret_file;  // set when the secret must be read from a file
   std::string bind_address = "127.0.0.1";
-  std::string host_id;          // identifies the host for per-host groups; Default: node rank
-  int timeout_ms = 60000;       // default deadline of communication; Default: 60 s
+  std::string host_id;     // identifies the host for per-host groups; Default: node rank
+  int timeout_ms = 60000;  // default deadline of communication; Default: 60 s
   std::string log_level = "info";
   std::string launcher = "none";  // "chorus", "mpirun", "srun" or "none"
 

@@ -1,0 +1,98 @@
+// Speed emulation: makes a worker behave like a slower device by padding its compute phases with
+// sleep, so heterogeneous clusters can be tested on one homogeneous machine (DESIGN.md,
+// "Emulated heterogeneity"). A spec `cpu@0.5` runs every compute phase at twice its real time.
+//
+// Only compute is padded. Time spent waiting for peers inside a phase (a backward pass whose
+// gradient all-reduce overlaps it) must be excluded through pauseForWait()/resume() or
+// excludeWait(): padding a wait would lengthen the peer's next wait in turn, and the job would slow
+// down step after step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace chorus::device {
+
+// Running totals of one emulator, for metrics. Value type.
+struct EmulationTotals {
+  // Real wall time of compute phases, waits excluded.
+  double compute_seconds = 0;
+  // Time slept to emulate the slower device (measured, so sleep overshoot is included).
+  double padded_seconds = 0;
+  // Compute phases ended.
+  std::int64_t phases = 0;
+};
+
+// Pads compute phases of one worker to 1/speed of their real time.
+//
+// Ownership and threads: one SpeedEmulator per worker, owned by the worker and used by its training
+// thread; phases do not nest and are not shared between threads. totals() may be read from any
+// thread (a metrics exporter) while phases run. The emulator must outlive its scopes.
+//
+// Timing is host wall time. For CUDA work, which is asynchronous, the caller must synchronize the
+// device (torch::cuda::synchronize) before a phase ends, or only the kernel launches are measured.
+class SpeedEmulator {
+ public:
+  // RAII compute phase: starts timing on construction and pads when it ends (end() or the
+  // destructor). Move-only. A scope destroyed while an exception unwinds ends without padding, so
+  // an error reaches recovery without an artificial delay.
+  class ComputeScope {
+   public:
+    ComputeScope(ComputeScope&& other) noexcept;
+    ComputeScope& operator=(ComputeScope&&) = delete;
+    ComputeScope(const ComputeScope&) = delete;
+    ComputeScope& operator=(const ComputeScope&) = delete;
+    ~ComputeScope();
+
+    // Marks the start and end of a wait for peers inside the phase; the wait is not padded.
+    // REQUIRES: calls alternate, pauseForWait() first.
+    void pauseForWait();
+    void resume();
+    // Excludes a wait the caller timed itself (e.g. a Work's wait time). Clamped at the phase's
+    // elapsed time, so the compute time never turns negative.
+    void excludeWait(double seconds);
+    // Ends the phase now: sleeps the padding and returns the seconds slept. Later calls return 0.
+    double end();
+
+   private:
+    friend class SpeedEmulator;
+    explicit ComputeScope(SpeedEmulator* owner);
+    double computeSeconds() const;
+
+    SpeedEmulator* owner_;
+    std::chrono::steady_clock::time_point start_;
+    std::chrono::steady_clock::time_point paused_at_;
+    std::chrono::steady_clock::duration excluded_{0};
+    bool paused_ = false;
+    int uncaught_at_start_;
+  };
+
+  // REQUIRES: 0 < speed <= 1 (throws ConfigError otherwise). speed 1.0 measures but never sleeps.
+  explicit SpeedEmulator(double speed);
+  SpeedEmulator(const SpeedEmulator&) = delete;
+  SpeedEmulator& operator=(const SpeedEmulator&) = delete;
+
+  // Begins a compute phase.
+  [[nodiscard]] ComputeScope compute() { return ComputeScope(this); }
+
+  double speed() const { return speed_; }
+  bool emulated() const { return speed_ != 1.0; }
+  // Sleep owed for a phase of `compute_seconds` real time: (1/speed - 1) x compute_seconds.
+  double paddingFor(double compute_seconds) const;
+  EmulationTotals totals() const;
+
+ private:
+  // Records a finished phase and sleeps its padding; returns the seconds actually slept.
+  double finishPhase(double compute_seconds, bool pad);
+
+  const double speed_;
+  // Sleep overshoot carried into the next phase, in nanoseconds (training thread only), so that
+  // padding stays exact over many short phases even though each sleep wakes late.
+  std::int64_t overshoot_ns_ = 0;
+  std::atomic<std::int64_t> compute_ns_{0};
+  std::atomic<std::int64_t> padded_ns_{0};
+  std::atomic<std::int64_t> phases_{0};
+};
+
+}  // namespace chorus::device

@@ -1,0 +1,103 @@
+#include "chorus/device/memory_budget.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <utility>
+
+#include "chorus/core/error.h"
+#include "chorus/core/units.h"
+
+namespace chorus::device {
+namespace {
+
+// The installed budget, if any; guards against stacking two budgets, whose counts would nest.
+std::atomic<MemoryBudget*> g_installed{nullptr};
+
+}  // namespace
+
+// What each allocation carries to its deleter: the wrapped allocation (freed with it) and the
+// size to give back. The owner pointer stays valid because budgets are never freed.
+struct MemoryBudget::Context {
+  c10::DataPtr inner;
+  std::size_t bytes;
+  MemoryBudget* owner;
+};
+
+MemoryBudget::MemoryBudget(std::uint64_t budget_bytes, c10::Allocator* previous)
+    : budget_(budget_bytes), previous_(previous) {}
+
+std::shared_ptr<MemoryBudget> MemoryBudget::install(std::uint64_t budget_bytes) {
+  CHORUS_CHECK_CONFIG(budget_bytes > 0, "a memory budget must be positive");
+  c10::Allocator* previous = c10::GetAllocator(c10::DeviceType::CPU);
+  // Leaked once installed: see the class comment (storages keep raw pointers to their allocator).
+  // Until SetAllocator has seen it, nothing refers to it and a failure may still delete it.
+  auto* budget = new MemoryBudget(budget_bytes, previous);
+  MemoryBudget* expected = nullptr;
+  if (!g_installed.compare_exchange_strong(expected, budget)) {
+    delete budget;
+    CHORUS_THROW(DeviceError, "a memory budget of ", formatBytes(expected->budget()),
+                 " is already installed in this process; uninstall it first");
+  }
+  c10::SetAllocator(c10::DeviceType::CPU, budget, kPriority);
+  if (c10::GetAllocator(c10::DeviceType::CPU) != budget) {
+    g_installed.store(nullptr);
+    delete budget;
+    CHORUS_THROW(DeviceError, "libtorch refused the emulated memory budget's CPU allocator");
+  }
+  budget->installed_.store(true);
+  // The shared_ptr owns the installation, not the object: its last copy uninstalls.
+  return std::shared_ptr<MemoryBudget>(budget, [](MemoryBudget* owned) { owned->uninstall(); });
+}
+
+void MemoryBudget::uninstall() {
+  if (!installed_.exchange(false)) return;
+  // Put the previous allocator back only if ours is still the current one; something installed
+  // over us since keeps its place.
+  if (c10::GetAllocator(c10::DeviceType::CPU) == this)
+    c10::SetAllocator(c10::DeviceType::CPU, previous_, kPriority);
+  MemoryBudget* self = this;
+  g_installed.compare_exchange_strong(self, nullptr);
+}
+
+void MemoryBudget::reserve(std::size_t bytes) {
+  // Claim first, check after: two racing requests can both be refused, never both admitted.
+  const std::uint64_t before = in_use_.fetch_add(bytes, std::memory_order_relaxed);
+  const std::uint64_t after = before + bytes;
+  if (after > budget_) {
+    release(bytes);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "emulated device budget ", formatBytes(budget_),
+                     " exceeded: cannot allocate ", formatBytes(bytes), " with ",
+                     formatBytes(before), " in use (", bytes, " + ", before, " > ", budget_,
+                     " bytes)");
+  }
+  std::uint64_t peak = peak_.load(std::memory_order_relaxed);
+  while (after > peak && !peak_.compare_exchange_weak(peak, after, std::memory_order_relaxed)) {
+  }
+}
+
+c10::DataPtr MemoryBudget::allocate(std::size_t bytes) {
+  reserve(bytes);
+  try {
+    c10::DataPtr inner = previous_->allocate(bytes);
+    void* data = inner.get();
+    auto* context = new Context{std::move(inner), bytes, this};
+    return c10::DataPtr(data, context, &MemoryBudget::deleteContext,
+                        c10::Device(c10::DeviceType::CPU));
+  } catch (...) {
+    release(bytes);
+    throw;
+  }
+}
+
+void MemoryBudget::deleteContext(void* context) {
+  auto* owned = static_cast<Context*>(context);
+  owned->owner->release(owned->bytes);
+  delete owned;  // frees the wrapped allocation through its own deleter
+}
+
+void MemoryBudget::copy_data(void* dest, const void* src, std::size_t count) const {
+  default_copy_data(dest, src, count);
+}
+
+}  // namespace chorus::device

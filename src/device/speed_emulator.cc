@@ -1,0 +1,110 @@
+#include "chorus/device/speed_emulator.h"
+
+#include <algorithm>
+#include <exception>
+#include <thread>
+
+#include "chorus/core/error.h"
+
+namespace chorus::device {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::int64_t toNanos(double seconds) { return static_cast<std::int64_t>(seconds * 1e9); }
+double toSeconds(std::int64_t nanos) { return static_cast<double>(nanos) * 1e-9; }
+
+}  // namespace
+
+SpeedEmulator::ComputeScope::ComputeScope(SpeedEmulator* owner)
+    : owner_(owner), start_(SteadyClock::now()), uncaught_at_start_(std::uncaught_exceptions()) {}
+
+SpeedEmulator::ComputeScope::ComputeScope(ComputeScope&& other) noexcept
+    : owner_(other.owner_),
+      start_(other.start_),
+      paused_at_(other.paused_at_),
+      excluded_(other.excluded_),
+      paused_(other.paused_),
+      uncaught_at_start_(other.uncaught_at_start_) {
+  other.owner_ = nullptr;
+}
+
+SpeedEmulator::ComputeScope::~ComputeScope() {
+  if (owner_ == nullptr) return;
+  // A new exception in flight means the phase failed: record it, but do not delay the error.
+  const bool unwinding = std::uncaught_exceptions() > uncaught_at_start_;
+  owner_->finishPhase(computeSeconds(), !unwinding);
+  owner_ = nullptr;
+}
+
+void SpeedEmulator::ComputeScope::pauseForWait() {
+  if (paused_) return;
+  paused_ = true;
+  paused_at_ = SteadyClock::now();
+}
+
+void SpeedEmulator::ComputeScope::resume() {
+  if (!paused_) return;
+  paused_ = false;
+  excluded_ += SteadyClock::now() - paused_at_;
+}
+
+void SpeedEmulator::ComputeScope::excludeWait(double seconds) {
+  if (seconds <= 0) return;
+  excluded_ +=
+      std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(seconds));
+}
+
+double SpeedEmulator::ComputeScope::computeSeconds() const {
+  // A phase that ends while paused ends its wait at the same moment.
+  const auto now = SteadyClock::now();
+  auto excluded = excluded_;
+  if (paused_) excluded += now - paused_at_;
+  const auto compute = std::max(SteadyClock::duration::zero(), (now - start_) - excluded);
+  return std::chrono::duration<double>(compute).count();
+}
+
+double SpeedEmulator::ComputeScope::end() {
+  if (owner_ == nullptr) return 0;
+  const double slept = owner_->finishPhase(computeSeconds(), true);
+  owner_ = nullptr;
+  return slept;
+}
+
+SpeedEmulator::SpeedEmulator(double speed) : speed_(speed) {
+  CHORUS_CHECK_CONFIG(speed > 0 && speed <= 1, "emulated speed must be in (0, 1], got ", speed);
+}
+
+double SpeedEmulator::paddingFor(double compute_seconds) const {
+  return (1.0 / speed_ - 1.0) * std::max(0.0, compute_seconds);
+}
+
+EmulationTotals SpeedEmulator::totals() const {
+  EmulationTotals totals;
+  totals.compute_seconds = toSeconds(compute_ns_.load(std::memory_order_relaxed));
+  totals.padded_seconds = toSeconds(padded_ns_.load(std::memory_order_relaxed));
+  totals.phases = phases_.load(std::memory_order_relaxed);
+  return totals;
+}
+
+double SpeedEmulator::finishPhase(double compute_seconds, bool pad) {
+  compute_ns_.fetch_add(toNanos(compute_seconds), std::memory_order_relaxed);
+  phases_.fetch_add(1, std::memory_order_relaxed);
+  if (!pad || !emulated()) return 0;
+  // Sleep wakes late by tens of microseconds; repaying that from the next phase keeps the total
+  // padding at (1/speed - 1) x compute even over thousands of millisecond-long phases.
+  const std::int64_t owed = toNanos(paddingFor(compute_seconds)) - overshoot_ns_;
+  if (owed <= 0) {
+    overshoot_ns_ = -owed;
+    return 0;
+  }
+  const auto start = SteadyClock::now();
+  std::this_thread::sleep_for(std::chrono::nanoseconds(owed));
+  const std::int64_t slept =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
+  overshoot_ns_ = std::max<std::int64_t>(0, slept - owed);
+  padded_ns_.fetch_add(slept, std::memory_order_relaxed);
+  return toSeconds(slept);
+}
+
+}  // namespace chorus::device

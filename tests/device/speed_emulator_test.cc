@@ -1,0 +1,142 @@
+#include "chorus/device/speed_emulator.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <thread>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+
+namespace chorus::device {
+namespace {
+
+// Keeps the CPU busy, as real compute does, rather than sleeping: the emulator must pad whatever
+// the phase spent, not only idle time.
+void busyFor(double seconds) {
+  Stopwatch watch;
+  volatile double sink = 0;
+  while (watch.seconds() < seconds) sink = sink + 1.0;
+}
+
+// Generous on the slow side: on a loaded 2-core machine a sleeping thread may wake one scheduler
+// time slice late. Still far below the differences the tests look for (50 ms and more).
+constexpr double kTolerance = 0.025;
+
+TEST(SpeedEmulatorTest, HalfSpeedDoublesComputePhase) {
+  SpeedEmulator emulator(0.5);
+  Stopwatch watch;
+  {
+    auto scope = emulator.compute();
+    busyFor(0.050);
+  }
+  const double total = watch.seconds();
+  EXPECT_GE(total, 0.100 - 0.002);
+  EXPECT_LE(total, 0.100 + kTolerance);
+  const EmulationTotals totals = emulator.totals();
+  EXPECT_EQ(totals.phases, 1);
+  EXPECT_GE(totals.compute_seconds, 0.050);
+  EXPECT_LE(totals.compute_seconds, 0.050 + kTolerance);
+  EXPECT_GE(totals.padded_seconds, totals.compute_seconds - 0.001);
+  EXPECT_LE(totals.padded_seconds, totals.compute_seconds + kTolerance);
+}
+
+TEST(SpeedEmulatorTest, PauseForWaitIsNotPadded) {
+  SpeedEmulator emulator(0.5);
+  Stopwatch watch;
+  double waited = 0;
+  {
+    auto scope = emulator.compute();
+    busyFor(0.030);
+    scope.pauseForWait();
+    Stopwatch wait;
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // waiting for a peer
+    waited = wait.seconds();
+    scope.resume();
+    busyFor(0.020);
+  }
+  // 50 ms of compute padded to 100 ms, plus the 60 ms wait once: 160 ms, not 220 ms.
+  const double compute = emulator.totals().compute_seconds;
+  EXPECT_GE(compute, 0.050);
+  EXPECT_LE(compute, 0.050 + kTolerance);
+  EXPECT_GE(watch.seconds(), 2 * compute + waited - 0.002);
+  EXPECT_LE(watch.seconds(), 2 * compute + waited + kTolerance);
+}
+
+TEST(SpeedEmulatorTest, ExcludedWaitIsNotPadded) {
+  SpeedEmulator emulator(0.5);
+  auto scope = emulator.compute();
+  busyFor(0.040);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  scope.excludeWait(0.040);
+  const double slept = scope.end();
+  EXPECT_NEAR(slept, 0.040, kTolerance);
+  EXPECT_EQ(scope.end(), 0.0);  // already ended
+  EXPECT_EQ(emulator.totals().phases, 1);
+}
+
+TEST(SpeedEmulatorTest, ExcludingMoreThanElapsedPadsNothing) {
+  SpeedEmulator emulator(0.25);
+  auto scope = emulator.compute();
+  busyFor(0.005);
+  scope.excludeWait(10.0);
+  EXPECT_EQ(scope.end(), 0.0);
+  EXPECT_EQ(emulator.totals().compute_seconds, 0.0);
+}
+
+TEST(SpeedEmulatorTest, FullSpeedAddsNothing) {
+  SpeedEmulator emulator(1.0);
+  EXPECT_FALSE(emulator.emulated());
+  Stopwatch watch;
+  {
+    auto scope = emulator.compute();
+    busyFor(0.030);
+  }
+  EXPECT_LE(watch.seconds(), 0.030 + kTolerance);
+  EXPECT_EQ(emulator.totals().padded_seconds, 0.0);
+  EXPECT_GE(emulator.totals().compute_seconds, 0.030);
+  EXPECT_LE(emulator.totals().compute_seconds, 0.030 + kTolerance);
+}
+
+TEST(SpeedEmulatorTest, ManyShortPhasesKeepExactRatio) {
+  // 1 ms phases: each sleep wakes late, and the carried overshoot must keep the sum right.
+  SpeedEmulator emulator(0.5);
+  Stopwatch watch;
+  for (int i = 0; i < 50; ++i) {
+    auto scope = emulator.compute();
+    busyFor(0.001);
+  }
+  const EmulationTotals totals = emulator.totals();
+  EXPECT_GE(totals.padded_seconds, totals.compute_seconds - 0.001);
+  EXPECT_LE(totals.padded_seconds, totals.compute_seconds + kTolerance);
+  EXPECT_NEAR(watch.seconds(), 2 * totals.compute_seconds, kTolerance);
+}
+
+TEST(SpeedEmulatorTest, PhaseEndedByExceptionIsNotPadded) {
+  SpeedEmulator emulator(0.1);
+  Stopwatch watch;
+  try {
+    auto scope = emulator.compute();
+    busyFor(0.020);
+    throw std::runtime_error("worker failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_LT(watch.seconds(), 0.020 + kTolerance);  // not the 200 ms a 0.1 speed would take
+  EXPECT_EQ(emulator.totals().phases, 1);
+  EXPECT_EQ(emulator.totals().padded_seconds, 0.0);
+}
+
+TEST(SpeedEmulatorTest, PaddingForIsOneOverSpeedMinusOne) {
+  EXPECT_DOUBLE_EQ(SpeedEmulator(0.5).paddingFor(2.0), 2.0);
+  EXPECT_DOUBLE_EQ(SpeedEmulator(0.25).paddingFor(1.0), 3.0);
+  EXPECT_DOUBLE_EQ(SpeedEmulator(1.0).paddingFor(1.0), 0.0);
+}
+
+TEST(SpeedEmulatorTest, RejectsSpeedOutsideZeroOne) {
+  EXPECT_THROW(SpeedEmulator(0.0), ConfigError);
+  EXPECT_THROW(SpeedEmulator(1.5), ConfigError);
+  EXPECT_THROW(SpeedEmulator(-0.5), ConfigError);
+}
+
+}  // namespace
+}  // namespace chorus::device
