@@ -1,11 +1,15 @@
 // End-to-end tests of `chorus run`: real worker processes, a real agent, the real store.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <regex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "chorus/core/clock.h"
 
@@ -91,6 +95,73 @@ TEST(LauncherMultiproc, WrongSecretIsRefusedFast) {
   const RunResult run = chorusRun("--devices cpu,cpu", "intruder");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("REFUSED"), std::string::npos) << run.output;
+}
+
+// Two agents on this host play two nodes of 2 workers each, meeting at one endpoint with a shared
+// secret file: ranks are numbered node by node and collectives span both nodes.
+TEST(LauncherMultiproc, TwoNodesMeetAtTheEndpointAndComputeTogether) {
+  const std::string secret = testing::TempDir() + "/two_nodes.secret";
+  ASSERT_EQ(
+      system(("printf 'two-node-test-secret-0123456789' > " + secret + " && chmod 600 " + secret)
+                 .c_str()),
+      0);
+  const std::string common =
+      " --nnodes 2 --rdzv-endpoint 127.0.0.1:" + std::to_string(29400 + getpid() % 500) +
+      " --secret-file " + secret + " --devices cpu,cpu --timeout 60";
+  RunResult node1;
+  std::thread second([&] { node1 = chorusRun("--node-rank 1" + common, "collectives"); });
+  const RunResult node0 = chorusRun("--node-rank 0" + common, "collectives");
+  second.join();
+  ASSERT_EQ(node0.exit_code, 0) << node0.output;
+  ASSERT_EQ(node1.exit_code, 0) << node1.output;
+  EXPECT_EQ(countOf(node0.output + node1.output, "collectives ok"), 4);
+  EXPECT_NE(node1.output.find("[rank 3] collectives ok rank 3"), std::string::npos) << node1.output;
+}
+
+TEST(LauncherMultiproc, SeveralNodesNeedASecretFile) {
+  const RunResult run =
+      chorusRun("--nnodes 2 --rdzv-endpoint 127.0.0.1:1 --devices cpu", "identity");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("--secret-file"), std::string::npos) << run.output;
+}
+
+// SIGTERM to the agent stops every worker (none is left behind) and the agent exits 128 + 15.
+TEST(LauncherMultiproc, TerminatingTheAgentStopsEveryWorker) {
+  const std::string command =
+      std::string(CHORUS_BINARY) + " run --devices cpu,cpu -- " + CHORUS_TEST_WORKER + " sleep";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t agent = fork();
+  if (agent == 0) {
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  std::string output;
+  std::vector<int> pids;
+  char buffer[4096];
+  const std::regex pid_line("pid=([0-9]+)");
+  while (pids.size() < 2) {
+    const ssize_t got = read(out[0], buffer, sizeof buffer);
+    ASSERT_GT(got, 0) << output;
+    output.append(buffer, got);
+    pids.clear();
+    for (auto it = std::sregex_iterator(output.begin(), output.end(), pid_line);
+         it != std::sregex_iterator(); ++it)
+      pids.push_back(std::stoi((*it)[1]));
+  }
+  chorus::Stopwatch clock;
+  kill(agent, SIGTERM);
+  int status = 0;
+  waitpid(agent, &status, 0);
+  while (read(out[0], buffer, sizeof buffer) > 0) {
+  }
+  close(out[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << output;
+  EXPECT_LT(clock.seconds(), 6.0);
+  for (int pid : pids) EXPECT_NE(kill(pid, 0), 0) << "worker " << pid << " survived the agent";
 }
 
 TEST(LauncherMultiproc, UnknownFlagAndBadSpecAreUsageErrors) {

@@ -6,8 +6,11 @@
 //   test_worker absent R          rank R never joins; the others must time out naming R
 //   test_worker crash R           rank R dies by SIGSEGV; the others wait in a collective
 //   test_worker intruder          rank 0 knocks on the job's store with a wrong secret
+//   test_worker sleep             prints its pid, then sleeps (to be stopped by the agent)
 //   test_worker identity          prints this worker's identity
 #include <ATen/ATen.h>
+
+#include <unistd.h>
 
 #include <csignal>
 #include <iostream>
@@ -205,6 +208,11 @@ int main(int argc, char** argv) {
     if (mode == "absent") return runAbsent(*worker, which);
     if (mode == "crash") return runCrash(*worker, which);
     if (mode == "intruder") return runIntruder(*worker);
+    if (mode == "sleep") {
+      std::cout << "pid=" << getpid() << std::endl;
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+      return 0;
+    }
     const auto& id = worker->identity();
     std::cout << "identity rank=" << id.rank << " world=" << id.world_size
               << " local=" << id.local_rank << " node=" << id.node_rank

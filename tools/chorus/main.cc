@@ -18,6 +18,22 @@ int exitCodeFor(const Error& error) {
 
 namespace {
 
+// CLI11 reports a mistyped subcommand as "A subcommand is required"; name it instead.
+void rejectUnknownSubcommand(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--log-level") {
+      ++i;
+      continue;
+    }
+    if (word.rfind("-", 0) == 0) continue;
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->get_name() == word) return;
+    CHORUS_THROW(ConfigError, "unknown subcommand '", word,
+                 "'; expected devices, run or train (see chorus --help)");
+  }
+}
+
 int runCli(int argc, char** argv) {
   CLI::App app{"chorus: train one model across unlike devices (GPUs of any kind, and CPUs)",
                "chorus"};
@@ -30,6 +46,7 @@ int runCli(int argc, char** argv) {
   addDevicesCommand(app, action);
   addRunCommand(app, action);
   addTrainCommand(app, action);
+  rejectUnknownSubcommand(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
