@@ -1,0 +1,105 @@
+#include "chorus/runtime/identity.h"
+
+#include <gtest/gtest.h>
+
+#include "chorus/core/error.h"
+
+namespace chorus::runtime {
+namespace {
+
+TEST(Identity, AProcessStartedByHandIsAJobOfOne) {
+  const WorkerIdentity identity = identityFromEnvironment({});
+  EXPECT_EQ(identity.rank, 0);
+  EXPECT_EQ(identity.world_size, 1);
+  EXPECT_EQ(identity.launcher, "none");
+  EXPECT_FALSE(identity.hasStore());
+  EXPECT_EQ(identity.device.kind, DeviceKind::kCpu);
+}
+
+TEST(Identity, ReadsWhatChorusRunSets) {
+  const WorkerIdentity identity = identityFromEnvironment({
+      {"CHORUS_RANK", "3"},
+      {"CHORUS_WORLD_SIZE", "4"},
+      {"CHORUS_LOCAL_RANK", "1"},
+      {"CHORUS_LOCAL_WORLD_SIZE", "2"},
+      {"CHORUS_NODE_RANK", "1"},
+      {"CHORUS_NNODES", "2"},
+      {"CHORUS_DEVICE", "cpu@0.5/512MiB"},
+      {"CHORUS_RDZV_ENDPOINT", "10.0.0.1:29500"},
+      {"CHORUS_JOB_SECRET", "0123456789abcdef0123"},
+      {"CHORUS_BIND_ADDRESS", "10.0.0.2"},
+      {"CHORUS_TIMEOUT_MS", "2500"},
+  });
+  EXPECT_EQ(identity.launcher, "chorus");
+  EXPECT_EQ(identity.rank, 3);
+  EXPECT_EQ(identity.world_size, 4);
+  EXPECT_EQ(identity.local_rank, 1);
+  EXPECT_EQ(identity.node_rank, 1);
+  EXPECT_EQ(identity.nnodes, 2);
+  EXPECT_EQ(identity.device.speed, 0.5);
+  EXPECT_EQ(identity.store_host, "10.0.0.1");
+  EXPECT_EQ(identity.store_port, 29500);
+  EXPECT_EQ(identity.bind_address, "10.0.0.2");
+  EXPECT_EQ(identity.host_id, "node1");
+  EXPECT_EQ(identity.timeout_ms, 2500);
+}
+
+TEST(Identity, ReadsMpirunRanksAndPicksTheDeviceByLocalRank) {
+  const WorkerIdentity identity = identityFromEnvironment({
+      {"OMPI_COMM_WORLD_RANK", "5"},
+      {"OMPI_COMM_WORLD_SIZE", "8"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+      {"CHORUS_DEVICES", "cuda:0,cuda:1,cuda:2,cuda:3"},
+      {"CHORUS_RDZV_ENDPOINT", "[::1]:29500"},
+      {"CHORUS_SECRET_FILE", "/etc/chorus/job.secret"},
+  });
+  EXPECT_EQ(identity.launcher, "mpirun");
+  EXPECT_EQ(identity.rank, 5);
+  EXPECT_EQ(identity.world_size, 8);
+  EXPECT_EQ(identity.device.kind, DeviceKind::kCuda);
+  EXPECT_EQ(identity.device.index, 1);
+  EXPECT_EQ(identity.store_host, "::1");
+  EXPECT_EQ(identity.secret_file, "/etc/chorus/job.secret");
+}
+
+TEST(Identity, ReadsSlurmRanks) {
+  const WorkerIdentity identity = identityFromEnvironment({
+      {"SLURM_PROCID", "2"},
+      {"SLURM_NTASKS", "3"},
+      {"SLURM_LOCALID", "0"},
+      {"SLURM_NTASKS_PER_NODE", "1"},
+      {"SLURM_NODEID", "2"},
+      {"SLURM_NNODES", "3"},
+      {"CHORUS_RDZV_ENDPOINT", "head:29500"},
+      {"CHORUS_JOB_SECRET", "0123456789abcdef0123"},
+  });
+  EXPECT_EQ(identity.launcher, "srun");
+  EXPECT_EQ(identity.rank, 2);
+  EXPECT_EQ(identity.node_rank, 2);
+  EXPECT_EQ(identity.nnodes, 3);
+}
+
+TEST(Identity, RejectsInconsistentOrIncompleteIdentities) {
+  EXPECT_THROW(identityFromEnvironment({{"CHORUS_RANK", "4"}, {"CHORUS_WORLD_SIZE", "4"}}),
+               ConfigError);
+  EXPECT_THROW(identityFromEnvironment({{"CHORUS_RANK", "x"}}), ConfigError);
+  // Several workers but nowhere to meet.
+  EXPECT_THROW(identityFromEnvironment({{"CHORUS_RANK", "0"}, {"CHORUS_WORLD_SIZE", "2"}}),
+               ConfigError);
+  // A store but no secret.
+  EXPECT_THROW(identityFromEnvironment({{"CHORUS_RANK", "0"},
+                                        {"CHORUS_WORLD_SIZE", "2"},
+                                        {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"}}),
+               ConfigError);
+}
+
+TEST(Identity, ParsesEndpointsAndRejectsBadOnes) {
+  EXPECT_EQ(parseEndpoint("127.0.0.1:29500"), std::make_pair(std::string("127.0.0.1"), 29500));
+  EXPECT_EQ(parseEndpoint("[fe80::1]:1"), std::make_pair(std::string("fe80::1"), 1));
+  for (const char* bad : {"", "host", ":29500", "host:", "host:70000", "host:12ab"})
+    EXPECT_THROW(parseEndpoint(bad), ConfigError) << bad;
+}
+
+}  // namespace
+}  // namespace chorus::runtime
