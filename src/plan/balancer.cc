@@ -1,0 +1,323 @@
+// Share computation (water-filling, equal, proportional) and the LoadBalancer policy.
+#include "chorus/plan/balancer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+
+#include "chorus/core/error.h"
+
+namespace chorus::plan {
+namespace {
+
+// Bisection halves the interval each round; 200 rounds exhaust double precision for any range.
+constexpr int kBisectionRounds = 200;
+// A change must beat the dead band by this many standard errors of the fit, so that a gain that
+// measurement noise alone could produce is not acted on (two: ~98% one-sided confidence).
+constexpr double kConfidence = 2.0;
+
+std::string joinShares(const std::vector<int64_t>& shares) {
+  std::ostringstream out;
+  for (size_t i = 0; i < shares.size(); ++i) out << (i ? "," : "") << shares[i];
+  return out.str();
+}
+
+// Rank i's cap as a number of samples that never exceeds the batch (so "no cap" needs no
+// special case below).
+std::vector<int64_t> effectiveCaps(const std::vector<int64_t>& caps, size_t ranks,
+                                   int64_t global_batch) {
+  CHORUS_CHECK_CONFIG(caps.empty() || caps.size() == ranks, "got ", caps.size(),
+                      " sample caps for ", ranks, " ranks");
+  std::vector<int64_t> effective(ranks, global_batch);
+  for (size_t i = 0; i < caps.size(); ++i)
+    if (caps[i] > 0) effective[i] = std::min(caps[i], global_batch);
+  const int64_t room = std::accumulate(effective.begin(), effective.end(), int64_t{0});
+  CHORUS_CHECK_CONFIG(room >= global_batch, "the ranks' sample caps (", joinShares(caps),
+                      ") hold only ", room, " of the global batch of ", global_batch,
+                      " samples; raise the caps or lower the batch");
+  return effective;
+}
+
+}  // namespace
+
+std::vector<int64_t> balanceShares(const std::vector<RankTiming>& timings, int64_t global_batch,
+                                   const std::vector<int64_t>& caps) {
+  CHORUS_CHECK_CONFIG(!timings.empty(), "cannot balance a batch over zero ranks");
+  CHORUS_CHECK_CONFIG(global_batch >= 0, "global batch must not be negative, got ", global_batch);
+  for (size_t i = 0; i < timings.size(); ++i)
+    CHORUS_CHECK_CONFIG(std::isfinite(timings[i].a) && std::isfinite(timings[i].c) &&
+                            timings[i].a >= 0 && timings[i].c > 0,
+                        "rank ", i, " has an invalid timing a = ", timings[i].a,
+                        " s, c = ", timings[i].c, " s/sample (need a >= 0, c > 0)");
+  const size_t ranks = timings.size();
+  const std::vector<int64_t> cap = effectiveCaps(caps, ranks, global_batch);
+  std::vector<int64_t> shares(ranks, 0);
+  if (global_batch == 0) return shares;
+
+  // The most (continuous) samples rank i finishes within `finish` seconds.
+  const auto capacity = [&](double finish, size_t i) {
+    if (finish <= timings[i].a) return 0.0;
+    return std::min((finish - timings[i].a) / timings[i].c, static_cast<double>(cap[i]));
+  };
+  const auto total = [&](double finish) {
+    double sum = 0;
+    for (size_t i = 0; i < ranks; ++i) sum += capacity(finish, i);
+    return sum;
+  };
+  // Invariant: total(low) < B <= total(high). Every rank at its cap holds the batch (checked by
+  // effectiveCaps), so the slowest capped rank's time is a valid upper end.
+  double low = 0, high = 0;
+  for (size_t i = 0; i < ranks; ++i) high = std::max(high, timings[i].seconds(cap[i]));
+  const double batch = static_cast<double>(global_batch);
+  for (int round = 0; round < kBisectionRounds; ++round) {
+    const double middle = low + (high - low) / 2;
+    if (middle <= low || middle >= high) break;
+    (total(middle) >= batch ? high : low) = middle;
+  }
+
+  // Everything a rank can finish by `low` is below the integer optimum (which is >= the
+  // continuous one), so flooring there never overshoots; the greedy top-up then takes the
+  // cheapest next samples in order, which is exactly the integer optimum.
+  int64_t assigned = 0;
+  for (size_t i = 0; i < ranks; ++i) {
+    shares[i] = std::min(static_cast<int64_t>(std::floor(capacity(low, i))), cap[i]);
+    assigned += shares[i];
+  }
+  while (assigned < global_batch) {
+    size_t best = ranks;
+    double best_seconds = 0;
+    for (size_t i = 0; i < ranks; ++i) {
+      if (shares[i] >= cap[i]) continue;
+      const double seconds = timings[i].seconds(shares[i] + 1);
+      if (best == ranks || seconds < best_seconds) {
+        best = i;
+        best_seconds = seconds;
+      }
+    }
+    ++shares[best];
+    ++assigned;
+  }
+  return shares;
+}
+
+std::vector<int64_t> equalShares(int64_t global_batch, int ranks) {
+  CHORUS_CHECK_CONFIG(ranks >= 1, "cannot split a batch over ", ranks, " ranks");
+  CHORUS_CHECK_CONFIG(global_batch >= 0, "global batch must not be negative, got ", global_batch);
+  std::vector<int64_t> shares(ranks, global_batch / ranks);
+  for (int64_t i = 0; i < global_batch % ranks; ++i) ++shares[i];
+  return shares;
+}
+
+std::vector<int64_t> proportionalShares(int64_t global_batch, const std::vector<double>& speeds) {
+  CHORUS_CHECK_CONFIG(!speeds.empty(), "cannot split a batch over zero ranks");
+  CHORUS_CHECK_CONFIG(global_batch >= 0, "global batch must not be negative, got ", global_batch);
+  double sum = 0;
+  for (double speed : speeds) {
+    CHORUS_CHECK_CONFIG(std::isfinite(speed) && speed >= 0,
+                        "speeds must be finite and non-negative, got ", speed);
+    sum += speed;
+  }
+  CHORUS_CHECK_CONFIG(sum > 0, "at least one speed must be positive");
+
+  std::vector<int64_t> shares(speeds.size());
+  std::vector<double> remainders(speeds.size());
+  int64_t assigned = 0;
+  for (size_t i = 0; i < speeds.size(); ++i) {
+    const double exact = static_cast<double>(global_batch) * speeds[i] / sum;
+    shares[i] = std::min(static_cast<int64_t>(std::floor(exact)), global_batch - assigned);
+    remainders[i] = exact - static_cast<double>(shares[i]);
+    assigned += shares[i];
+  }
+  std::vector<size_t> order(speeds.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return remainders[x] > remainders[y]; });
+  for (size_t k = 0; assigned < global_batch; k = (k + 1) % order.size()) {
+    ++shares[order[k]];
+    ++assigned;
+  }
+  return shares;
+}
+
+double predictedStepSeconds(const std::vector<RankTiming>& timings,
+                            const std::vector<int64_t>& shares) {
+  CHORUS_CHECK_CONFIG(timings.size() == shares.size(), "got ", shares.size(), " shares for ",
+                      timings.size(), " ranks");
+  double slowest = 0;
+  for (size_t i = 0; i < shares.size(); ++i)
+    slowest = std::max(slowest, timings[i].seconds(shares[i]));
+  return slowest;
+}
+
+const char* toString(BalancerMode mode) {
+  switch (mode) {
+    case BalancerMode::kOff:
+      return "off";
+    case BalancerMode::kStatic:
+      return "static";
+    case BalancerMode::kAdaptive:
+      return "adaptive";
+  }
+  return "?";
+}
+
+LoadBalancer::LoadBalancer(const BalancerOptions& options, int world_size, int64_t global_batch,
+                           const std::vector<int64_t>& caps)
+    : options_(options), global_batch_(global_batch), caps_(caps) {
+  CHORUS_CHECK_CONFIG(world_size >= 1, "load balancer needs at least one rank, got ", world_size);
+  CHORUS_CHECK_CONFIG(global_batch >= 1, "global batch must be positive, got ", global_batch);
+  CHORUS_CHECK_CONFIG(options.profile_steps >= 1, "balancer profile_steps must be >= 1, got ",
+                      options.profile_steps);
+  CHORUS_CHECK_CONFIG(options.min_gain >= 0 && options.min_gain < 1,
+                      "balancer min_gain must be in [0, 1), got ", options.min_gain);
+  CHORUS_CHECK_CONFIG(options.cooldown_steps >= 0, "balancer cooldown_steps must be >= 0, got ",
+                      options.cooldown_steps);
+  models_.assign(world_size, SpeedModel(options.window));
+  // Equal speeds make water-filling an equal split clipped to the caps, remainder to the lowest
+  // ranks: DDP's split wherever the caps allow it.
+  shares_ =
+      balanceShares(std::vector<RankTiming>(world_size, RankTiming{0.0, 1.0}), global_batch, caps);
+}
+
+LoadBalancer::Mode LoadBalancer::parseMode(const std::string& text) {
+  for (Mode mode : {Mode::kOff, Mode::kStatic, Mode::kAdaptive})
+    if (text == toString(mode)) return mode;
+  CHORUS_THROW(ConfigError, "unknown balance mode '", text,
+               "'; expected 'off', 'static' or 'adaptive'");
+}
+
+bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_seconds) {
+  CHORUS_CHECK_CONFIG(compute_seconds.size() == shares_.size(), "got ", compute_seconds.size(),
+                      " compute times for ", shares_.size(), " ranks");
+  for (size_t i = 0; i < shares_.size(); ++i) models_[i].observe(shares_[i], compute_seconds[i]);
+  ++steps_observed_;
+  if (steps_observed_ < options_.profile_steps) return false;
+  switch (options_.mode) {
+    case Mode::kOff:
+      return false;
+    case Mode::kStatic:
+      if (static_done_) return false;
+      static_done_ = true;
+      return maybeRebalance(step, /*settling=*/false);
+    case Mode::kAdaptive: {
+      if (settle_step_ != BalancerState::kNever && step >= settle_step_) {
+        settle_step_ = BalancerState::kNever;
+        return maybeRebalance(step, /*settling=*/true);
+      }
+      if (last_change_step_ != BalancerState::kNever &&
+          step - last_change_step_ < options_.cooldown_steps)
+        return false;
+      return maybeRebalance(step, /*settling=*/false);
+    }
+  }
+  return false;
+}
+
+bool LoadBalancer::maybeRebalance(int64_t step, bool settling) {
+  const std::vector<RankTiming> fitted = timings();
+  std::vector<int64_t> proposal = balanceShares(fitted, global_batch_, caps_);
+  if (proposal == shares_) return false;
+  const double now = plan::predictedStepSeconds(fitted, shares_);
+  const double next = plan::predictedStepSeconds(fitted, proposal);
+  double error = 0;
+  for (const SpeedModel& model : models_) error = std::max(error, model.relativeError());
+  // Settling drops the dead band: by then every rank's window was measured at the current
+  // shares, so the fit is as good as it gets and only noise (the confidence term) holds it back.
+  const double dead_band = settling ? 0.0 : options_.min_gain;
+  if (!(next < now * (1.0 - dead_band - kConfidence * error))) return false;
+
+  std::ostringstream line;
+  line << "step " << step << ": shares " << joinShares(shares_) << " -> " << joinShares(proposal)
+       << ": predicted step " << std::setprecision(3) << now << " s -> " << next << " s ("
+       << "-" << std::lround(100.0 * (now - next) / now) << "%)";
+  last_change_ = line.str();
+  shares_ = std::move(proposal);
+  last_change_step_ = step;
+  // The change was judged mostly on observations at the old shares (and, for the first one, on
+  // only profile_steps of them); look once more when a full window has been measured at the new
+  // ones. A settling change does not ask for another, so churn stays bounded.
+  if (options_.mode == Mode::kAdaptive && !settling)
+    settle_step_ = step + std::max(options_.window, options_.cooldown_steps);
+  return true;
+}
+
+std::vector<RankTiming> LoadBalancer::timings() const {
+  std::vector<RankTiming> fitted;
+  RankTiming sum;
+  int observed = 0;
+  for (const SpeedModel& model : models_) {
+    fitted.push_back(model.timing());
+    if (!model.observations().empty()) {
+      sum.a += model.timing().a;
+      sum.c += model.timing().c;
+      ++observed;
+    }
+  }
+  if (observed > 0) {
+    // A rank that never had samples has no measurements; assuming it average keeps it in play
+    // without favouring it.
+    const RankTiming mean{sum.a / observed, sum.c / observed};
+    for (size_t i = 0; i < models_.size(); ++i)
+      if (models_[i].observations().empty()) fitted[i] = mean;
+  }
+  return fitted;
+}
+
+double LoadBalancer::predictedStepSeconds(const std::vector<int64_t>& shares) const {
+  return plan::predictedStepSeconds(timings(), shares);
+}
+
+BalancerState LoadBalancer::exportState() const {
+  BalancerState state;
+  state.shares = shares_;
+  state.steps_observed = steps_observed_;
+  state.last_change_step = last_change_step_;
+  state.static_done = static_done_;
+  state.settle_step = settle_step_;
+  state.last_change = last_change_;
+  for (size_t rank = 0; rank < models_.size(); ++rank)
+    for (const SpeedModel::Observation& observation : models_[rank].observations()) {
+      state.observation_rank.push_back(static_cast<int>(rank));
+      state.observation_samples.push_back(observation.samples);
+      state.observation_seconds.push_back(observation.seconds);
+    }
+  return state;
+}
+
+void LoadBalancer::importState(const BalancerState& state) {
+  const auto fail = [&](const std::string& why) {
+    CHORUS_THROW(CheckpointError, "load balancer state does not fit this job: ", why);
+  };
+  if (state.shares.size() != shares_.size())
+    fail(detail::concat(state.shares.size(), " shares for ", shares_.size(), " ranks"));
+  int64_t sum = 0;
+  for (size_t i = 0; i < state.shares.size(); ++i) {
+    const bool capped = i < caps_.size() && caps_[i] > 0;
+    if (state.shares[i] < 0 || (capped && state.shares[i] > caps_[i]))
+      fail(detail::concat("rank ", i, "'s share ", state.shares[i], " is outside its limits"));
+    sum += state.shares[i];
+  }
+  if (sum != global_batch_)
+    fail(detail::concat("shares sum to ", sum, ", not the global batch ", global_batch_));
+  const size_t count = state.observation_rank.size();
+  if (state.observation_samples.size() != count || state.observation_seconds.size() != count)
+    fail("observation vectors differ in length");
+  for (int rank : state.observation_rank)
+    if (rank < 0 || static_cast<size_t>(rank) >= models_.size())
+      fail(detail::concat("observation for rank ", rank));
+
+  for (SpeedModel& model : models_) model.reset();
+  for (size_t k = 0; k < count; ++k)
+    models_[state.observation_rank[k]].observe(state.observation_samples[k],
+                                               state.observation_seconds[k]);
+  shares_ = state.shares;
+  steps_observed_ = state.steps_observed;
+  last_change_step_ = state.last_change_step;
+  static_done_ = state.static_done;
+  settle_step_ = state.settle_step;
+  last_change_ = state.last_change;
+}
+
+}  // namespace chorus::plan
