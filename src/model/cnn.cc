@@ -97,12 +97,20 @@ class ResidualBlock : public detail::Layer {
   std::shared_ptr<ConvNorm> second_;
 };
 
+// Pools to a coarse kHeadGrid × kHeadGrid map rather than to one value per channel: a global
+// average throws away where in the image a feature was, which costs Fashion-MNIST accuracy (the
+// default job reaches its target in far fewer steps with the grid).
+constexpr std::int64_t kHeadGrid = 4;
+
 class Head : public detail::Layer {
  public:
-  explicit Head(const ModelConfig& config) : in_(config.channels), out_(config.classes) {
+  explicit Head(const ModelConfig& config)
+      : in_(config.channels * kHeadGrid * kHeadGrid), out_(config.classes) {
     linear_ = register_module("linear", torch::nn::Linear(in_, out_));
   }
-  at::Tensor forward(at::Tensor x) override { return linear_->forward(x.mean({2, 3})); }
+  at::Tensor forward(at::Tensor x) override {
+    return linear_->forward(at::adaptive_avg_pool2d(x, {kHeadGrid, kHeadGrid}).flatten(1));
+  }
   void initialize(at::Generator& generator) override {
     detail::fanInInit(linear_->weight, linear_->bias, in_, generator);
   }

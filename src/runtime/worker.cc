@@ -40,6 +40,12 @@ Worker::~Worker() {
   hosted_store_.reset();
 }
 
+std::shared_ptr<device::MemoryBudget> Worker::enforceMemoryBudget() {
+  if (!budget_ && identity_.device.memory_budget)
+    budget_ = device::MemoryBudget::install(*identity_.device.memory_budget);
+  return budget_;
+}
+
 c10::Device Worker::device() const {
   if (identity_.device.kind == DeviceKind::kCuda)
     return c10::Device(c10::DeviceType::CUDA,
@@ -57,10 +63,10 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
 
   worker->emulator_ = std::make_unique<device::SpeedEmulator>(identity.device.speed);
-  if (identity.device.memory_budget)
-    worker->budget_ = device::MemoryBudget::install(*identity.device.memory_budget);
 
-  if (!identity.hasStore()) {
+  if (options.store) {
+    worker->store_ = options.store;
+  } else if (!identity.hasStore()) {
     worker->store_ = std::make_shared<comm::MemoryStore>();
   } else {
     const comm::JobSecret secret = secretOf(identity);

@@ -24,7 +24,7 @@ TEST(CnnTest, DefaultHasStemTwoBlocksAndHead) {
   EXPECT_EQ(profile[3].name, "head");
   torch::NoGradGuard no_grad;
   const at::Tensor x = at::randn({3, 1, 28, 28});
-  // The stem halves the resolution; blocks keep it; the head pools it away.
+  // The stem halves the resolution; blocks keep it; the head pools it to a 4x4 grid.
   EXPECT_EQ(model.forwardRange(0, 1, x).sizes(), (at::IntArrayRef{3, 32, 14, 14}));
   EXPECT_EQ(model.forwardRange(0, 3, x).sizes(), (at::IntArrayRef{3, 32, 14, 14}));
   EXPECT_EQ(model.forward(x).sizes(), (at::IntArrayRef{3, 10}));
@@ -36,17 +36,17 @@ TEST(CnnTest, ProfileFollowsTheConvolutionFormulas) {
   const double map = 14.0 * 14.0;
   EXPECT_EQ(profile[0].forward_flops, 2.0 * 1 * 32 * 9 * map);
   EXPECT_EQ(profile[1].forward_flops, 2.0 * (2.0 * 32 * 32 * 9 * map));
-  EXPECT_EQ(profile[3].forward_flops, 2.0 * 32 * 10);
+  EXPECT_EQ(profile[3].forward_flops, 2.0 * 32 * 16 * 10);
   EXPECT_EQ(profile[0].activation_bytes, 32 * 14 * 14 * 4);
   EXPECT_EQ(profile[2].activation_bytes, 32 * 14 * 14 * 4);
   EXPECT_EQ(profile[3].activation_bytes, 10 * 4);
   // Convolutions before GroupNorm have no bias; each norm has a scale and a shift per channel.
   EXPECT_EQ(profile[0].parameters, 1 * 32 * 9 + 2 * 32);
   EXPECT_EQ(profile[1].parameters, 2 * (32 * 32 * 9 + 2 * 32));
-  EXPECT_EQ(profile[3].parameters, 32 * 10 + 10);
-  EXPECT_EQ(model.parameterCount(), 352 + 2 * 18560 + 330);
+  EXPECT_EQ(profile[3].parameters, 32 * 16 * 10 + 10);
+  EXPECT_EQ(model.parameterCount(), 352 + 2 * 18560 + 5130);
   EXPECT_EQ(model.describe(),
-            "cnn(channels=32, blocks=2, groups=8, classes=10): 37.8 k parameters");
+            "cnn(channels=32, blocks=2, groups=8, classes=10): 42.6 k parameters");
 }
 
 TEST(CnnTest, OddSizedRgbInputsAndNoNormalization) {

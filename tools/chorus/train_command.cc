@@ -1,25 +1,108 @@
-// `chorus train`: the built-in trainer. The command line is in place; the data-parallel trainer
-// behind it is the next milestone (issue "Heterogeneous data parallelism"), so for now it says so.
+// `chorus train`: the built-in data-parallel trainer. The command validates the whole job first,
+// then becomes the node agent and starts one worker per device; each worker re-reads the same
+// configuration (`--worker`) and runs the Trainer. Rank 0 prints progress and writes --log-json.
+#include <unistd.h>
+
+#include <fstream>
 #include <iostream>
 
+#include "chorus/chorus.h"
+#include "chorus/core/config.h"
+#include "chorus/device/discovery.h"
+#include "chorus/runtime/agent.h"
+#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/trainer.h"
 #include "commands.h"
+#include "train_report.h"
 
 namespace chorus::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> settings;
+  std::int64_t steps = 0;
+  std::string log_json;
+  bool worker = false;
+};
+
+Config loadConfig(const TrainArgs& args) {
+  Config config = args.config_path.empty()
+                      ? Config::parseString(runtime::defaultJobToml(), "<built-in default job>")
+                      : Config::parseFile(args.config_path);
+  for (const std::string& setting : args.settings) config.set(setting);
+  if (args.steps > 0) config.set("train.steps=" + std::to_string(args.steps));
+  return config;
+}
+
+std::string selfExecutable() {
+  char path[4096];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (length <= 0) CHORUS_THROW(LaunchError, "cannot find the chorus executable (/proc/self/exe)");
+  return std::string(path, static_cast<size_t>(length));
+}
+
+// Checks what can be checked before any process starts: device specs against this host, the
+// global batch against the device count, the data files, and that each memory budget holds a
+// sample.
+std::vector<DeviceSpec> validateOnHost(const runtime::JobConfig& job) {
+  const auto found = device::discoverDevices();
+  const std::vector<DeviceSpec> devices = device::expandAuto(job.devices, found);
+  device::validateSpecs(devices, found);
+  runtime::validateJobOnDevices(job, devices);
+  return devices;
+}
+
+int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
+  const Config config = loadConfig(args);
+  const runtime::JobConfig job = runtime::readJobConfig(config);
+  runtime::AgentOptions agent;
+  agent.devices = validateOnHost(job);
+  agent.comm_timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
+  agent.command = {selfExecutable(), "train"};
+  agent.command.insert(agent.command.end(), argv.begin(), argv.end());
+  agent.command.push_back("--worker");
+  return runtime::runAgent(agent);
+}
+
+int runWorker(const TrainArgs& args) {
+  const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
+  auto worker = chorus::init();
+  runtime::Trainer trainer(job, worker);
+  TrainReport report(job, worker->rank() == 0, args.log_json);
+  runtime::TrainerHooks hooks;
+  hooks.on_step = [&](const runtime::StepRecord& record) { report.step(record); };
+  const runtime::TrainResult result = trainer.run(hooks);
+  report.finish(result);
+  return kExitOk;
+}
+
+}  // namespace
 
 void addTrainCommand(CLI::App& app, Action& action) {
-  auto* train = app.add_subcommand("train", "Train a model on this node's devices (built-in job)");
-  auto config = std::make_shared<std::string>();
-  auto settings = std::make_shared<std::vector<std::string>>();
-  auto steps = std::make_shared<long long>(0);
-  train->add_option("config", *config, "Job configuration (TOML); default: the built-in job");
-  train->add_option("--set", *settings, "Override a config key: KEY=VALUE (repeatable)");
-  train->add_option("--steps", *steps, "Number of training steps");
-  train->callback([&action] {
-    action = [] {
-      std::cout << "chorus train: not yet available in this build: the data-parallel trainer "
-                   "is the next milestone. `chorus devices` and `chorus run` work today."
-                << std::endl;
-      return kExitOk;
+  auto* train = app.add_subcommand(
+      "train", "Train a model with heterogeneous data parallelism on this node's devices");
+  train->footer(
+      "Examples: chorus train\n"
+      "          chorus train examples/hetero-emulated.toml --set balance=off --steps 50\n"
+      "          chorus train --set devices=cpu@1.0,cpu@0.5 --set model.kind=mlp");
+  auto args = std::make_shared<TrainArgs>();
+  train->add_option("config", args->config_path, "Job configuration (TOML); default: built-in job");
+  train->add_option("--set", args->settings, "Override a config key: KEY=VALUE (repeatable)");
+  train->add_option("--steps", args->steps,
+                    "Number of training steps (same as --set train.steps=N)");
+  train->add_option("--log-json", args->log_json, "Write one JSON object per step to FILE");
+  train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
+      ->group("");  // hidden
+  train->callback([&action, args, train] {
+    action = [args, train] {
+      if (args->worker) return runWorker(*args);
+      std::vector<std::string> argv;
+      if (!args->config_path.empty()) argv.push_back(args->config_path);
+      for (const auto& setting : args->settings) argv.insert(argv.end(), {"--set", setting});
+      if (args->steps > 0) argv.insert(argv.end(), {"--steps", std::to_string(args->steps)});
+      if (!args->log_json.empty()) argv.insert(argv.end(), {"--log-json", args->log_json});
+      return runFrontEnd(*args, argv);
     };
   });
 }

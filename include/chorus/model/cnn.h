@@ -3,7 +3,7 @@
 //
 // Layers: "stem" (3×3 convolution, stride 2, from input channels to `channels`, then GroupNorm
 // and ReLU), "block1" … "blockN" (residual: conv-norm-relu-conv-norm, plus the input, then ReLU;
-// resolution and channels kept), and "head" (global average pool, then Linear to the classes).
+// resolution and channels kept), and "head" (average pool to a 4×4 grid, flatten, then Linear to the classes).
 // The stem halves the resolution so that a 28×28 image costs a quarter of the FLOPs in every
 // block: on 2 CPU cores a step must stay well under a second.
 #pragma once
@@ -26,7 +26,7 @@ class LayerList;
 // Cost per sample (LayerProfile), with C' = channels and H' = ⌊(H−1)/2⌋+1, W' likewise:
 //   stem   2·C·C'·9·H'·W' FLOPs, C'·H'·W'·4 bytes out
 //   block  2 · 2·C'·C'·9·H'·W' FLOPs (two convolutions), C'·H'·W'·4 bytes out
-//   head   2·C'·classes FLOPs, classes·4 bytes out
+//   head   2·16·C'·classes FLOPs, classes·4 bytes out
 class Cnn : public ZooModel {
  public:
   // Builds and initializes the model: convolution and linear weights and biases

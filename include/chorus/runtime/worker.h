@@ -33,6 +33,9 @@ struct InitOptions {
   bool single_thread = true;
   // Join the world communicator now. Default: true.
   bool connect = true;
+  // Use this store instead of the one the identity names (ranks as threads over one MemoryStore,
+  // in tests). Default: none.
+  std::shared_ptr<comm::Store> store;
 };
 
 // Non-copyable; created by init() and shared (std::shared_ptr) with whatever needs it. The
@@ -52,7 +55,11 @@ class Worker {
   // The communicator of all ranks; null when InitOptions::connect was false.
   std::shared_ptr<comm::Communicator> world() const { return world_; }
   device::SpeedEmulator& emulator() const { return *emulator_; }
-  // The emulated memory budget, or null when the device spec sets none.
+  // Starts enforcing the device spec's memory budget (a no-op without one) and returns it. Done
+  // on request, not in init(): what the worker allocated before (its dataset, say) is the host's,
+  // not the emulated device's, and should not count.
+  std::shared_ptr<device::MemoryBudget> enforceMemoryBudget();
+  // The enforced budget, or null.
   std::shared_ptr<device::MemoryBudget> memoryBudget() const { return budget_; }
 
  private:

@@ -1,0 +1,95 @@
+// The configuration of a training job (`chorus train`), read once from TOML plus --set overrides
+// and validated before anything starts: an unknown key, a wrong type or an impossible value is a
+// ConfigError naming the key.
+//
+//   devices = "cpu@1.0,cpu@0.5"      balance = "adaptive"      seed = 1
+//   [train]     steps, global_batch, micro_batch, eval_every, target_accuracy, log_every
+//   [model]     kind = "mlp" | "cnn" | "gpt" and its sizes (model/model_config.h)
+//   [data]      dataset = "fashion-mnist" | "text" | "synthetic", dir, path, size, test_fraction
+//   [optimizer] name = "sgd" | "adamw", lr, momentum, weight_decay, betas, warmup_steps, schedule
+//   [comm]      bucket_mb, overlap, timeout_s
+//   [balancer]  profile_steps, min_gain, cooldown_steps, window
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/core/config.h"
+#include "chorus/core/device_spec.h"
+#include "chorus/model/model_config.h"
+
+namespace chorus::runtime {
+
+struct TrainSection {
+  std::int64_t steps = 300;          // Default: 300 (stops earlier at target_accuracy)
+  std::int64_t global_batch = 64;    // Default: 64 samples per step, summed over ranks (B)
+  std::int64_t micro_batch = 0;      // Default: 0 = a rank's whole share in one pass
+  std::int64_t eval_every = 50;      // Default: 50 steps; 0 = only at the end
+  std::int64_t eval_samples = 2000;  // Default: 2000 test samples per evaluation (0 = all)
+  double target_accuracy = 0.0;      // Default: 0 = none; else stop once reached
+  std::int64_t log_every = 10;       // Default: a progress line every 10 steps
+};
+
+struct DataSection {
+  std::string dataset = "fashion-mnist";                   // Default: "fashion-mnist"
+  std::string dir = "/usr/share/datasets/fashion-mnist";   // Default: Debian's location
+  std::string path = "/var/lib/chorus/data/mobydick.txt";  // Default: the text set up by setup
+  std::int64_t size = 4096;                                // Default: 4096 samples (synthetic only)
+  double test_fraction = 0.1;                              // Default: 0.1 (text only)
+};
+
+struct OptimizerSection {
+  std::string name = "sgd";         // Default: "sgd" (with momentum); or "adamw"
+  double lr = 0.05;                 // Default: 0.05 (peak, after warmup)
+  double momentum = 0.9;            // Default: 0.9 (sgd)
+  double weight_decay = 0.0;        // Default: 0
+  double beta1 = 0.9;               // Default: 0.9 (adamw)
+  double beta2 = 0.999;             // Default: 0.999 (adamw)
+  std::int64_t warmup_steps = 0;    // Default: 0
+  std::string schedule = "cosine";  // Default: "cosine" to min_lr_ratio·lr; or "constant"
+  double min_lr_ratio = 0.1;        // Default: 0.1
+};
+
+struct CommSection {
+  double bucket_mb = 25.0;  // Default: 25 MiB per gradient bucket
+  bool overlap = true;      // Default: all-reduce buckets during backward
+  double timeout_s = 60.0;  // Default: 60 s deadline of every collective
+};
+
+struct BalancerSection {
+  std::string mode = "adaptive";    // top-level `balance`: "off" | "static" | "adaptive"
+  std::int64_t profile_steps = 3;   // Default: 3
+  double min_gain = 0.05;           // Default: 0.05
+  std::int64_t cooldown_steps = 5;  // Default: 5
+  std::int64_t window = 16;         // Default: 16
+  // Fixed shares, one per rank, summing to the global batch; the balancer is then not used.
+  // Default: none.
+  std::vector<std::int64_t> shares;
+};
+
+// Value type.
+struct JobConfig {
+  std::vector<DeviceSpec> devices;  // top-level `devices`; Default: auto
+  std::uint64_t seed = 1;           // Default: 1
+  TrainSection train;
+  model::ModelConfig model;
+  DataSection data;
+  OptimizerSection optimizer;
+  CommSection comm;
+  BalancerSection balancer;
+  std::string source;  // where it came from, for logs
+};
+
+// Reads and validates every key; rejects unknown keys. Throws ConfigError.
+JobConfig readJobConfig(const Config& config);
+
+// Checks the job against the devices it will run on, before any worker starts: the global batch
+// gives every device a sample, the data files exist, and every memory budget holds the model's
+// gradients and optimizer state plus one sample. Throws ConfigError.
+void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& devices);
+
+// The built-in default job: the Fashion-MNIST CNN on `devices = "auto"`, to a target accuracy.
+const char* defaultJobToml();
+
+}  // namespace chorus::runtime

@@ -1,0 +1,83 @@
+// The built-in trainer: heterogeneous data parallelism on the worker's ranks.
+//
+// Each step every rank takes its share b_i of the global batch (Σ b_i = B), runs it in
+// micro-batches that fit its memory, back-propagates the sum of its samples' losses, and the
+// GradientReducer all-reduces and divides by B — so the update equals single-device training on
+// the global batch. After the step the ranks all-gather their compute times and run the same load
+// balancer on them, so they agree on the next shares without a coordinator.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/worker.h"
+
+namespace chorus::model {
+class ZooModel;
+}
+
+namespace chorus::runtime {
+
+// One step as every rank saw it (identical on all ranks). Value type.
+struct StepRecord {
+  std::int64_t step = 0;
+  double loss = 0;                // mean loss over the global batch
+  double step_seconds = 0;        // wall time of the step on this rank
+  double samples_per_second = 0;  // B / step_seconds
+  double lr = 0;
+  std::vector<std::int64_t> shares;     // per rank, the shares this step ran with
+  std::vector<double> compute_seconds;  // per rank, padded compute time (what the balancer sees)
+  std::vector<double> wait_seconds;     // per rank, time blocked on gradient all-reduce
+  std::optional<double> test_accuracy;  // at evaluations
+  std::optional<double> test_loss;
+  std::string rebalance;  // the balancer's explanation when shares changed
+};
+
+// Summary of a run. Value type.
+struct TrainResult {
+  std::int64_t steps = 0;
+  double wall_seconds = 0;
+  double samples_per_second = 0;  // over the whole run
+  double final_loss = 0;
+  std::optional<double> test_accuracy;  // on the whole test split, at the end
+  bool reached_target = false;
+};
+
+struct TrainerHooks {
+  // Called on every rank after each step. Default: none.
+  std::function<void(const StepRecord&)> on_step;
+  // Test hook: the emulated speed of this rank from a step on (1.0 = real speed); overrides the
+  // device spec's speed. Default: none.
+  std::function<double(std::int64_t step)> speed_at;
+};
+
+// Owns the model, optimizer, datasets, sampler, balancer and reducer of one rank. Used by one
+// thread. Non-copyable.
+class Trainer {
+ public:
+  Trainer(JobConfig job, std::shared_ptr<Worker> worker);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains for job.train.steps steps (or until the target accuracy) and evaluates at the end.
+  TrainResult run(const TrainerHooks& hooks = {});
+  // Runs one step (the next one); exposed for tests that compare step by step.
+  StepRecord step(const TrainerHooks& hooks = {});
+  // Accuracy and mean loss on the first `samples` test samples (0: the whole test split; -1:
+  // train.eval_samples), identical on all ranks.
+  std::pair<double, double> evaluate(std::int64_t samples = -1);
+
+  model::ZooModel& model();
+  const std::vector<std::int64_t>& shares() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace chorus::runtime

@@ -1,0 +1,151 @@
+#include "chorus/parallel/gradient_reducer.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+
+namespace chorus::parallel {
+
+struct GradientReducer::Bucket {
+  std::vector<int> parameters;  // indices into parameters_
+  std::int64_t elements = 0;
+  at::Tensor flat;  // the bucket's gradients, contiguous, for one all-reduce
+  int pending = 0;  // parameters whose gradient is not final yet (this step)
+  bool launched = false;
+  comm::Work work;
+};
+
+namespace {
+
+// Calls back after AccumulateGrad wrote a parameter's .grad: the gradient of this backward pass is
+// then final for that parameter.
+class ReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit ReadyHook(std::function<void()> ready) : ready_(std::move(ready)) {}
+  void operator()(const torch::autograd::Variable&) override { ready_(); }
+
+ private:
+  std::function<void()> ready_;
+};
+
+}  // namespace
+
+GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
+                                 std::shared_ptr<comm::Communicator> communicator,
+                                 ReducerOptions options)
+    : parameters_(std::move(parameters)),
+      communicator_(std::move(communicator)),
+      options_(options),
+      bucket_of_(parameters_.size(), -1) {
+  // Buckets in reverse registration order: backward produces the last layers' gradients first,
+  // so the first bucket fills first and its all-reduce overlaps the rest of backward.
+  auto current = std::make_unique<Bucket>();
+  std::int64_t current_bytes = 0;
+  for (int index = static_cast<int>(parameters_.size()) - 1; index >= 0; --index) {
+    const at::Tensor& parameter = parameters_[index];
+    if (parameter.scalar_type() != at::kFloat)
+      CHORUS_THROW(ConfigError, "gradient reducer: parameter ", index,
+                   " is not float32 (master weights are fp32)");
+    const std::int64_t bytes = parameter.numel() * 4;
+    if (!current->parameters.empty() && current_bytes + bytes > options_.bucket_bytes) {
+      buckets_.push_back(std::move(current));
+      current = std::make_unique<Bucket>();
+      current_bytes = 0;
+    }
+    bucket_of_[index] = static_cast<int>(buckets_.size());
+    current->parameters.push_back(index);
+    current->elements += parameter.numel();
+    current_bytes += bytes;
+  }
+  if (!current->parameters.empty()) buckets_.push_back(std::move(current));
+  for (auto& bucket : buckets_) bucket->flat = at::zeros({bucket->elements}, at::kFloat);
+  for (size_t index = 0; index < parameters_.size(); ++index) {
+    const int parameter = static_cast<int>(index);
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        parameters_[index],
+        std::make_unique<ReadyHook>([this, parameter] { onGradientReady(parameter); }));
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (auto& parameter : parameters_)
+    torch::autograd::impl::set_post_acc_grad_hooks(parameter, nullptr);
+}
+
+int GradientReducer::numBuckets() const { return static_cast<int>(buckets_.size()); }
+
+std::vector<std::vector<int>> GradientReducer::bucketLayout() const {
+  std::vector<std::vector<int>> layout;
+  for (const auto& bucket : buckets_) layout.push_back(bucket->parameters);
+  return layout;
+}
+
+void GradientReducer::armForFinalBackward() {
+  for (auto& bucket : buckets_) {
+    bucket->pending = static_cast<int>(bucket->parameters.size());
+    bucket->launched = false;
+  }
+  next_to_launch_ = 0;
+  armed_ = true;
+}
+
+void GradientReducer::onGradientReady(int parameter) {
+  if (!armed_ || !options_.overlap) return;
+  Bucket& bucket = *buckets_[bucket_of_[parameter]];
+  if (--bucket.pending == 0) launchReadyBuckets();
+}
+
+void GradientReducer::launchReadyBuckets() {
+  while (next_to_launch_ < numBuckets() && buckets_[next_to_launch_]->pending == 0)
+    launch(*buckets_[next_to_launch_++]);
+}
+
+void GradientReducer::launch(Bucket& bucket) {
+  std::int64_t offset = 0;
+  for (int index : bucket.parameters) {
+    const at::Tensor& parameter = parameters_[index];
+    at::Tensor slot = bucket.flat.narrow(0, offset, parameter.numel());
+    const at::Tensor& grad = parameter.grad();
+    if (grad.defined())
+      slot.copy_(grad.reshape({-1}));
+    else
+      slot.zero_();  // unused parameter, or no backward on this rank: contributes zero
+    offset += parameter.numel();
+  }
+  bucket.launched = true;
+  bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);
+}
+
+ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
+  if (global_batch < 1) CHORUS_THROW(ConfigError, "gradient reducer: global batch must be >= 1");
+  if (!armed_) armForFinalBackward();
+  for (auto& bucket : buckets_) bucket->pending = 0;
+  launchReadyBuckets();
+  ReduceTiming timing;
+  Stopwatch clock;
+  for (auto& bucket : buckets_) bucket->work.wait();
+  timing.wait_seconds = clock.seconds();
+  timing.buckets = numBuckets();
+  const double scale = 1.0 / static_cast<double>(global_batch);
+  for (auto& bucket : buckets_) {
+    bucket->flat.mul_(scale);
+    std::int64_t offset = 0;
+    for (int index : bucket->parameters) {
+      at::Tensor& parameter = parameters_[index];
+      at::Tensor averaged =
+          bucket->flat.narrow(0, offset, parameter.numel()).view(parameter.sizes());
+      if (parameter.grad().defined())
+        parameter.mutable_grad().copy_(averaged);
+      else
+        parameter.mutable_grad() = averaged.clone();
+      offset += parameter.numel();
+    }
+  }
+  armed_ = false;
+  return timing;
+}
+
+}  // namespace chorus::parallel

@@ -1,0 +1,48 @@
+// Checks of a job against its devices and files, run by `chorus train` before anything starts.
+#include <sys/stat.h>
+
+#include "chorus/core/error.h"
+#include "chorus/model/model_config.h"
+#include "chorus/runtime/job_config.h"
+#include "trainer_state.h"
+
+namespace chorus::runtime {
+namespace {
+
+bool exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+void checkDataFiles(const DataSection& data) {
+  if (data.dataset == "fashion-mnist") {
+    const std::string images = data.dir + "/train-images-idx3-ubyte";
+    if (!exists(images + ".gz") && !exists(images))
+      CHORUS_THROW(ConfigError, "config key 'data.dir': Fashion-MNIST not found at ", data.dir,
+                   " (install the Debian package dataset-fashion-mnist; scripts/setup does)");
+  } else if (data.dataset == "text" && !exists(data.path)) {
+    CHORUS_THROW(ConfigError, "config key 'data.path': no text file at ", data.path,
+                 " (scripts/setup extracts Moby Dick to /var/lib/chorus/data/mobydick.txt)");
+  }
+}
+
+}  // namespace
+
+void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  if (job.train.global_batch < static_cast<std::int64_t>(devices.size()))
+    CHORUS_THROW(ConfigError, "config key 'train.global_batch': ", job.train.global_batch,
+                 " is smaller than the number of devices (", devices.size(), ": ",
+                 toString(devices), "); every device needs at least one sample per step");
+  if (!job.balancer.shares.empty() && job.balancer.shares.size() != devices.size())
+    CHORUS_THROW(ConfigError, "config key 'balancer.shares': ", job.balancer.shares.size(),
+                 " shares for ", devices.size(), " devices");
+  checkDataFiles(job.data);
+  std::shared_ptr<model::ZooModel> model;
+  for (const DeviceSpec& device : devices) {
+    if (!device.memory_budget) continue;
+    if (!model) model = model::makeModel(job.model, job.seed);
+    maxMicroBatch(*model, job.optimizer, *device.memory_budget, device.toString());
+  }
+}
+
+}  // namespace chorus::runtime

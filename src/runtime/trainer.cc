@@ -1,0 +1,153 @@
+#include "chorus/runtime/trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/data/sharding.h"
+#include "chorus/device/memory_budget.h"
+#include "trainer_state.h"
+
+namespace chorus::runtime {
+namespace {
+
+plan::BalancerOptions balancerOptions(const BalancerSection& section) {
+  plan::BalancerOptions options;
+  options.mode = plan::LoadBalancer::parseMode(section.mode);
+  options.profile_steps = section.profile_steps;
+  options.min_gain = section.min_gain;
+  options.cooldown_steps = section.cooldown_steps;
+  options.window = section.window;
+  return options;
+}
+
+// Every rank starts from rank 0's parameters, whatever its own initialization did.
+void broadcastParameters(comm::Communicator& world, model::ZooModel& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : model.parameters()) world.broadcast(parameter, 0).wait();
+}
+
+// Per-rank figures of a step, all-gathered so every rank sees the same numbers.
+struct StepFigures {
+  std::vector<double> compute_seconds, wait_seconds, loss_sums;
+};
+
+StepFigures gatherFigures(comm::Communicator& world, double compute, double wait, double loss) {
+  at::Tensor mine = at::tensor({compute, wait, loss}, at::kDouble);
+  at::Tensor all = at::empty({3 * world.size()}, at::kDouble);
+  world.allGather(mine, all).wait();
+  StepFigures figures;
+  auto values = all.accessor<double, 1>();
+  for (int rank = 0; rank < world.size(); ++rank) {
+    figures.compute_seconds.push_back(values[3 * rank]);
+    figures.wait_seconds.push_back(values[3 * rank + 1]);
+    figures.loss_sums.push_back(values[3 * rank + 2]);
+  }
+  return figures;
+}
+
+}  // namespace
+
+Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.job = std::move(job);
+  s.worker = std::move(worker);
+  comm::Communicator& world = *s.worker->world();
+  s.data = makeTrainingData(s.job, s.job.model);
+  data::SamplerOptions sampling;
+  sampling.dataset_size = s.data.train->size();
+  sampling.global_batch = s.job.train.global_batch;
+  sampling.seed = s.job.seed;
+  s.sampler = std::make_unique<data::GlobalSampler>(sampling);
+  s.model = model::makeModel(s.job.model, s.job.seed);
+  s.model->to(s.worker->device());
+  broadcastParameters(world, *s.model);
+  s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
+  parallel::ReducerOptions reducing;
+  reducing.bucket_bytes = static_cast<std::int64_t>(s.job.comm.bucket_mb * (1 << 20));
+  reducing.overlap = s.job.comm.overlap;
+  s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
+                                                          reducing);
+  if (!s.job.balancer.shares.empty() &&
+      s.job.balancer.shares.size() != static_cast<size_t>(world.size()))
+    CHORUS_THROW(ConfigError, "config key 'balancer.shares': ", s.job.balancer.shares.size(),
+                 " shares for ", world.size(), " ranks");
+  s.balancer = std::make_unique<plan::LoadBalancer>(balancerOptions(s.job.balancer), world.size(),
+                                                    s.job.train.global_batch,
+                                                    std::vector<std::int64_t>(world.size(), 0));
+  s.speed = s.worker->identity().device.speed;
+  s.emulator = std::make_unique<device::SpeedEmulator>(s.speed);
+  const auto& budget = s.worker->identity().device.memory_budget;
+  s.micro_limit = budget ? maxMicroBatch(*s.model, s.job.optimizer, *budget,
+                                         s.worker->identity().device.toString())
+                         : 0;
+  if (s.job.train.micro_batch > 0)
+    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, s.job.train.micro_batch)
+                                      : s.job.train.micro_batch;
+  // Data and model are in place: from here on the budget counts what training allocates.
+  if (budget) s.worker->enforceMemoryBudget();
+}
+
+Trainer::~Trainer() = default;
+
+model::ZooModel& Trainer::model() { return *state_->model; }
+
+const std::vector<std::int64_t>& Trainer::shares() const {
+  return state_->job.balancer.shares.empty() ? state_->balancer->shares()
+                                             : state_->job.balancer.shares;
+}
+
+StepRecord Trainer::step(const TrainerHooks& hooks) {
+  State& s = *state_;
+  comm::Communicator& world = *s.worker->world();
+  const std::int64_t step = s.next_step++;
+  if (hooks.speed_at) {
+    const double speed = hooks.speed_at(step);
+    if (speed != s.speed) s.emulator = std::make_unique<device::SpeedEmulator>(s.speed = speed);
+  }
+  Stopwatch clock;
+  StepRecord record;
+  record.step = step;
+  record.shares = shares();
+  record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
+  setLearningRate(*s.optimizer, record.lr);
+
+  const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
+  const auto micro = data::microBatches(
+      mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
+  s.optimizer->zero_grad(/*set_to_none=*/true);
+  s.model->train();
+  double compute = 0, loss_sum = 0;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    const data::Batch batch = s.data.train->get(micro[k]);
+    if (k + 1 == micro.size()) s.reducer->armForFinalBackward();
+    auto phase = s.emulator->compute();
+    Stopwatch phase_clock;
+    at::Tensor loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
+                                       batch.targets.to(s.worker->device()));
+    loss.backward();
+    loss_sum += loss.item<double>();
+    const double real = phase_clock.seconds();
+    compute += real + phase.end();
+  }
+  const parallel::ReduceTiming reduce = s.reducer->finish(s.job.train.global_batch);
+  s.optimizer->step();
+
+  const StepFigures figures = gatherFigures(world, compute, reduce.wait_seconds, loss_sum);
+  double total_loss = 0;
+  for (double value : figures.loss_sums) total_loss += value;
+  record.loss = total_loss / static_cast<double>(s.job.train.global_batch);
+  record.compute_seconds = figures.compute_seconds;
+  record.wait_seconds = figures.wait_seconds;
+  if (s.job.balancer.shares.empty() && s.balancer->update(step, figures.compute_seconds))
+    record.rebalance = s.balancer->lastChange();
+  record.step_seconds = clock.seconds();
+  record.samples_per_second = s.job.train.global_batch / record.step_seconds;
+  if (hooks.on_step) hooks.on_step(record);
+  return record;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,106 @@
+// The job configuration: the built-in default, the examples, and at least ten bad configs that
+// each get their own clear message before anything starts.
+#include "chorus/runtime/job_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "chorus/core/error.h"
+#include "chorus_version.h"
+
+namespace chorus::runtime {
+namespace {
+
+JobConfig fromDefaultWith(const std::vector<std::string>& settings) {
+  Config config = Config::parseString(defaultJobToml(), "<default>");
+  for (const auto& setting : settings) config.set(setting);
+  return readJobConfig(config);
+}
+
+std::string errorOf(const std::vector<std::string>& settings, const std::string& extra_toml = "") {
+  try {
+    Config config = Config::parseString(std::string(defaultJobToml()) + extra_toml, "job.toml");
+    for (const auto& setting : settings) config.set(setting);
+    const JobConfig job = readJobConfig(config);
+    validateJobOnDevices(job, job.devices.front().kind == DeviceKind::kAuto
+                                  ? parseDeviceSpecs("cpu,cpu")
+                                  : job.devices);
+  } catch (const ConfigError& error) {
+    return error.message();
+  }
+  return "";
+}
+
+TEST(JobConfig, DefaultIsTheFashionMnistCnnOnAutoDevices) {
+  const JobConfig job = fromDefaultWith({});
+  EXPECT_EQ(job.model.kind, "cnn");
+  EXPECT_EQ(job.data.dataset, "fashion-mnist");
+  EXPECT_EQ(job.devices.size(), 1u);
+  EXPECT_EQ(job.devices[0].kind, DeviceKind::kAuto);
+  EXPECT_GT(job.train.target_accuracy, 0.0);
+}
+
+TEST(JobConfig, SetAddressesAnyKeyByItsDottedPath) {
+  const JobConfig job = fromDefaultWith(
+      {"devices=cpu@1.0,cpu@0.5", "balance=off", "train.global_batch=96", "optimizer.name=adamw"});
+  ASSERT_EQ(job.devices.size(), 2u);
+  EXPECT_EQ(job.devices[1].speed, 0.5);
+  EXPECT_EQ(job.balancer.mode, "off");
+  EXPECT_EQ(job.train.global_batch, 96);
+  EXPECT_EQ(job.optimizer.name, "adamw");
+}
+
+TEST(JobConfig, ExampleDefaultEqualsTheBuiltInDefault) {
+  std::ifstream file(std::string(CHORUS_SOURCE_DIR) + "/examples/default.toml");
+  ASSERT_TRUE(file) << "examples/default.toml missing";
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_EQ(Config::parseString(text.str()).toToml(),
+            Config::parseString(defaultJobToml()).toToml());
+}
+
+TEST(JobConfig, ExamplesAreValid) {
+  for (const char* name : {"default.toml", "hetero-emulated.toml", "gpt-text.toml"}) {
+    const JobConfig job =
+        readJobConfig(Config::parseFile(std::string(CHORUS_SOURCE_DIR) + "/examples/" + name));
+    EXPECT_GE(job.train.steps, 1) << name;
+  }
+}
+
+// Each bad config names what is wrong; the messages are all different.
+TEST(JobConfig, BadConfigsGetTheirOwnClearMessages) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"optimzer.lr=0.1"}, "optimzer.lr"},   // unknown key (typo)
+      {{"train.steps=many"}, "train.steps"},  // wrong type
+      {{"train.steps=0"}, "train.steps"},     // impossible value
+      {{"devices=cpu,cpu,cpu", "train.global_batch=2"}, "smaller than the number of devices"},
+      {{"devices=gpu:0"}, "invalid device spec 'gpu:0'"},
+      {{"balance=sometimes"}, "balance"},
+      {{"optimizer.name=rmsprop"}, "optimizer.name"},
+      {{"optimizer.lr=-1"}, "optimizer.lr"},
+      {{"optimizer.momentum=1.5"}, "optimizer.momentum"},
+      {{"model.kind=rnn"}, "model.kind"},
+      {{"model.kind=gpt", "data.dataset=fashion-mnist"}, "data.dataset"},
+      {{"model.kind=gpt", "model.width=100", "model.heads=3"}, "model.width"},
+      {{"data.dataset=imagenet"}, "data.dataset"},
+      {{"train.target_accuracy=2"}, "train.target_accuracy"},
+      {{"comm.bucket_mb=0"}, "comm.bucket_mb"},
+      {{"balancer.shares=[1,2]"}, "balancer.shares"},
+      {{"devices=cpu/1KiB"}, "cannot hold one training sample"},
+      {{"data.dir=/nonexistent"}, "Fashion-MNIST not found"},
+  };
+  std::set<std::string> messages;
+  for (const auto& [settings, expected] : cases) {
+    const std::string message = errorOf(settings);
+    EXPECT_NE(message.find(expected), std::string::npos)
+        << "settings " << settings.front() << " gave: '" << message << "'";
+    messages.insert(message);
+  }
+  EXPECT_EQ(messages.size(), cases.size());
+}
+
+}  // namespace
+}  // namespace chorus::runtime

@@ -1,0 +1,100 @@
+#include "train_report.h"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chorus/core/error.h"
+
+namespace chorus::cli {
+namespace {
+
+std::string joined(const std::vector<std::int64_t>& values) {
+  std::ostringstream out;
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
+  return out.str();
+}
+
+std::string clockText(double seconds) {
+  const long total = static_cast<long>(seconds + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof text, "%ld:%02ld", total / 60, total % 60);
+  return text;
+}
+
+}  // namespace
+
+TrainReport::TrainReport(const runtime::JobConfig& job, bool writer, const std::string& json_path)
+    : job_(job), writer_(writer) {
+  if (!writer_) return;
+  if (!json_path.empty()) {
+    json_.open(json_path, std::ios::trunc);
+    if (!json_) CHORUS_THROW(ConfigError, "--log-json: cannot write ", json_path);
+  }
+  std::cout << "chorus train: " << job_.model.kind << " on " << job_.data.dataset << ", "
+            << job_.train.steps << " steps of " << job_.train.global_batch
+            << " samples, balance=" << job_.balancer.mode << ", config " << job_.source
+            << std::endl;
+}
+
+void TrainReport::progressLine(const runtime::StepRecord& record) const {
+  const double done = static_cast<double>(record.step + 1);
+  const double eta = clock_.seconds() / done * (job_.train.steps - done);
+  char line[512];
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | %.0f samples/s | lr %.4g | ",
+                static_cast<long long>(record.step + 1), static_cast<long long>(job_.train.steps),
+                record.loss, record.samples_per_second, record.lr);
+  std::ostringstream compute;
+  for (size_t i = 0; i < record.compute_seconds.size(); ++i)
+    compute << (i ? "," : "") << static_cast<int>(record.compute_seconds[i] * 1000 + 0.5);
+  std::cout << line << "shares " << joined(record.shares) << " | compute ms " << compute.str()
+            << " | ETA " << clockText(eta) << std::endl;
+}
+
+void TrainReport::step(const runtime::StepRecord& record) {
+  if (!writer_) return;
+  const bool last = record.step + 1 == job_.train.steps;
+  if ((record.step + 1) % job_.train.log_every == 0 || last || record.step == 0)
+    progressLine(record);
+  if (record.test_accuracy) {
+    std::printf("eval at step %lld: test accuracy %.4f, test loss %.4f\n",
+                static_cast<long long>(record.step + 1), *record.test_accuracy,
+                record.test_loss.value_or(0.0));
+    std::fflush(stdout);
+    if (target_step_ < 0 && job_.train.target_accuracy > 0 &&
+        *record.test_accuracy >= job_.train.target_accuracy)
+      target_step_ = record.step + 1;
+  }
+  if (!json_.is_open()) return;
+  nlohmann::json line = {{"step", record.step + 1},
+                         {"loss", record.loss},
+                         {"samples_per_s", record.samples_per_second},
+                         {"step_s", record.step_seconds},
+                         {"lr", record.lr},
+                         {"shares", record.shares},
+                         {"compute_s", record.compute_seconds},
+                         {"wait_s", record.wait_seconds}};
+  if (record.test_accuracy) line["test_accuracy"] = *record.test_accuracy;
+  if (record.test_loss) line["test_loss"] = *record.test_loss;
+  if (!record.rebalance.empty()) line["rebalance"] = record.rebalance;
+  json_ << line.dump() << '\n';
+  json_.flush();
+}
+
+void TrainReport::finish(const runtime::TrainResult& result) {
+  if (!writer_) return;
+  std::printf(
+      "done: %lld steps in %.1f s, %.0f samples/s, final loss %.4f, test accuracy %.4f (whole test "
+      "split)",
+      static_cast<long long>(result.steps), result.wall_seconds, result.samples_per_second,
+      result.final_loss, result.test_accuracy.value_or(0.0));
+  if (job_.train.target_accuracy > 0)
+    std::printf(result.reached_target ? " (target %.2f reached at step %lld)"
+                                      : " (target %.2f not reached)",
+                job_.train.target_accuracy, static_cast<long long>(target_step_));
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace chorus::cli
