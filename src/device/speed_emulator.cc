@@ -1,5 +1,7 @@
 #include "chorus/device/speed_emulator.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <exception>
 #include <thread>
@@ -14,14 +16,25 @@ using SteadyClock = std::chrono::steady_clock;
 std::int64_t toNanos(double seconds) { return static_cast<std::int64_t>(seconds * 1e9); }
 double toSeconds(std::int64_t nanos) { return static_cast<double>(nanos) * 1e-9; }
 
+std::int64_t threadCpuNanos() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
 }  // namespace
 
 SpeedEmulator::ComputeScope::ComputeScope(SpeedEmulator* owner)
-    : owner_(owner), start_(SteadyClock::now()), uncaught_at_start_(std::uncaught_exceptions()) {}
+    : owner_(owner),
+      start_(SteadyClock::now()),
+      cpu_start_ns_(owner->basis_ == TimeBasis::kThreadCpu ? threadCpuNanos() : 0),
+      uncaught_at_start_(std::uncaught_exceptions()) {}
 
 SpeedEmulator::ComputeScope::ComputeScope(ComputeScope&& other) noexcept
     : owner_(other.owner_),
       start_(other.start_),
+      cpu_start_ns_(other.cpu_start_ns_),
+      device_seconds_(other.device_seconds_),
       paused_at_(other.paused_at_),
       excluded_(other.excluded_),
       paused_(other.paused_),
@@ -33,7 +46,7 @@ SpeedEmulator::ComputeScope::~ComputeScope() {
   if (owner_ == nullptr) return;
   // A new exception in flight means the phase failed: record it, but do not delay the error.
   const bool unwinding = std::uncaught_exceptions() > uncaught_at_start_;
-  owner_->finishPhase(computeSeconds(), !unwinding);
+  owner_->finishPhase(computeSeconds(), wallSeconds(), !unwinding);
   owner_ = nullptr;
 }
 
@@ -56,6 +69,12 @@ void SpeedEmulator::ComputeScope::excludeWait(double seconds) {
 }
 
 double SpeedEmulator::ComputeScope::computeSeconds() const {
+  // A blocked wait uses no CPU, so the CPU clock excludes waits by itself.
+  if (owner_->basis_ == TimeBasis::kThreadCpu) return toSeconds(threadCpuNanos() - cpu_start_ns_);
+  return wallSeconds();
+}
+
+double SpeedEmulator::ComputeScope::wallSeconds() const {
   // A phase that ends while paused ends its wait at the same moment.
   const auto now = SteadyClock::now();
   auto excluded = excluded_;
@@ -66,12 +85,14 @@ double SpeedEmulator::ComputeScope::computeSeconds() const {
 
 double SpeedEmulator::ComputeScope::end() {
   if (owner_ == nullptr) return 0;
-  const double slept = owner_->finishPhase(computeSeconds(), true);
+  const double compute = computeSeconds();
+  device_seconds_ = compute / owner_->speed_;
+  const double slept = owner_->finishPhase(compute, wallSeconds(), true);
   owner_ = nullptr;
   return slept;
 }
 
-SpeedEmulator::SpeedEmulator(double speed) : speed_(speed) {
+SpeedEmulator::SpeedEmulator(double speed, TimeBasis basis) : speed_(speed), basis_(basis) {
   CHORUS_CHECK_CONFIG(speed > 0 && speed <= 1, "emulated speed must be in (0, 1], got ", speed);
 }
 
@@ -87,13 +108,16 @@ EmulationTotals SpeedEmulator::totals() const {
   return totals;
 }
 
-double SpeedEmulator::finishPhase(double compute_seconds, bool pad) {
+double SpeedEmulator::finishPhase(double compute_seconds, double wall_seconds, bool pad) {
   compute_ns_.fetch_add(toNanos(compute_seconds), std::memory_order_relaxed);
   phases_.fetch_add(1, std::memory_order_relaxed);
   if (!pad || !emulated()) return 0;
   // Sleep wakes late by tens of microseconds; repaying that from the next phase keeps the total
   // padding at (1/speed - 1) x compute even over thousands of millisecond-long phases.
-  const std::int64_t owed = toNanos(paddingFor(compute_seconds)) - overshoot_ns_;
+  // The phase should last compute / speed; it already lasted wall_seconds (equal to
+  // compute_seconds in the wall basis, so this is paddingFor(compute_seconds) there).
+  const double target = compute_seconds / speed_;
+  const std::int64_t owed = toNanos(std::max(0.0, target - wall_seconds)) - overshoot_ns_;
   if (owed <= 0) {
     overshoot_ns_ = -owed;
     return 0;

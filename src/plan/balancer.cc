@@ -215,17 +215,39 @@ bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_secon
   return false;
 }
 
+// Every rank keeps at least one sample when the batch allows it: a rank at zero is never measured
+// again, so a rank that was slow during a noisy moment would be starved for the rest of the run.
+// Giving each rank its first sample up front and balancing the rest on t_i(1 + x) = (a_i + c_i) +
+// c_i x solves exactly the problem with b_i >= 1.
+std::vector<int64_t> balanceWithFloor(const std::vector<RankTiming>& fitted, int64_t global_batch,
+                                      const std::vector<int64_t>& caps) {
+  const int64_t ranks = static_cast<int64_t>(fitted.size());
+  // A cap of exactly 1 leaves no room after the first sample, and "0" means "no cap" in
+  // balanceShares, so such a job is balanced without the floor.
+  bool tight_cap = false;
+  for (int64_t cap : caps) tight_cap = tight_cap || cap == 1;
+  if (global_batch < ranks || tight_cap) return balanceShares(fitted, global_batch, caps);
+  std::vector<RankTiming> shifted = fitted;
+  for (RankTiming& timing : shifted) timing.a += timing.c;
+  std::vector<int64_t> rest_caps(caps.size());
+  for (size_t i = 0; i < caps.size(); ++i) rest_caps[i] = caps[i] > 0 ? caps[i] - 1 : caps[i];
+  std::vector<int64_t> shares = balanceShares(shifted, global_batch - ranks, rest_caps);
+  for (int64_t& share : shares) share += 1;
+  return shares;
+}
+
 bool LoadBalancer::maybeRebalance(int64_t step, bool settling) {
   const std::vector<RankTiming> fitted = timings();
-  std::vector<int64_t> proposal = balanceShares(fitted, global_batch_, caps_);
+  std::vector<int64_t> proposal = balanceWithFloor(fitted, global_batch_, caps_);
   if (proposal == shares_) return false;
   const double now = plan::predictedStepSeconds(fitted, shares_);
   const double next = plan::predictedStepSeconds(fitted, proposal);
   double error = 0;
   for (const SpeedModel& model : models_) error = std::max(error, model.relativeError());
-  // Settling drops the dead band: by then every rank's window was measured at the current
-  // shares, so the fit is as good as it gets and only noise (the confidence term) holds it back.
-  const double dead_band = settling ? 0.0 : options_.min_gain;
+  // Settling halves the dead band: by then every rank's window was measured at the current
+  // shares, so the fit is as good as it gets; half the band still keeps timing noise from
+  // moving shares back and forth.
+  const double dead_band = settling ? options_.min_gain / 2 : options_.min_gain;
   if (!(next < now * (1.0 - dead_band - kConfidence * error))) return false;
 
   std::ostringstream line;

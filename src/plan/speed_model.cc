@@ -135,6 +135,7 @@ SpeedModel::SpeedModel(int window) : window_(window), timing_{0.0, 1.0} {
 
 void SpeedModel::observe(int64_t samples, double seconds) {
   if (samples <= 0 || !std::isfinite(seconds) || seconds < 0) return;
+  forgetOnSpeedChange(samples, seconds);
   observations_.push_back({samples, seconds});
   while (observations_.size() > static_cast<size_t>(window_)) observations_.pop_front();
   timing_ = fit(Points(observations_.begin(), observations_.end()));
@@ -147,7 +148,27 @@ void SpeedModel::observe(int64_t samples, double seconds) {
       kMadToSigma * median(deviations) / std::sqrt(static_cast<double>(observations_.size()));
 }
 
+// A device whose speed changed (throttling, a co-tenant, a test hook) makes every older
+// observation wrong; fitting through old and new would take a full window to notice and could
+// overshoot on the way. Two observations in a row off the fit by more than kShiftThreshold, in the
+// same direction, mark a change: the window keeps only the observation before this one.
+void SpeedModel::forgetOnSpeedChange(int64_t samples, double seconds) {
+  if (observations_.size() < 3) {
+    shift_streak_ = 0;
+    return;
+  }
+  const double ratio = seconds / timing_.seconds(samples);
+  const int direction = ratio > 1 + kShiftThreshold ? 1 : ratio < 1 - kShiftThreshold ? -1 : 0;
+  shift_streak_ = direction != 0 && (shift_streak_ == 0 || (shift_streak_ > 0) == (direction > 0))
+                      ? shift_streak_ + direction
+                      : direction;
+  if (std::abs(shift_streak_) < 2) return;
+  observations_.erase(observations_.begin(), observations_.end() - 1);
+  shift_streak_ = 0;
+}
+
 void SpeedModel::reset() {
+  shift_streak_ = 0;
   observations_.clear();
   relative_error_ = 0;
   timing_ = RankTiming{0.0, 1.0};

@@ -48,6 +48,13 @@ StepFigures gatherFigures(comm::Communicator& world, double compute, double wait
   return figures;
 }
 
+// CPU workers measure compute in thread CPU time, so that emulated devices sharing few cores keep
+// the speeds their specs say (see device::TimeBasis); GPU workers in wall time.
+std::unique_ptr<device::SpeedEmulator> makeEmulator(double speed, const c10::Device& device) {
+  return std::make_unique<device::SpeedEmulator>(
+      speed, device.is_cpu() ? device::TimeBasis::kThreadCpu : device::TimeBasis::kWall);
+}
+
 }  // namespace
 
 Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
@@ -79,7 +86,7 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
                                                     s.job.train.global_batch,
                                                     std::vector<std::int64_t>(world.size(), 0));
   s.speed = s.worker->identity().device.speed;
-  s.emulator = std::make_unique<device::SpeedEmulator>(s.speed);
+  s.emulator = makeEmulator(s.speed, s.worker->device());
   const auto& budget = s.worker->identity().device.memory_budget;
   s.micro_limit = budget ? maxMicroBatch(*s.model, s.job.optimizer, *budget,
                                          s.worker->identity().device.toString())
@@ -106,7 +113,7 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
   const std::int64_t step = s.next_step++;
   if (hooks.speed_at) {
     const double speed = hooks.speed_at(step);
-    if (speed != s.speed) s.emulator = std::make_unique<device::SpeedEmulator>(s.speed = speed);
+    if (speed != s.speed) s.emulator = makeEmulator(s.speed = speed, s.worker->device());
   }
   Stopwatch clock;
   StepRecord record;
@@ -125,13 +132,12 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
     const data::Batch batch = s.data.train->get(micro[k]);
     if (k + 1 == micro.size()) s.reducer->armForFinalBackward();
     auto phase = s.emulator->compute();
-    Stopwatch phase_clock;
     at::Tensor loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
                                        batch.targets.to(s.worker->device()));
     loss.backward();
-    loss_sum += loss.item<double>();
-    const double real = phase_clock.seconds();
-    compute += real + phase.end();
+    loss_sum += loss.item<double>();  // also waits for a GPU's queued work: the phase is over
+    phase.end();
+    compute += phase.deviceSeconds();
   }
   const parallel::ReduceTiming reduce = s.reducer->finish(s.job.train.global_batch);
   s.optimizer->step();
@@ -142,7 +148,9 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
   record.loss = total_loss / static_cast<double>(s.job.train.global_batch);
   record.compute_seconds = figures.compute_seconds;
   record.wait_seconds = figures.wait_seconds;
-  if (s.job.balancer.shares.empty() && s.balancer->update(step, figures.compute_seconds))
+  // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
+  if (s.job.balancer.shares.empty() && step > 0 &&
+      s.balancer->update(step, figures.compute_seconds))
     record.rebalance = s.balancer->lastChange();
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;

@@ -58,7 +58,8 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   std::shared_ptr<Worker> worker(new Worker(identityFromEnvironment(environment)));
   const WorkerIdentity& identity = worker->identity_;
   Logger::instance().setLevel(parseLogLevel(identity.log_level));
-  if (identity.world_size > 1)
+  // `chorus run` already prefixes every output line with the rank; other launchers do not.
+  if (identity.world_size > 1 && identity.launcher != "chorus")
     Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
   if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
 

@@ -14,6 +14,18 @@
 
 namespace chorus::device {
 
+// What a phase's compute time is measured in.
+enum class TimeBasis {
+  // Wall time, waits excluded: right for GPUs, whose work the host thread only waits for.
+  kWall,
+  // The thread's CPU time: an emulated CPU device is `speed` x one dedicated core of this host.
+  // When several emulated devices share fewer cores than they have threads (3 workers on 2
+  // cores), wall time also counts the time a worker was descheduled for another, which depends on
+  // how the phases of all workers happen to overlap; CPU time does not, so the emulated speeds
+  // stay the speeds the specs say.
+  kThreadCpu,
+};
+
 // Running totals of one emulator, for metrics. Value type.
 struct EmulationTotals {
   // Real wall time of compute phases, waits excluded.
@@ -54,14 +66,20 @@ class SpeedEmulator {
     void excludeWait(double seconds);
     // Ends the phase now: sleeps the padding and returns the seconds slept. Later calls return 0.
     double end();
+    // After end(): how long the phase took on the emulated device, compute / speed (compute in
+    // the emulator's time basis). What a load balancer should see.
+    double deviceSeconds() const { return device_seconds_; }
 
    private:
     friend class SpeedEmulator;
     explicit ComputeScope(SpeedEmulator* owner);
     double computeSeconds() const;
+    double wallSeconds() const;
 
     SpeedEmulator* owner_;
     std::chrono::steady_clock::time_point start_;
+    std::int64_t cpu_start_ns_ = 0;
+    double device_seconds_ = 0;
     std::chrono::steady_clock::time_point paused_at_;
     std::chrono::steady_clock::duration excluded_{0};
     bool paused_ = false;
@@ -69,7 +87,8 @@ class SpeedEmulator {
   };
 
   // REQUIRES: 0 < speed <= 1 (throws ConfigError otherwise). speed 1.0 measures but never sleeps.
-  explicit SpeedEmulator(double speed);
+  // `basis`: see TimeBasis. Default: kWall.
+  explicit SpeedEmulator(double speed, TimeBasis basis = TimeBasis::kWall);
   SpeedEmulator(const SpeedEmulator&) = delete;
   SpeedEmulator& operator=(const SpeedEmulator&) = delete;
 
@@ -77,16 +96,19 @@ class SpeedEmulator {
   [[nodiscard]] ComputeScope compute() { return ComputeScope(this); }
 
   double speed() const { return speed_; }
+  TimeBasis basis() const { return basis_; }
   bool emulated() const { return speed_ != 1.0; }
   // Sleep owed for a phase of `compute_seconds` real time: (1/speed - 1) x compute_seconds.
   double paddingFor(double compute_seconds) const;
   EmulationTotals totals() const;
 
  private:
-  // Records a finished phase and sleeps its padding; returns the seconds actually slept.
-  double finishPhase(double compute_seconds, bool pad);
+  // Records a finished phase and sleeps its padding; returns the seconds actually slept. The
+  // padding brings the phase's wall time (`wall_seconds`, waits excluded) to compute / speed.
+  double finishPhase(double compute_seconds, double wall_seconds, bool pad);
 
   const double speed_;
+  const TimeBasis basis_;
   // Sleep overshoot carried into the next phase, in nanoseconds (training thread only), so that
   // padding stays exact over many short phases even though each sleep wakes late.
   std::int64_t overshoot_ns_ = 0;

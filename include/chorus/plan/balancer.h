@@ -53,11 +53,15 @@ class SpeedModel {
   // A line is fitted only when max(b) − min(b) >= this fraction of max(b): closer together, noise
   // in t turns into wild slopes and intercepts.
   static constexpr double kMinRelativeSpread = 0.2;
+  // An observation this far off the fit (as a fraction of the prediction) counts toward a speed
+  // change; two in a row in the same direction restart the window.
+  static constexpr double kShiftThreshold = 0.35;
 
   // `window`: observations kept. REQUIRES: window >= 2 (else ConfigError). Default: 16.
   explicit SpeedModel(int window = kDefaultWindow);
 
-  // Records that `samples` samples took `seconds` of compute, and refits. Observations that
+  // Records that `samples` samples took `seconds` of compute, and refits (after forgetting the
+  // window when the speed visibly changed, see kShiftThreshold). Observations that
   // carry no information about speed are dropped: samples <= 0 (the rank did no work), or
   // seconds negative or not finite.
   void observe(int64_t samples, double seconds);
@@ -77,9 +81,12 @@ class SpeedModel {
 
  private:
   int window_;
+  void forgetOnSpeedChange(int64_t samples, double seconds);
+
   std::deque<Observation> observations_;
   RankTiming timing_;
   double relative_error_ = 0;
+  int shift_streak_ = 0;  // signed count of consecutive observations off the fit
 };
 
 // Integer shares b_i >= 0 with Σ b_i = global_batch and b_i <= caps[i] (a cap <= 0, or an empty
@@ -120,8 +127,9 @@ struct BalancerOptions {
   int profile_steps = 3;
   // Rebalance only when the predicted step time improves by more than this fraction (plus a
   // noise margin, see LoadBalancer), so that noise does not shuffle samples back and forth.
-  // REQUIRES: 0 <= min_gain < 1. Default: 0.05.
-  double min_gain = 0.05;
+  // REQUIRES: 0 <= min_gain < 1. Default: 0.10 — smaller predicted gains are within what timing
+  // noise on a shared host (SMT siblings, co-tenants) makes up, and chasing them makes shares flap.
+  double min_gain = 0.10;
   // Steps after a change before the next one may happen, so that the new shares are measured
   // before they are judged. REQUIRES: >= 0. Default: 5.
   int cooldown_steps = 5;
