@@ -16,13 +16,17 @@ std::atomic<MemoryBudget*> g_installed{nullptr};
 
 }  // namespace
 
-// What each allocation carries to its deleter: the wrapped allocation (freed with it) and the
-// size to give back. The owner pointer stays valid because budgets are never freed.
-struct MemoryBudget::Context {
-  c10::DataPtr inner;
+// Each allocation is preceded by a header that tells its deleter what to give back and how to
+// free it. A header rather than a separate context: libtorch's raw interface (raw_allocate, used by
+// some CPU kernels for scratch space) requires the DataPtr's context to be its data pointer.
+// kHeaderBytes keeps the data at the alignment the wrapped allocator gives (64 bytes for c10's).
+struct MemoryBudget::Header {
   std::size_t bytes;
-  MemoryBudget* owner;
+  MemoryBudget* owner;  // stays valid: budgets are never freed
+  c10::DeleterFnPtr free;
 };
+constexpr std::size_t kHeaderBytes = 64;
+static_assert(sizeof(MemoryBudget::Header) <= kHeaderBytes, "header must fit its slot");
 
 MemoryBudget::MemoryBudget(std::uint64_t budget_bytes, c10::Allocator* previous)
     : budget_(budget_bytes), previous_(previous) {}
@@ -30,6 +34,8 @@ MemoryBudget::MemoryBudget(std::uint64_t budget_bytes, c10::Allocator* previous)
 std::shared_ptr<MemoryBudget> MemoryBudget::install(std::uint64_t budget_bytes) {
   CHORUS_CHECK_CONFIG(budget_bytes > 0, "a memory budget must be positive");
   c10::Allocator* previous = c10::GetAllocator(c10::DeviceType::CPU);
+  if (previous == nullptr || previous->raw_deleter() == nullptr)
+    CHORUS_THROW(DeviceError, "the current CPU allocator has no raw interface to wrap");
   // Leaked once installed: see the class comment (storages keep raw pointers to their allocator).
   // Until SetAllocator has seen it, nothing refers to it and a failure may still delete it.
   auto* budget = new MemoryBudget(budget_bytes, previous);
@@ -78,22 +84,24 @@ void MemoryBudget::reserve(std::size_t bytes) {
 
 c10::DataPtr MemoryBudget::allocate(std::size_t bytes) {
   reserve(bytes);
+  void* base = nullptr;
   try {
-    c10::DataPtr inner = previous_->allocate(bytes);
-    void* data = inner.get();
-    auto* context = new Context{std::move(inner), bytes, this};
-    return c10::DataPtr(data, context, &MemoryBudget::deleteContext,
-                        c10::Device(c10::DeviceType::CPU));
+    base = previous_->raw_allocate(bytes + kHeaderBytes);
   } catch (...) {
     release(bytes);
     throw;
   }
+  new (base) Header{bytes, this, previous_->raw_deleter()};
+  void* data = static_cast<char*>(base) + kHeaderBytes;
+  return c10::DataPtr(data, data, &MemoryBudget::deleteData, c10::Device(c10::DeviceType::CPU));
 }
 
-void MemoryBudget::deleteContext(void* context) {
-  auto* owned = static_cast<Context*>(context);
-  owned->owner->release(owned->bytes);
-  delete owned;  // frees the wrapped allocation through its own deleter
+void MemoryBudget::deleteData(void* data) {
+  if (data == nullptr) return;
+  void* base = static_cast<char*>(data) - kHeaderBytes;
+  const Header header = *static_cast<Header*>(base);
+  header.owner->release(header.bytes);
+  header.free(base);
 }
 
 void MemoryBudget::copy_data(void* dest, const void* src, std::size_t count) const {

@@ -31,10 +31,12 @@ std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
                     world.rank(), world.size());
   // correct predictions, predictions, summed loss, samples
   at::Tensor totals = at::zeros({4}, at::kDouble);
-  const std::int64_t chunk = 256;
-  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
-    const std::vector<std::int64_t> part(ids.begin() + begin,
-                                         ids.begin() + std::min(ids.size(), begin + chunk));
+  // Inference needs less memory than a training micro-batch of the same size.
+  const std::int64_t chunk = s.micro_limit > 0 ? std::min<std::int64_t>(256, s.micro_limit) : 256;
+  for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(chunk)) {
+    const std::vector<std::int64_t> part(
+        ids.begin() + begin,
+        ids.begin() + std::min(ids.size(), begin + static_cast<size_t>(chunk)));
     const data::Batch batch = s.data.test->get(part);
     const at::Tensor targets = batch.targets.to(s.worker->device());
     const at::Tensor outputs = s.model->forward(batch.inputs.to(s.worker->device()));

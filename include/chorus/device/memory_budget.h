@@ -54,15 +54,17 @@ class MemoryBudget final : public c10::Allocator {
   void resetPeak() { peak_.store(bytesInUse(), std::memory_order_relaxed); }
 
   // c10::Allocator. allocate() throws c10::OutOfMemoryError past the budget. The raw interface
-  // (raw_deleter) stays unsupported: each allocation carries a context apart from its data.
+  // (raw_allocate / raw_deallocate) is supported too: some CPU kernels take scratch space through
+  // it, and that counts against the budget like any tensor.
   c10::DataPtr allocate(std::size_t bytes) override;
+  c10::DeleterFnPtr raw_deleter() const override { return &MemoryBudget::deleteData; }
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
- private:
-  struct Context;
+  struct Header;  // precedes each allocation (memory_budget.cc)
 
+ private:
   MemoryBudget(std::uint64_t budget_bytes, c10::Allocator* previous);
-  static void deleteContext(void* context);
+  static void deleteData(void* data);
   void reserve(std::size_t bytes);
   void release(std::size_t bytes) { in_use_.fetch_sub(bytes, std::memory_order_relaxed); }
 

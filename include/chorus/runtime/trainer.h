@@ -75,8 +75,9 @@ class Trainer {
   model::ZooModel& model();
   const std::vector<std::int64_t>& shares() const;
 
+  struct State;  // opaque; defined in src/runtime/trainer_state.h
+
  private:
-  struct State;
   std::unique_ptr<State> state_;
 };
 

@@ -1,0 +1,88 @@
+// `chorus train` end to end: real worker processes through the agent, the JSON log, memory budgets.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct TrainRun {
+  int exit_code = -1;
+  std::string output;
+  std::vector<nlohmann::json> steps;
+};
+
+TrainRun chorusTrain(const std::string& args, const std::string& name) {
+  const std::string log = testing::TempDir() + "/" + name + ".jsonl";
+  const std::string command =
+      std::string(CHORUS_BINARY) + " train " + args + " --log-json " + log + " 2>&1";
+  TrainRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return run;
+  std::array<char, 4096> buffer;
+  size_t got;
+  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    run.output.append(buffer.data(), got);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) run.steps.push_back(nlohmann::json::parse(line));
+  return run;
+}
+
+const std::string kSmallJob =
+    " --set data.dataset=synthetic --set data.size=2048 --set train.steps=12"
+    " --set train.eval_every=6 --set train.eval_samples=128 --set train.target_accuracy=0"
+    " --set model.channels=16 --set model.blocks=1 --set model.groups=4";
+
+TEST(TrainMultiproc, WritesOneJsonObjectPerStepWithSharesAndComputeTimes) {
+  const TrainRun run = chorusTrain("--set devices=cpu,cpu@0.5" + kSmallJob, "json_log");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.steps.size(), 12u) << run.output;
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    const auto& step = run.steps[i];
+    EXPECT_EQ(step["step"].get<int>(), static_cast<int>(i) + 1);
+    EXPECT_EQ(step["shares"].size(), 2u);
+    EXPECT_EQ(step["shares"][0].get<int>() + step["shares"][1].get<int>(), 64);
+    EXPECT_EQ(step["compute_s"].size(), 2u);
+    EXPECT_GT(step["samples_per_s"].get<double>(), 0.0);
+    EXPECT_TRUE(step["loss"].is_number());
+  }
+  EXPECT_TRUE(run.steps[5].contains("test_accuracy"));
+  EXPECT_FALSE(run.steps[4].contains("test_accuracy"));
+  EXPECT_NE(run.output.find("done: 12 steps"), std::string::npos) << run.output;
+}
+
+// A budget that holds only a few samples: the rank accumulates over micro-batches, nothing runs
+// out of memory, and the losses are those of the same job without a budget (the split of the
+// work never changes the math).
+TEST(TrainMultiproc, SmallMemoryBudgetIsRespectedWithoutChangingTheMath) {
+  const TrainRun capped =
+      chorusTrain("--set devices=cpu,cpu/2MiB --set balance=off" + kSmallJob, "capped");
+  ASSERT_EQ(capped.exit_code, 0) << capped.output;
+  EXPECT_NE(capped.output.find("memory budget 2 MiB: micro-batches of at most"), std::string::npos)
+      << capped.output;
+  EXPECT_EQ(capped.output.find("OutOfMemory"), std::string::npos) << capped.output;
+  const TrainRun free = chorusTrain("--set devices=cpu,cpu --set balance=off" + kSmallJob, "free");
+  ASSERT_EQ(free.exit_code, 0) << free.output;
+  ASSERT_EQ(capped.steps.size(), free.steps.size());
+  for (size_t i = 0; i < free.steps.size(); ++i)
+    EXPECT_NEAR(capped.steps[i]["loss"].get<double>(), free.steps[i]["loss"].get<double>(),
+                1e-4 * std::abs(free.steps[i]["loss"].get<double>()))
+        << "step " << i + 1;
+}
+
+TEST(TrainMultiproc, BadConfigIsRefusedBeforeAnythingStarts) {
+  const TrainRun run = chorusTrain("--set optimizer.lr=fast" + kSmallJob, "bad");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("optimizer.lr"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("chorus run:"), std::string::npos) << "workers were started";
+}
+
+}  // namespace
