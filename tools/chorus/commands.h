@@ -31,5 +31,7 @@ int exitCodeFor(const Error& error);
 void addDevicesCommand(CLI::App& app, Action& action);
 void addRunCommand(CLI::App& app, Action& action);
 void addTrainCommand(CLI::App& app, Action& action);
+void addPlanCommand(CLI::App& app, Action& action);
+void addSimulateCommand(CLI::App& app, Action& action);
 
 }  // namespace chorus::cli

@@ -30,7 +30,7 @@ void rejectUnknownSubcommand(const CLI::App& app, int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands({}))
       if (sub->get_name() == word) return;
     CHORUS_THROW(ConfigError, "unknown subcommand '", word,
-                 "'; expected devices, run or train (see chorus --help)");
+                 "'; expected devices, run, train, plan or simulate (see chorus --help)");
   }
 }
 
@@ -46,6 +46,8 @@ int runCli(int argc, char** argv) {
   addDevicesCommand(app, action);
   addRunCommand(app, action);
   addTrainCommand(app, action);
+  addPlanCommand(app, action);
+  addSimulateCommand(app, action);
   rejectUnknownSubcommand(app, argc, argv);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,126 @@
+// The Plan: one structure that the planner writes, the simulator runs and the runtime executes
+// (DESIGN.md, "The plan").
+//
+// Every strategy is one shape of it: heterogeneous data parallelism is R replicas of one stage
+// each with uneven shares; a pipeline is one replica of S stages with uneven layer cuts; hybrids
+// are R x S. A plan names cluster devices by id (cluster.h), so it is read against the cluster it
+// was made for; plan_json.h (de)serializes it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/plan/device_catalog.h"
+
+namespace chorus::plan {
+
+enum class Schedule { kGpipe, kOneFOneB };
+enum class AllReduceAlgorithm { kRing, kHierarchical };
+// Gradient compression on a class of links. Lossy codecs change the numerics, so the planner uses
+// them only when allowed (PlanOptions::allow_compression).
+enum class Codec { kNone, kFp16, kInt8 };
+
+const char* toString(Schedule schedule);        // "gpipe", "1f1b"
+const char* toString(AllReduceAlgorithm algo);  // "ring", "hierarchical"
+const char* toString(Codec codec);              // "none", "fp16", "int8"
+Schedule parseSchedule(const std::string& text);
+AllReduceAlgorithm parseAllReduceAlgorithm(const std::string& text);
+Codec parseCodec(const std::string& text);
+
+// One pipeline stage of one replica: layers [first_layer, last_layer) on plan rank `rank`.
+struct StagePlan {
+  int first_layer = 0;
+  int last_layer = 0;
+  int rank = 0;
+  // Samples per micro-batch on this stage. A one-stage replica accumulates
+  // ceil(share / micro_batch) micro-batches, the last one holding the remainder. A pipeline
+  // replica splits its share into Plan::micro_batches micro-batches as evenly as possible, and
+  // micro_batch is the largest of them: ceil(share / micro_batches).
+  int micro_batch = 1;
+  // Activation checkpointing: keep only layer outputs, recompute the rest in backward.
+  bool checkpoint = false;
+};
+
+// One data-parallel copy of the model.
+struct ReplicaPlan {
+  // Samples of each global batch this replica takes.
+  int share = 0;
+  std::vector<StagePlan> stages;
+};
+
+// One worker (plan rank) and the device it runs on.
+struct RankPlan {
+  int device = 0;           // cluster device id
+  std::string device_type;  // the cluster's type name, checked when a plan is loaded
+  std::string node;         // the cluster's node name
+  Dtype precision = Dtype::kFp32;
+  // Bytes this rank may use; 0 = the device's usable memory. Default: 0.
+  std::uint64_t memory_budget = 0;
+  // Emulated speed in (0, 1] (DESIGN.md, emulated heterogeneity). Default: 1.
+  double emulated_speed = 1;
+  // Filled by the cost model.
+  std::uint64_t predicted_memory = 0;
+};
+
+struct CommPlan {
+  // Algorithm of every data-parallel group's all-reduce. Default: kRing.
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kRing;
+  // Gradient compression inside nodes (the cost model ignores it: intra-node links are rarely
+  // the bottleneck) and across nodes. Default: kNone.
+  Codec intra_node_codec = Codec::kNone;
+  Codec inter_node_codec = Codec::kNone;
+  // Steps between gradient synchronizations. Default: 1 (every step; the only value the cost model
+  // and runtime support today).
+  int sync_period = 1;
+};
+
+// What the cost model predicts for one training step. Times in seconds.
+struct Prediction {
+  double step_seconds = 0;
+  double samples_per_second = 0;
+  // Idle fraction of the critical replica's pipeline ((S-1)/(M+S-1) for equal stages; 0 for
+  // one-stage replicas).
+  double bubble_fraction = 0;
+  // Compute (forward, backward, recompute) of the critical replica's busiest stage.
+  double compute_seconds = 0;
+  // Point-to-point activation/gradient transfers charged to the critical replica.
+  double p2p_seconds = 0;
+  // Gradient synchronization not hidden behind backward, plus the optimizer step.
+  double exposed_comm_seconds = 0;
+  double optimizer_seconds = 0;
+};
+
+struct Plan {
+  // The model's name (a named shape, or the name in its JSON profile).
+  std::string model;
+  // Samples per step; the replicas' shares sum to it. REQUIRES: >= 1.
+  int global_batch = 0;
+  // Micro-batches per replica and step for pipelines (stages > 1). One-stage replicas derive
+  // their accumulation from StagePlan::micro_batch. Default: 1.
+  int micro_batches = 1;
+  // The job's seed. Default: 0.
+  std::uint64_t seed = 0;
+  // Pipeline schedule (stages > 1). Default: kOneFOneB.
+  Schedule schedule = Schedule::kOneFOneB;
+  // ZeRO stage 0-3, sharding over each stage's data-parallel group. Default: 0.
+  int zero_stage = 0;
+  std::vector<ReplicaPlan> replicas;
+  std::vector<RankPlan> ranks;
+  CommPlan comm;
+  Prediction predicted;
+  // Why the planner ranked this plan where it did (one line).
+  std::string reason;
+
+  int stageCount() const {
+    return replicas.empty() ? 0 : static_cast<int>(replicas[0].stages.size());
+  }
+  // Checks the structure against a model of `layer_count` layers: shares sum to global_batch,
+  // stages of every replica cover [0, layer_count) in order with equal cuts across replicas,
+  // every rank is used exactly once, micro-batches fit the schedule. Throws ConfigError.
+  void validate(int layer_count) const;
+  // A short description: "DP x16, shares 12..4" or "2 replicas x 4 stages, cuts 0|10|19|28|34".
+  std::string summary() const;
+};
+
+}  // namespace chorus::plan

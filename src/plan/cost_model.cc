@@ -1,0 +1,150 @@
+// Compute and memory terms of the cost model (plan_cost.cc prices whole plans with them).
+#include "chorus/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "chorus/core/error.h"
+
+namespace chorus::plan {
+namespace {
+
+// Sparse table over `values` for O(1) range maxima: table[k][i] = max of values[i, i + 2^k).
+std::vector<std::vector<double>> sparseTable(const std::vector<double>& values) {
+  std::vector<std::vector<double>> table{values};
+  for (size_t width = 2; width <= values.size(); width *= 2) {
+    const auto& previous = table.back();
+    std::vector<double> next(values.size() - width + 1);
+    for (size_t i = 0; i < next.size(); ++i)
+      next[i] = std::max(previous[i], previous[i + width / 2]);
+    table.push_back(std::move(next));
+  }
+  return table;
+}
+
+}  // namespace
+
+const char* toString(PrecisionPolicy policy) {
+  switch (policy) {
+    case PrecisionPolicy::kFp32:
+      return "fp32";
+    case PrecisionPolicy::kTf32:
+      return "tf32";
+    case PrecisionPolicy::kMixed:
+      return "mixed";
+  }
+  return "?";
+}
+
+PrecisionPolicy parsePrecisionPolicy(const std::string& text) {
+  for (PrecisionPolicy policy :
+       {PrecisionPolicy::kFp32, PrecisionPolicy::kTf32, PrecisionPolicy::kMixed})
+    if (text == toString(policy)) return policy;
+  CHORUS_THROW(ConfigError, "unknown precision policy '", text, "'; known: fp32, tf32, mixed");
+}
+
+CostModel::CostModel(const Cluster& cluster, const ModelProfile& model, CostOptions options)
+    : cluster_(cluster), model_(model), options_(std::move(options)) {
+  model_.validate();
+  const int layers = model_.layerCount();
+  prefix_params_.assign(layers + 1, 0);
+  prefix_flops_.assign(layers + 1, 0);
+  prefix_activation_.assign(layers + 1, 0);
+  prefix_output_.assign(layers + 1, 0);
+  std::vector<double> activation(layers), parameters(layers);
+  for (int i = 0; i < layers; ++i) {
+    const LayerProfile& layer = model_.layers[i];
+    prefix_params_[i + 1] = prefix_params_[i] + layer.params;
+    prefix_flops_[i + 1] = prefix_flops_[i] + layer.forward_flops;
+    prefix_activation_[i + 1] = prefix_activation_[i] + layer.activation_bytes;
+    prefix_output_[i + 1] = prefix_output_[i] + layer.output_bytes;
+    activation[i] = layer.activation_bytes;
+    parameters[i] = layer.params;
+  }
+  log2_.assign(layers + 1, 0);
+  for (int n = 2; n <= layers; ++n) log2_[n] = log2_[n / 2] + 1;
+  max_activation_ = sparseTable(activation);
+  max_params_ = sparseTable(parameters);
+}
+
+double CostModel::rangeMax(const std::vector<std::vector<double>>& table, int first,
+                           int last) const {
+  const int level = log2_[last - first];
+  return std::max(table[level][first], table[level][last - (1 << level)]);
+}
+
+Dtype CostModel::trainingDtype(const DeviceType& type, PrecisionPolicy policy) {
+  if (policy == PrecisionPolicy::kMixed) {
+    if (type.supports(Dtype::kBf16)) return Dtype::kBf16;
+    if (type.supports(Dtype::kFp16)) return Dtype::kFp16;
+  }
+  if (policy == PrecisionPolicy::kTf32 && type.supports(Dtype::kTf32)) return Dtype::kTf32;
+  return Dtype::kFp32;
+}
+
+double CostModel::efficiency(const DeviceType& type, Dtype dtype) const {
+  for (const auto& calibration : options_.calibrations)
+    if (calibration.device_type == type.name && calibration.dtype == dtype)
+      return calibration.efficiency;
+  if (type.device_class == DeviceClass::kCpu) return options_.cpu_efficiency;
+  return options_.gpu_efficiency[static_cast<int>(dtype)];
+}
+
+double CostModel::capacity(const DeviceType& type) const {
+  const double reserved = type.device_class == DeviceClass::kCpu ? options_.cpu_reserved_bytes
+                                                                 : options_.gpu_reserved_bytes;
+  return std::max(
+      0.0, (static_cast<double>(type.memory_bytes) - reserved) * (1 - options_.memory_headroom));
+}
+
+double CostModel::forwardSeconds(const DeviceType& type, Dtype dtype, int first, int last,
+                                 double micro_batch) const {
+  const double flops = (prefix_flops_[last] - prefix_flops_[first]) * micro_batch;
+  const double math = flops / (type.peak(dtype) * efficiency(type, dtype));
+  const double scale = static_cast<double>(bytesOf(dtype)) / model_.activation_element_bytes;
+  const double bytes = params(first, last) * bytesOf(dtype) +
+                       (prefix_activation_[last] - prefix_activation_[first]) * micro_batch * scale;
+  const double streaming = bytes / (type.memory_bandwidth * options_.memory_efficiency);
+  return (last - first) * options_.layer_overhead_seconds + std::max(math, streaming);
+}
+
+double CostModel::microBatchSeconds(const DeviceType& type, Dtype dtype, int first, int last,
+                                    double micro_batch, bool checkpoint) const {
+  return forwardSeconds(type, dtype, first, last, micro_batch) * (checkpoint ? 4 : 3);
+}
+
+double CostModel::stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
+                              int zero_stage, int group, bool checkpoint) const {
+  const double p = params(first, last);
+  const double element = bytesOf(dtype);
+  const double shard = std::max(1, group);
+  const double weights = p * element / (zero_stage >= 3 ? shard : 1);
+  const double grads = p * element / (zero_stage >= 2 ? shard : 1);
+  const double state = options_.optimizer_state_bytes + (element < 4 ? 4 : 0);
+  const double optimizer = p * state / (zero_stage >= 1 ? shard : 1);
+  // ZeRO-3 gathers one layer's full weights at a time.
+  const double gathered =
+      zero_stage >= 3 && group > 1 ? rangeMax(max_params_, first, last) * element : 0;
+  const double scale = element / model_.activation_element_bytes;
+  double activations = 0;
+  if (checkpoint) {
+    activations = in_flight * micro_batch * (prefix_output_[last] - prefix_output_[first]) * scale +
+                  micro_batch * rangeMax(max_activation_, first, last) * scale;
+  } else {
+    activations =
+        in_flight * micro_batch * (prefix_activation_[last] - prefix_activation_[first]) * scale;
+  }
+  return weights + grads + optimizer + gathered + activations;
+}
+
+double CostModel::boundaryBytes(Dtype dtype, int last, double micro_batch) const {
+  const double scale = static_cast<double>(bytesOf(dtype)) / model_.activation_element_bytes;
+  return model_.layers[last - 1].output_bytes * micro_batch * scale;
+}
+
+double CostModel::optimizerSeconds(const DeviceType& type, double parameters, int shard) const {
+  return parameters / std::max(1, shard) * options_.optimizer_traffic_bytes /
+         (type.memory_bandwidth * options_.memory_efficiency);
+}
+
+}  // namespace chorus::plan

@@ -1,0 +1,204 @@
+// CostModel::evaluate: the predicted step time and memory of a whole plan.
+#include <algorithm>
+#include <cmath>
+
+#include "chorus/core/error.h"
+#include "chorus/plan/cost_model.h"
+#include "step_terms.h"
+
+namespace chorus::plan {
+namespace detail {
+
+int gradElementBytes(const std::vector<Dtype>& dtypes) {
+  for (Dtype dtype : dtypes)
+    if (bytesOf(dtype) == 4 || dtype != dtypes.front()) return 4;
+  return 2;
+}
+
+LinearCost stageSyncCost(const CostModel& model, const std::vector<int>& devices, int element_bytes,
+                         const CommPlan& comm, int zero_stage) {
+  const double ratio = compressionRatio(comm.inter_node_codec, element_bytes);
+  LinearCost cost = allReduceCost(model.cluster(), devices, comm.algorithm, ratio);
+  if (zero_stage >= 3) {
+    cost.latency *= 1.5;
+    cost.per_byte *= 1.5;
+  }
+  return cost;
+}
+
+double accumulateSeconds(const CostModel& model, const DeviceType& type, Dtype dtype, double speed,
+                         int layers, int share, int micro_batch, bool checkpoint,
+                         double* backward_last) {
+  const int count = (share + micro_batch - 1) / micro_batch;
+  const int last = share - (count - 1) * micro_batch;
+  const double full =
+      model.microBatchSeconds(type, dtype, 0, layers, micro_batch, checkpoint) / speed;
+  const double tail = model.microBatchSeconds(type, dtype, 0, layers, last, checkpoint) / speed;
+  *backward_last = tail - model.forwardSeconds(type, dtype, 0, layers, last) / speed;
+  return (count - 1) * full + tail;
+}
+
+void addDistinct(std::vector<LinearCost>& costs, const LinearCost& cost) {
+  for (const LinearCost& known : costs)
+    if (known.latency == cost.latency && known.per_byte == cost.per_byte) return;
+  costs.push_back(cost);
+}
+
+int inFlight(Schedule schedule, int stage, int stages, int micro_batches) {
+  return schedule == Schedule::kGpipe ? micro_batches : std::min(stages - stage, micro_batches);
+}
+
+}  // namespace detail
+
+namespace {
+
+struct RankView {
+  const DeviceType* type;
+  Dtype dtype;
+  double speed;
+  double capacity;
+};
+
+std::vector<RankView> viewRanks(const CostModel& model, const Plan& plan) {
+  std::vector<RankView> views;
+  for (size_t i = 0; i < plan.ranks.size(); ++i) {
+    const RankPlan& rank = plan.ranks[i];
+    CHORUS_CHECK_CONFIG(rank.device >= 0 && rank.device < model.cluster().size(), "plan rank ", i,
+                        " names device ", rank.device, " of ", model.cluster().size());
+    const DeviceType& type = model.cluster().device(rank.device).type;
+    CHORUS_CHECK_CONFIG(type.supports(rank.precision), "plan rank ", i, ": ", type.name,
+                        " has no fast path for ", toString(rank.precision));
+    double capacity = model.capacity(type);
+    if (rank.memory_budget > 0)
+      capacity = std::min(capacity, static_cast<double>(rank.memory_budget));
+    views.push_back({&type, rank.precision, rank.emulated_speed, capacity});
+  }
+  return views;
+}
+
+}  // namespace
+
+PlanCost CostModel::evaluate(const Plan& plan) const {
+  plan.validate(model_.layerCount());
+  const std::vector<RankView> ranks = viewRanks(*this, plan);
+  const int stages = plan.stageCount();
+  const int replicas = static_cast<int>(plan.replicas.size());
+  const int zero = plan.zero_stage;
+  PlanCost cost;
+  cost.memory.assign(ranks.size(), 0);
+  cost.capacity.assign(ranks.size(), 0);
+  cost.compute.assign(ranks.size(), 0);
+  // Per stage: its data-parallel group's synchronization.
+  std::vector<BucketedAllReduce> sync(stages);
+  for (int s = 0; s < stages; ++s) {
+    std::vector<int> devices;
+    std::vector<Dtype> dtypes;
+    for (const auto& replica : plan.replicas) {
+      devices.push_back(plan.ranks[replica.stages[s].rank].device);
+      dtypes.push_back(ranks[replica.stages[s].rank].dtype);
+    }
+    const StagePlan& stage = plan.replicas[0].stages[s];
+    const int element = detail::gradElementBytes(dtypes);
+    sync[s] =
+        detail::stageSync(*this, detail::stageSyncCost(*this, devices, element, plan.comm, zero),
+                          element, params(stage.first_layer, stage.last_layer));
+  }
+  // Per stage boundary: the distinct links the replicas cross there.
+  std::vector<std::vector<LinearCost>> links(stages);
+  for (int s = 0; s + 1 < stages; ++s)
+    for (const auto& replica : plan.replicas)
+      detail::addDistinct(links[s], p2pCost(cluster_, plan.ranks[replica.stages[s].rank].device,
+                                            plan.ranks[replica.stages[s + 1].rank].device));
+  double step = -1;
+  int critical = 0;
+  std::vector<double> replica_p2p(replicas, 0), replica_tail(replicas, 0),
+      replica_bubble(replicas, 0);
+  std::vector<double> replica_opt(replicas, 0);
+  // Per stage: the optimizer step of its slowest member, which follows the group's all-reduce.
+  std::vector<double> optimizer(stages, 0);
+  for (int s = 0; s < stages; ++s) {
+    const StagePlan& stage = plan.replicas[0].stages[s];
+    const double shard = zero >= 1 ? replicas : 1;
+    for (const auto& replica : plan.replicas)
+      optimizer[s] = std::max(optimizer[s],
+                              optimizerSeconds(*ranks[replica.stages[s].rank].type,
+                                               params(stage.first_layer, stage.last_layer), shard));
+  }
+  for (int r = 0; r < replicas; ++r) {
+    const ReplicaPlan& replica = plan.replicas[r];
+    double pipeline = 0, slowest = 0, sum = 0, busy = 0, tail = 0, p2p_total = 0, opt_max = 0;
+    for (int s = 0; s < stages; ++s) {
+      const StagePlan& stage = replica.stages[s];
+      const RankView& rank = ranks[stage.rank];
+      opt_max = std::max(opt_max, optimizer[s]);
+      const int in_flight =
+          stages == 1 ? 1 : detail::inFlight(plan.schedule, s, stages, plan.micro_batches);
+      cost.memory[stage.rank] =
+          stageMemory(rank.dtype, stage.first_layer, stage.last_layer, stage.micro_batch, in_flight,
+                      zero, replicas, stage.checkpoint);
+      cost.capacity[stage.rank] = rank.capacity;
+      if (stages == 1) {
+        double backward = 0;
+        busy = detail::accumulateSeconds(*this, *rank.type, rank.dtype, rank.speed,
+                                         model_.layerCount(), replica.share, stage.micro_batch,
+                                         stage.checkpoint, &backward);
+        cost.compute[stage.rank] = busy;
+        pipeline = busy;
+        tail = detail::tailSeconds(sync[0], backward, optimizer[0]);
+        continue;
+      }
+      const double compute =
+          microBatchSeconds(*rank.type, rank.dtype, stage.first_layer, stage.last_layer,
+                            stage.micro_batch, stage.checkpoint) /
+          rank.speed;
+      const double forward = forwardSeconds(*rank.type, rank.dtype, stage.first_layer,
+                                            stage.last_layer, stage.micro_batch) /
+                             rank.speed;
+      double p2p = 0;
+      if (s + 1 < stages) {
+        // Replicas move in step: every one pays the slowest link at this boundary.
+        const double bytes = boundaryBytes(rank.dtype, stage.last_layer, stage.micro_batch);
+        for (const LinearCost& link : links[s]) p2p = std::max(p2p, link.seconds(bytes));
+      }
+      const double t = compute + 2 * p2p;
+      sum += t;
+      slowest = std::max(slowest, t);
+      p2p_total += 2 * p2p;
+      busy = std::max(busy, compute * plan.micro_batches);
+      cost.compute[stage.rank] = compute * plan.micro_batches;
+      tail = std::max(tail, detail::tailSeconds(sync[s], compute - forward, optimizer[s]));
+    }
+    if (stages > 1) {
+      pipeline = sum + (plan.micro_batches - 1) * slowest;
+      double work = 0;
+      for (const auto& stage : replica.stages) work += cost.compute[stage.rank];
+      replica_bubble[r] = 1 - work / (stages * pipeline);
+      replica_p2p[r] = p2p_total * plan.micro_batches;
+    }
+    replica_tail[r] = tail;
+    replica_opt[r] = opt_max;
+    if (pipeline + tail > step) {
+      step = pipeline + tail;
+      critical = r;
+      cost.prediction.compute_seconds = busy;
+    }
+  }
+  Prediction& p = cost.prediction;
+  p.step_seconds = step;
+  p.samples_per_second = plan.global_batch / step;
+  p.bubble_fraction = replica_bubble[critical];
+  p.p2p_seconds = replica_p2p[critical];
+  p.exposed_comm_seconds = replica_tail[critical];
+  p.optimizer_seconds = replica_opt[critical];
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (cost.memory[i] <= cost.capacity[i]) continue;
+    cost.feasible = false;
+    cost.infeasible_reason = "rank " + std::to_string(i) + " (" + ranks[i].type->name + ") needs " +
+                             std::to_string(cost.memory[i] / (1 << 30)) + " GiB of " +
+                             std::to_string(cost.capacity[i] / (1 << 30)) + " GiB usable";
+    break;
+  }
+  return cost;
+}
+
+}  // namespace chorus::plan

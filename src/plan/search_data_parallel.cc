@@ -1,0 +1,131 @@
+// Heterogeneous data parallelism: every device a replica, shares balanced so that all finish
+// together. A rank's time for b samples is nondecreasing in b, so the min-max split is exact
+// (share_split.h); per rank the fewest, most even micro-batches that fit its memory are best
+// (compute per micro-batch is convex in its size and carries a fixed overhead), with or without
+// activation checkpointing, whichever is faster.
+#include <algorithm>
+
+#include "searchers.h"
+#include "share_split.h"
+#include "step_terms.h"
+
+namespace chorus::plan::detail {
+namespace {
+
+// Largest micro-batch in [1, limit] whose memory fits `capacity` (0 when none).
+int largestFitting(const CostModel& model, Dtype dtype, int layers, int zero_stage, int group,
+                   bool checkpoint, double capacity, int limit) {
+  auto fits = [&](int mb) {
+    return model.stageMemory(dtype, 0, layers, mb, 1, zero_stage, group, checkpoint) <= capacity;
+  };
+  if (!fits(1)) return 0;
+  int low = 1, high = limit;
+  while (low < high) {
+    const int mid = low + (high - low + 1) / 2;
+    if (fits(mid))
+      low = mid;
+    else
+      high = mid - 1;
+  }
+  return low;
+}
+
+}  // namespace
+
+std::optional<RankChoices> dataParallelChoices(const CostModel& model, const PlanOptions& options,
+                                               const DeviceType& type,
+                                               const BucketedAllReduce& sync, int group,
+                                               int zero_stage, int max_share, double optimizer) {
+  const int layers = model.model().layerCount();
+  const Dtype dtype = CostModel::trainingDtype(type, options.precision);
+  const double capacity = model.capacity(type);
+  int largest[2] = {0, 0};
+  for (int checkpoint = 0; checkpoint < (options.allow_checkpointing ? 2 : 1); ++checkpoint)
+    largest[checkpoint] =
+        largestFitting(model, dtype, layers, zero_stage, group, checkpoint, capacity, max_share);
+  if (largest[0] == 0 && largest[1] == 0) return std::nullopt;
+  RankChoices choices;
+  for (int b = 1; b <= max_share; ++b) {
+    double best = 0;
+    int best_mb = 0;
+    bool best_checkpoint = false;
+    for (int checkpoint = 0; checkpoint < 2; ++checkpoint) {
+      if (largest[checkpoint] == 0) continue;
+      const int count = (b + largest[checkpoint] - 1) / largest[checkpoint];
+      const int mb = (b + count - 1) / count;
+      double backward = 0;
+      const double compute =
+          accumulateSeconds(model, type, dtype, 1.0, layers, b, mb, checkpoint, &backward);
+      const double cost = compute + tailSeconds(sync, backward, optimizer);
+      if (best_mb == 0 || cost < best) {
+        best = cost;
+        best_mb = mb;
+        best_checkpoint = checkpoint;
+      }
+    }
+    choices.cost.push_back(best);
+    choices.micro_batch.push_back(best_mb);
+    choices.checkpoint.push_back(best_checkpoint);
+  }
+  return choices;
+}
+
+std::optional<Plan> searchDataParallel(const CostModel& model, const PlanOptions& options,
+                                       const DeviceSubset& subset, int zero_stage,
+                                       const CommPlan& comm, bool equal_shares) {
+  const Cluster& cluster = model.cluster();
+  const std::vector<int>& devices = subset.devices;
+  const int n = static_cast<int>(devices.size());
+  if (n == 0 || options.global_batch < n) return std::nullopt;
+  std::vector<Dtype> dtypes;
+  for (int id : devices)
+    dtypes.push_back(CostModel::trainingDtype(cluster.device(id).type, options.precision));
+  const int element = gradElementBytes(dtypes);
+  const BucketedAllReduce sync =
+      stageSync(model, stageSyncCost(model, devices, element, comm, zero_stage), element,
+                model.params(0, model.model().layerCount()));
+  const int max_share = options.global_batch - (n - 1);
+  // Every rank steps its optimizer after the all-reduce; the slowest one ends the step.
+  const double shard = zero_stage >= 1 ? n : 1;
+  double optimizer = 0;
+  for (int id : devices)
+    optimizer = std::max(
+        optimizer, model.optimizerSeconds(cluster.device(id).type,
+                                          model.params(0, model.model().layerCount()), shard));
+  // One cost table per device type present.
+  std::vector<RankChoices> classes;
+  std::vector<int> class_of_type(cluster.types().size(), -1), class_of(n);
+  for (int i = 0; i < n; ++i) {
+    const Device& device = cluster.device(devices[i]);
+    if (class_of_type[device.type_id] < 0) {
+      auto choices = dataParallelChoices(model, options, device.type, sync, n, zero_stage,
+                                         max_share, optimizer);
+      if (!choices) return std::nullopt;
+      class_of_type[device.type_id] = static_cast<int>(classes.size());
+      classes.push_back(std::move(*choices));
+    }
+    class_of[i] = class_of_type[device.type_id];
+  }
+  std::vector<int> shares;
+  if (equal_shares) {
+    shares = equalSplit(options.global_batch, n);
+  } else {
+    std::vector<std::vector<double>> costs;
+    for (const auto& c : classes) costs.push_back(c.cost);
+    auto split = splitShares(costs, class_of, options.global_batch);
+    if (!split) return std::nullopt;
+    shares = std::move(*split);
+  }
+  std::vector<int> micro_batches(n);
+  std::vector<bool> checkpoint(n);
+  for (int i = 0; i < n; ++i) {
+    micro_batches[i] = classes[class_of[i]].micro_batch[shares[i] - 1];
+    checkpoint[i] = classes[class_of[i]].checkpoint[shares[i] - 1];
+  }
+  Plan plan = dataParallelPlan(model, options, devices, shares, micro_batches, checkpoint,
+                               zero_stage, comm);
+  if (!price(model, plan)) return std::nullopt;
+  return plan;
+}
+
+}  // namespace chorus::plan::detail
