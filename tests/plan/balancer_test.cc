@@ -183,7 +183,7 @@ TEST(SpeedModel, KeepsOnlyTheWindowAndDropsUselessObservations) {
   model.observe(10, -1.0);
   model.observe(10, NAN);
   EXPECT_TRUE(model.observations().empty());
-  EXPECT_EQ(model.timing().c, 1.0);  // placeholder
+  EXPECT_EQ(model.timing().c, 1.0);  // the neutral starting value
   for (int i = 1; i <= 6; ++i) model.observe(i * 10, 0.1 * i);
   ASSERT_EQ(model.observations().size(), 4u);
   EXPECT_EQ(model.observations().front().samples, 30);

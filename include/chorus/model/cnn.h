@@ -3,9 +3,9 @@
 //
 // Layers: "stem" (3×3 convolution, stride 2, from input channels to `channels`, then GroupNorm
 // and ReLU), "block1" … "blockN" (residual: conv-norm-relu-conv-norm, plus the input, then ReLU;
-// resolution and channels kept), and "head" (average pool to a 4×4 grid, flatten, then Linear to the classes).
-// The stem halves the resolution so that a 28×28 image costs a quarter of the FLOPs in every
-// block: on 2 CPU cores a step must stay well under a second.
+// resolution and channels kept), and "head" (average pool to a 4×4 grid, flatten, then Linear to
+// the classes). The stem halves the resolution so that a 28×28 image costs a quarter of the FLOPs
+// in every block: on 2 CPU cores a step must stay well under a second.
 #pragma once
 
 #include <cstdint>

@@ -66,7 +66,7 @@ class SpeedModel {
   // seconds negative or not finite.
   void observe(int64_t samples, double seconds);
 
-  // The current fit. With no observations: {a = 0, c = 1}, a neutral placeholder that treats all
+  // The current fit. With no observations: {a = 0, c = 1}, a neutral starting value that treats all
   // unobserved ranks alike.
   RankTiming timing() const { return timing_; }
   // The window, oldest first.
