@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""PyTorch DDP baseline for the heterogeneous data-parallel benchmark (bench/hetero_dp.py).
+
+Run under torchrun, one process per emulated device, Gloo backend, CPU, one intra-op thread:
+
+    python3 -m torch.distributed.run --standalone --nproc-per-node 3 bench/ddp_baseline.py \
+        --speeds 1.0,0.5,0.25 --global-batch 192 --steps 60 --log-prefix /tmp/ddp
+
+It trains the same residual CNN as chorus (src/model/cnn.cc) the way DDP always does: every rank
+takes the same batch, B / world_size samples.  Emulated speed works as in chorus
+(src/device/speed_emulator.cc): the CPU time of each rank's forward + backward, measured in *thread*
+CPU time (so blocked waits and Gloo's own threads do not count), is padded with sleep so that the
+phase lasts cpu_time / speed.  DDP's all-reduce is left as it is (launched from autograd hooks,
+overlapping backward); the sleep comes after backward returns and before the optimizer step.  Only
+compute is padded, never the time spent waiting for peers: the phase's wall time, which the sleep
+tops up, ends when the last gradient is ready (GradientClock), not when backward returns after
+DDP has waited for its all-reduce.
+
+Every rank r writes one JSON object per step to PREFIX.rank<r>.jsonl (no extra collective in the
+loop): ``step``, ``step_s`` (its own wall time of the whole step), ``loss`` (mean over its samples),
+``compute_s`` (emulated compute seconds: CPU time / speed) and ``wait_s`` (from the last gradient
+to the end of backward: DDP waiting for its all-reduce).  bench/hetero_dp.py merges them into
+chorus's per-step format.
+"""
+
+import argparse
+import gc
+import json
+import time
+import warnings
+
+# torch warns at import when NumPy is absent; the benchmark does not use NumPy.
+warnings.filterwarnings("ignore", message=".*NumPy.*")
+
+import torch  # noqa: E402  (after the warning filter on purpose)
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+HEAD_GRID = 4  # the head pools to a 4 x 4 map, as chorus's CNN does
+CLASSES = 10
+INPUT_SHAPE = (1, 28, 28)  # chorus's default model.input_shape (Fashion-MNIST)
+DATA_POOL = 8  # distinct batches per rank, cycled through (data loading is not what is measured)
+
+
+class ConvNorm(nn.Module):
+    """A 3x3 convolution (padding 1) followed by GroupNorm; bias only without normalization."""
+
+    def __init__(self, cin, cout, stride, groups):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=groups == 0)
+        self.norm = nn.GroupNorm(groups, cout) if groups > 0 else nn.Identity()
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+class ResidualBlock(nn.Module):
+    """conv-norm-relu, conv-norm, add the input, relu (chorus's ResidualBlock)."""
+
+    def __init__(self, channels, groups):
+        super().__init__()
+        self.first = ConvNorm(channels, channels, 1, groups)
+        self.second = ConvNorm(channels, channels, 1, groups)
+
+    def forward(self, x):
+        return torch.relu(x + self.second(torch.relu(self.first(x))))
+
+
+class ResidualCNN(nn.Module):
+    """chorus's CNN: stride-2 stem, residual blocks, 4x4 average pool, linear head."""
+
+    def __init__(self, channels, blocks, groups, in_channels=INPUT_SHAPE[0], classes=CLASSES):
+        super().__init__()
+        self.stem = ConvNorm(in_channels, channels, 2, groups)
+        self.blocks = nn.Sequential(*[ResidualBlock(channels, groups) for _ in range(blocks)])
+        self.head = nn.Linear(channels * HEAD_GRID * HEAD_GRID, classes)
+
+    def forward(self, x):
+        x = self.blocks(torch.relu(self.stem(x)))
+        return self.head(F.adaptive_avg_pool2d(x, HEAD_GRID).flatten(1))
+
+
+def parse_args():
+    """Command-line options (the model and batch must match the chorus runs being compared)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--speeds", default="1.0,0.5,0.25",
+                        help="emulated speed per rank, comma-separated (one per process)")
+    parser.add_argument("--global-batch", type=int, default=192,
+                        help="global batch B; every rank takes B / world_size samples")
+    parser.add_argument("--steps", type=int, default=60, help="training steps")
+    parser.add_argument("--channels", type=int, default=32, help="CNN width")
+    parser.add_argument("--blocks", type=int, default=2, help="CNN residual blocks")
+    parser.add_argument("--groups", type=int, default=8, help="GroupNorm groups (0: no norm)")
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=1, help="model and data seed")
+    parser.add_argument("--log-prefix", required=True,
+                        help="rank r writes one JSON object per step to PREFIX.rank<r>.jsonl")
+    return parser.parse_args()
+
+
+def make_data(rank, per_rank, seed):
+    """A small pool of fixed random batches for this rank: (inputs, targets) pairs."""
+    generator = torch.Generator().manual_seed(seed * 1000 + rank)
+    return [(torch.randn((per_rank,) + INPUT_SHAPE, generator=generator),
+             torch.randint(0, CLASSES, (per_rank,), generator=generator))
+            for _ in range(DATA_POOL)]
+
+
+class GradientClock:
+    """Remembers when backward produced the last gradient: there the compute phase ends.
+
+    DDP's backward does not return until its all-reduce is done, so the wall time of backward
+    includes waiting for peers.  A post-accumulate-grad hook on every parameter marks the moment the
+    last gradient was ready (DDP launches the last bucket's all-reduce right then); the time from the
+    start of forward to that moment is the phase's wall time without the wait.
+    """
+
+    def __init__(self, parameters):
+        self.last = 0.0
+        for parameter in parameters:
+            parameter.register_post_accumulate_grad_hook(self._mark)
+
+    def _mark(self, _parameter):
+        self.last = time.perf_counter()
+
+
+def pad_compute(cpu_seconds, wall_seconds, speed, overshoot):
+    """Sleep so that a compute phase of cpu_seconds lasts cpu_seconds / speed in all.
+
+    wall_seconds is how long the phase already lasted, *excluding* waits for peers; like chorus,
+    late wake-ups are repaid from the next phase.  Returns the new overshoot.
+    """
+    owed = max(0.0, cpu_seconds / speed - wall_seconds) - overshoot
+    if owed <= 0:
+        return -owed
+    start = time.perf_counter()
+    time.sleep(owed)
+    return max(0.0, time.perf_counter() - start - owed)
+
+
+def train(args):
+    """Run the DDP training loop on this rank, logging per-step figures."""
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    speeds = [float(s) for s in args.speeds.split(",")]
+    if len(speeds) != world:
+        raise SystemExit(f"--speeds lists {len(speeds)} speeds for {world} processes")
+    if args.global_batch % world:
+        raise SystemExit(f"global batch {args.global_batch} is not divisible by {world} ranks")
+    speed = speeds[rank]
+    per_rank = args.global_batch // world
+
+    torch.manual_seed(args.seed)  # same initial parameters everywhere (DDP broadcasts anyway)
+    net = ResidualCNN(args.channels, args.blocks, args.groups)
+    clock = GradientClock(net.parameters())
+    model = DistributedDataParallel(net)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    data = make_data(rank, per_rank, args.seed)
+    # Sum of per-sample losses over B, times world: DDP's gradient average then equals the
+    # gradient of the global-batch mean, as in chorus (sum over samples divided by B).
+    scale = world / args.global_batch
+
+    log = open(f"{args.log_prefix}.rank{rank}.jsonl", "w", encoding="utf-8")
+    overshoot = 0.0
+    dist.barrier()
+    for step in range(1, args.steps + 1):
+        start = time.perf_counter()
+        inputs, targets = data[step % DATA_POOL]
+        optimizer.zero_grad(set_to_none=True)
+        cpu_start, phase_start = time.thread_time(), time.perf_counter()
+        loss_sum = F.cross_entropy(model(inputs), targets, reduction="sum")
+        (loss_sum * scale).backward()  # DDP's hooks all-reduce; it waits for them before returning
+        backward_end = time.perf_counter()
+        cpu = time.thread_time() - cpu_start  # blocked waits use no CPU: compute only
+        overshoot = pad_compute(cpu, clock.last - phase_start, speed, overshoot)
+        optimizer.step()
+        loss = loss_sum.item() / per_rank
+        step_s = time.perf_counter() - start
+        log.write(json.dumps({"step": step, "step_s": step_s, "loss": loss,
+                              "compute_s": cpu / speed, "wait_s": backward_end - clock.last})
+                  + "\n")
+    log.close()
+
+
+def main():
+    """Entry point: one intra-op thread, Gloo process group from torchrun's environment."""
+    args = parse_args()
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        train(args)
+        dist.barrier()  # nobody tears Gloo down while a peer still talks to it
+        gc.collect()  # the DDP reducer (in reference cycles) goes before its process group
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
