@@ -162,9 +162,14 @@ def train(args):
     # gradient of the global-batch mean, as in chorus (sum over samples divided by B).
     scale = world / args.global_batch
 
-    log = open(f"{args.log_prefix}.rank{rank}.jsonl", "w", encoding="utf-8")
+    with open(f"{args.log_prefix}.rank{rank}.jsonl", "w", encoding="utf-8") as log:
+        dist.barrier()
+        run_steps(args, model, optimizer, data, clock, scale, speed, log)
+
+
+def run_steps(args, model, optimizer, data, clock, scale, speed, log):
+    """The timed training loop: forward, backward (DDP all-reduces), padding, optimizer step."""
     overshoot = 0.0
-    dist.barrier()
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
         inputs, targets = data[step % DATA_POOL]
@@ -176,12 +181,11 @@ def train(args):
         cpu = time.thread_time() - cpu_start  # blocked waits use no CPU: compute only
         overshoot = pad_compute(cpu, clock.last - phase_start, speed, overshoot)
         optimizer.step()
-        loss = loss_sum.item() / per_rank
+        loss = loss_sum.item() / len(inputs)
         step_s = time.perf_counter() - start
         log.write(json.dumps({"step": step, "step_s": step_s, "loss": loss,
                               "compute_s": cpu / speed, "wait_s": backward_end - clock.last})
                   + "\n")
-    log.close()
 
 
 def main():

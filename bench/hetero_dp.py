@@ -319,9 +319,8 @@ def fmt_ms(seconds):
 
 def report(args, results):
     """Derived ratios, then the table; returns the ratios."""
-    n = len(args.speed_list)
     ideal = sum(results[f"alone@{s:g}"]["samples_per_s"] for s in args.speed_list)
-    expected_equal = n * min(args.speed_list) / sum(args.speed_list)
+    expected_equal = len(args.speed_list) * min(args.speed_list) / sum(args.speed_list)
     adaptive = results["adaptive"]["samples_per_s"]
     ratios = {"ideal_samples_per_s": ideal, "expected_equal_efficiency": expected_equal,
               "adaptive_over_equal": adaptive / results["equal"]["samples_per_s"],
