@@ -102,20 +102,16 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   group_store_->setString("joined/" + std::to_string(rank_), "1");
   std::vector<std::string> keys;
   for (int peer = 0; peer < size_; ++peer) keys.push_back("joined/" + std::to_string(peer));
-  const Deadline deadline = Deadline::after(options_.timeout);
-  while (!group_store_->check(keys)) {
-    if (deadline.expired()) {
-      std::vector<int> missing;
-      for (int peer = 0; peer < size_; ++peer)
-        if (!group_store_->check({keys[peer]})) missing.push_back(peer);
-      std::vector<int> global;
-      for (int peer : missing) global.push_back(globalRank(peer));
-      throw TimeoutError(
-          detail::concat("joining group '", options_.name, "' timed out after ",
-                         options_.timeout.count(), " ms; ranks not arrived: ", joinInts(global)),
-          __FILE__, __LINE__, "join", -1, global);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  try {
+    group_store_->wait(keys, options_.timeout);
+  } catch (const TimeoutError&) {
+    std::vector<int> global;
+    for (int peer = 0; peer < size_; ++peer)
+      if (!group_store_->check({keys[peer]})) global.push_back(globalRank(peer));
+    throw TimeoutError(
+        detail::concat("joining group '", options_.name, "' timed out after ",
+                       options_.timeout.count(), " ms; ranks not arrived: ", joinInts(global)),
+        __FILE__, __LINE__, "join", -1, global);
   }
   group_->progress =
       std::make_shared<ProgressBoard>(group_store_, rank_, size_, options_.progress_interval);

@@ -5,8 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 
@@ -60,12 +58,13 @@ std::optional<std::string> jobFailure(comm::Store& store) {
 void reportNodeDone(comm::Store& store, int node_rank) { store.setString(doneKey(node_rank), "1"); }
 
 void awaitNodesDone(comm::Store& store, int nnodes, std::chrono::milliseconds timeout) {
-  const Deadline deadline = Deadline::after(timeout);
-  while (!absentNodes(store, nnodes, doneKey).empty()) {
-    if (deadline.expired())
-      CHORUS_THROW(TimeoutError, "nodes ", joinInts(absentNodes(store, nnodes, doneKey)),
-                   " did not finish within ", timeout.count() / 1000, " s of this node");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<std::string> keys;
+  for (int node = 0; node < nnodes; ++node) keys.push_back(doneKey(node));
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError&) {
+    CHORUS_THROW(TimeoutError, "nodes ", joinInts(absentNodes(store, nnodes, doneKey)),
+                 " did not finish within ", timeout.count() / 1000, " s of this node");
   }
 }
 

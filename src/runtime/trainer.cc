@@ -49,13 +49,6 @@ StepFigures gatherFigures(comm::Communicator& world, double compute, double wait
   return figures;
 }
 
-// CPU workers measure compute in thread CPU time, so that emulated devices sharing few cores keep
-// the speeds their specs say (see device::TimeBasis); GPU workers in wall time.
-std::unique_ptr<device::SpeedEmulator> makeEmulator(double speed, const c10::Device& device) {
-  return std::make_unique<device::SpeedEmulator>(
-      speed, device.is_cpu() ? device::TimeBasis::kThreadCpu : device::TimeBasis::kWall);
-}
-
 // Peak bytes one forward/backward of `samples` training samples allocates under the budget.
 std::uint64_t peakOf(Trainer::State& s, device::MemoryBudget& budget, std::int64_t samples) {
   std::vector<std::int64_t> ids(static_cast<size_t>(samples));
@@ -133,8 +126,10 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
                                                     s.job.train.global_batch,
                                                     std::vector<std::int64_t>(world.size(), 0));
   s.speed = s.worker->identity().device.speed;
-  s.emulator = makeEmulator(s.speed, s.worker->device());
+  s.emulator = &s.worker->emulator();
   const auto& budget = s.worker->identity().device.memory_budget;
+  // Both bounds matter under a budget: the estimate from the layer profiles is conservative at
+  // large micro-batches, the measurement at 1 and 4 samples catches scratch space no profile knows.
   s.micro_limit = budget ? maxMicroBatch(*s.model, s.job.optimizer, *budget,
                                          s.worker->identity().device.toString())
                          : 0;
@@ -165,7 +160,10 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
   const std::int64_t step = s.next_step++;
   if (hooks.speed_at) {
     const double speed = hooks.speed_at(step);
-    if (speed != s.speed) s.emulator = makeEmulator(s.speed = speed, s.worker->device());
+    if (speed != s.speed) {
+      s.speed_override = s.worker->makeEmulator(s.speed = speed);
+      s.emulator = s.speed_override.get();
+    }
   }
   Stopwatch clock;
   StepRecord record;

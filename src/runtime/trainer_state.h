@@ -43,7 +43,8 @@ struct Trainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<parallel::GradientReducer> reducer;
   std::unique_ptr<plan::LoadBalancer> balancer;
-  std::unique_ptr<device::SpeedEmulator> emulator;
+  device::SpeedEmulator* emulator = nullptr;              // the worker's, or speed_override's
+  std::unique_ptr<device::SpeedEmulator> speed_override;  // set by TrainerHooks::speed_at
   double speed = 1.0;
   std::int64_t micro_limit = 0;  // max samples per micro-batch on this rank (0: none)
   std::int64_t next_step = 0;

@@ -46,6 +46,12 @@ std::shared_ptr<device::MemoryBudget> Worker::enforceMemoryBudget() {
   return budget_;
 }
 
+std::unique_ptr<device::SpeedEmulator> Worker::makeEmulator(double speed) const {
+  return std::make_unique<device::SpeedEmulator>(speed, identity_.device.kind == DeviceKind::kCuda
+                                                            ? device::TimeBasis::kWall
+                                                            : device::TimeBasis::kThreadCpu);
+}
+
 c10::Device Worker::device() const {
   if (identity_.device.kind == DeviceKind::kCuda)
     return c10::Device(c10::DeviceType::CUDA,
@@ -63,7 +69,7 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
     Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
   if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
 
-  worker->emulator_ = std::make_unique<device::SpeedEmulator>(identity.device.speed);
+  worker->emulator_ = worker->makeEmulator(identity.device.speed);
 
   if (options.store) {
     worker->store_ = options.store;

@@ -55,6 +55,10 @@ class Worker {
   // The communicator of all ranks; null when InitOptions::connect was false.
   std::shared_ptr<comm::Communicator> world() const { return world_; }
   device::SpeedEmulator& emulator() const { return *emulator_; }
+  // A new emulator at `speed` measuring compute the way this worker's device needs (thread CPU
+  // time on a CPU, wall time on a GPU; see device::TimeBasis). emulator() is one at the spec's
+  // speed; this is for callers that change the speed (test hooks).
+  std::unique_ptr<device::SpeedEmulator> makeEmulator(double speed) const;
   // Starts enforcing the device spec's memory budget (a no-op without one) and returns it. Done
   // on request, not in init(): what the worker allocated before (its dataset, say) is the host's,
   // not the emulated device's, and should not count.
