@@ -1,6 +1,7 @@
 #include "chorus/runtime/job_config.h"
 
 #include "chorus/core/error.h"
+#include "job_sections.h"
 
 namespace chorus::runtime {
 namespace {
@@ -140,6 +141,8 @@ JobConfig readJobConfig(const Config& config) {
   job.optimizer = readOptimizer(config);
   job.comm = readComm(config);
   job.balancer = readBalancer(config);
+  job.precision = readPrecision(config);
+  job.checkpoint = readCheckpoint(config);
   if (!job.balancer.shares.empty()) {
     std::int64_t total = 0;
     for (std::int64_t share : job.balancer.shares) total += share;
@@ -148,6 +151,7 @@ JobConfig readJobConfig(const Config& config) {
                 "), not " + std::to_string(total));
   }
   config.rejectUnknownKeys();
+  job.toml = config.toToml();
   return job;
 }
 

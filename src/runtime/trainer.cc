@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <array>
+#include <limits>
+
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
@@ -31,22 +34,76 @@ void broadcastParameters(comm::Communicator& world, model::ZooModel& model) {
 }
 
 // Per-rank figures of a step, all-gathered so every rank sees the same numbers.
+enum Figure { kCompute, kWait, kLossSum, kOverflow, kStop, kLossScale, kFigures };
+
 struct StepFigures {
-  std::vector<double> compute_seconds, wait_seconds, loss_sums;
+  std::vector<std::array<double, kFigures>> ranks;
+  std::vector<double> column(Figure figure) const {
+    std::vector<double> values;
+    for (const auto& rank : ranks) values.push_back(rank[figure]);
+    return values;
+  }
+  double sum(Figure figure) const {
+    double total = 0;
+    for (const auto& rank : ranks) total += rank[figure];
+    return total;
+  }
+  bool any(Figure figure) const { return sum(figure) > 0; }
 };
 
-StepFigures gatherFigures(comm::Communicator& world, double compute, double wait, double loss) {
-  at::Tensor mine = at::tensor({compute, wait, loss}, at::kDouble);
-  at::Tensor all = at::empty({3 * world.size()}, at::kDouble);
-  world.allGather(mine, all).wait();
+StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kFigures>& mine) {
+  at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
+  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
+  world.allGather(local, all).wait();
   StepFigures figures;
   auto values = all.accessor<double, 1>();
-  for (int rank = 0; rank < world.size(); ++rank) {
-    figures.compute_seconds.push_back(values[3 * rank]);
-    figures.wait_seconds.push_back(values[3 * rank + 1]);
-    figures.loss_sums.push_back(values[3 * rank + 2]);
-  }
+  figures.ranks.resize(world.size());
+  for (int rank = 0; rank < world.size(); ++rank)
+    for (int k = 0; k < kFigures; ++k) figures.ranks[rank][k] = values[kFigures * rank + k];
   return figures;
+}
+
+bool gradientsFinite(model::ZooModel& model) {
+  for (const auto& parameter : model.parameters())
+    if (parameter.grad().defined() && !at::isfinite(parameter.grad()).all().item<bool>())
+      return false;
+  return true;
+}
+
+struct ShareResult {
+  double compute_seconds = 0;
+  double loss_sum = 0;
+  bool overflow = false;  // this rank's own gradients overflowed (seen before the reduction)
+};
+
+// This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
+// over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
+ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, bool inject) {
+  const auto micro = data::microBatches(
+      mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
+  s.optimizer->zero_grad(/*set_to_none=*/true);
+  s.model->train();
+  if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
+  ShareResult result;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    const data::Batch batch = s.data.train->get(micro[k]);
+    if (k + 1 == micro.size()) s.reducer->armForFinalBackward();
+    auto phase = s.emulator->compute();
+    at::Tensor loss;
+    {
+      parallel::AutocastScope autocast(s.worker->device().type(), s.precision);
+      loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
+                              batch.targets.to(s.worker->device()));
+    }
+    at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
+    if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
+    scaled.backward();
+    result.loss_sum += loss.item<double>();  // also waits for a GPU's queued work
+    phase.end();
+    result.compute_seconds += phase.deviceSeconds();
+  }
+  result.overflow = s.unscaler && s.unscaler->overflowed();
+  return result;
 }
 
 // Peak bytes one forward/backward of `samples` training samples allocates under the budget.
@@ -95,6 +152,24 @@ std::int64_t calibrateMicroBatch(Trainer::State& s, device::MemoryBudget& budget
   return limit;
 }
 
+// The rank's compute format, and a loss scaler when it is fp16.
+void setUpPrecision(Trainer::State& s) {
+  const int rank = s.worker->rank();
+  s.precision =
+      parallel::parsePrecision(precisionOf(s.job.precision, rank, s.worker->identity().device));
+  parallel::allowTf32(s.job.precision.tf32);
+  if (!parallel::needsLossScaling(s.precision)) return;
+  const bool cuda = s.worker->identity().device.kind == DeviceKind::kCuda;
+  const auto& section = cuda ? s.job.precision.loss_scale_cuda : s.job.precision.loss_scale_cpu;
+  parallel::LossScalerOptions options;
+  options.init_scale = section.init;
+  options.growth_factor = section.growth;
+  options.backoff_factor = section.backoff;
+  options.growth_interval = section.interval;
+  s.scaler.emplace(options);
+  s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.model->parameters());
+}
+
 }  // namespace
 
 Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
@@ -118,6 +193,14 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   reducing.overlap = s.job.comm.overlap;
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
                                                           reducing);
+  setUpPrecision(s);
+  if (!s.job.checkpoint.dir.empty()) {
+    CheckpointOptions options;
+    options.root = s.job.checkpoint.dir;
+    options.keep = static_cast<int>(s.job.checkpoint.keep);
+    s.checkpoints =
+        std::make_unique<CheckpointWriter>(options, s.worker->store(), world.rank(), world.size());
+  }
   if (!s.job.balancer.shares.empty() &&
       s.job.balancer.shares.size() != static_cast<size_t>(world.size()))
     CHORUS_THROW(ConfigError, "config key 'balancer.shares': ", s.job.balancer.shares.size(),
@@ -145,7 +228,22 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   }
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // A background checkpoint must not outlive the state it writes from.
+  if (state_ && state_->pending_checkpoint.valid()) {
+    try {
+      state_->pending_checkpoint.get();
+    } catch (const std::exception& error) {
+      logWarn("checkpoint: background write failed: ", error.what());
+    }
+  }
+}
+
+std::int64_t Trainer::nextStep() const { return state_->next_step; }
+
+std::string Trainer::precision() const { return parallel::toString(state_->precision); }
+
+double Trainer::lossScale() const { return state_->scaler ? state_->scaler->scale() : 0.0; }
 
 model::ZooModel& Trainer::model() { return *state_->model; }
 
@@ -173,34 +271,31 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
   setLearningRate(*s.optimizer, record.lr);
 
   const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
-  const auto micro = data::microBatches(
-      mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
-  s.optimizer->zero_grad(/*set_to_none=*/true);
-  s.model->train();
-  double compute = 0, loss_sum = 0;
-  for (size_t k = 0; k < micro.size(); ++k) {
-    const data::Batch batch = s.data.train->get(micro[k]);
-    if (k + 1 == micro.size()) s.reducer->armForFinalBackward();
-    auto phase = s.emulator->compute();
-    at::Tensor loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
-                                       batch.targets.to(s.worker->device()));
-    loss.backward();
-    loss_sum += loss.item<double>();  // also waits for a GPU's queued work: the phase is over
-    phase.end();
-    compute += phase.deviceSeconds();
-  }
+  const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
+  const ShareResult share = runShare(s, mine, inject);
   const parallel::ReduceTiming reduce = s.reducer->finish(s.job.train.global_batch);
-  s.optimizer->step();
-
-  const StepFigures figures = gatherFigures(world, compute, reduce.wait_seconds, loss_sum);
-  double total_loss = 0;
-  for (double value : figures.loss_sums) total_loss += value;
-  record.loss = total_loss / static_cast<double>(s.job.train.global_batch);
-  record.compute_seconds = figures.compute_seconds;
-  record.wait_seconds = figures.wait_seconds;
+  // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
+  // gathered flags add overflows that a lossy path could have hidden.
+  const bool local_overflow = share.overflow || !gradientsFinite(*s.model);
+  const bool stop = hooks.stop_requested && hooks.stop_requested();
+  const StepFigures figures = gatherFigures(
+      world, {share.compute_seconds, reduce.wait_seconds, share.loss_sum,
+              local_overflow ? 1.0 : 0.0, stop ? 1.0 : 0.0, s.scaler ? s.scaler->scale() : 0.0});
+  record.skipped = figures.any(kOverflow);
+  record.stop_requested = figures.any(kStop);
+  if (record.skipped) {
+    ++s.skipped_steps;  // every rank skips together: the replicas stay identical
+    s.optimizer->zero_grad(/*set_to_none=*/true);
+  } else {
+    s.optimizer->step();
+  }
+  if (s.scaler) s.scaler->update(record.skipped);
+  record.loss = figures.sum(kLossSum) / static_cast<double>(s.job.train.global_batch);
+  record.compute_seconds = figures.column(kCompute);
+  record.wait_seconds = figures.column(kWait);
+  record.loss_scales = figures.column(kLossScale);
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
-  if (s.job.balancer.shares.empty() && step > 0 &&
-      s.balancer->update(step, figures.compute_seconds))
+  if (s.job.balancer.shares.empty() && step > 0 && s.balancer->update(step, record.compute_seconds))
     record.rebalance = s.balancer->lastChange();
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;

@@ -39,7 +39,11 @@ std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
         ids.begin() + std::min(ids.size(), begin + static_cast<size_t>(chunk)));
     const data::Batch batch = s.data.test->get(part);
     const at::Tensor targets = batch.targets.to(s.worker->device());
-    const at::Tensor outputs = s.model->forward(batch.inputs.to(s.worker->device()));
+    at::Tensor outputs;
+    {
+      parallel::AutocastScope autocast(s.worker->device().type(), s.precision);
+      outputs = s.model->forward(batch.inputs.to(s.worker->device()));
+    }
     totals[0] += static_cast<double>(s.model->correct(outputs, targets));
     totals[1] += static_cast<double>(targets.numel());
     totals[2] += s.model->lossSum(outputs, targets).item<double>();
@@ -75,11 +79,26 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
     if (hooks.on_step) hooks.on_step(record);
     result.final_loss = record.loss;
     result.steps = s.next_step;
+    if (record.stop_requested) {
+      result.interrupted = true;
+      break;
+    }
     if (train.target_accuracy > 0 && record.test_accuracy &&
         *record.test_accuracy >= train.target_accuracy) {
       result.reached_target = true;
       break;
     }
+    writeCheckpointIfDue(s, false);
+  }
+  // The state after the last step: at the end, or when asked to stop.
+  writeCheckpointIfDue(s, result.interrupted || s.job.checkpoint.at_end);
+  finishPendingCheckpoint(s);
+  result.last_checkpoint = s.last_checkpoint_path;
+  result.skipped_steps = s.skipped_steps;
+  if (result.interrupted) {
+    result.wall_seconds = clock.seconds();
+    result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);
+    return result;
   }
   result.test_accuracy = evaluate(0).first;
   result.wall_seconds = clock.seconds();

@@ -3,14 +3,19 @@
 
 #include <torch/optim.h>
 
+#include <future>
 #include <memory>
+#include <optional>
 
 #include "chorus/data/dataset.h"
 #include "chorus/data/sampler.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/gradient_reducer.h"
+#include "chorus/parallel/loss_scaler.h"
+#include "chorus/parallel/precision.h"
 #include "chorus/plan/balancer.h"
+#include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/trainer.h"
 
 namespace chorus::runtime {
@@ -34,6 +39,19 @@ void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 std::int64_t maxMicroBatch(const model::ZooModel& model, const OptimizerSection& optimizer,
                            std::uint64_t budget_bytes, const std::string& device);
 
+// The files of a checkpoint of `s` as it is now (after its last completed step): rank 0 adds the
+// shared state (model, optimizer, trainer.json), every rank its own (RNG, loss scaler). A snapshot:
+// the bytes do not change when training goes on.
+std::vector<CheckpointFile> snapshotCheckpoint(Trainer::State& s);
+// Restores `s` from a verified checkpoint directory. Throws CheckpointError.
+void restoreCheckpoint(Trainer::State& s, const std::string& dir);
+// Writes a checkpoint when one is due after the step just completed: every checkpoint.every
+// steps (in the background in async mode), or now when `final_or_requested`. Never twice for one
+// step. No-op without checkpoint.dir.
+void writeCheckpointIfDue(Trainer::State& s, bool final_or_requested);
+// Waits for a background write in flight, if any; rethrows its error.
+void finishPendingCheckpoint(Trainer::State& s);
+
 struct Trainer::State {
   JobConfig job;
   std::shared_ptr<Worker> worker;
@@ -48,6 +66,17 @@ struct Trainer::State {
   double speed = 1.0;
   std::int64_t micro_limit = 0;  // max samples per micro-batch on this rank (0: none)
   std::int64_t next_step = 0;
+  // Mixed precision: the rank's compute format; fp16 ranks scale their loss.
+  parallel::Precision precision = parallel::Precision::kFp32;
+  std::optional<parallel::DynamicLossScaler> scaler;
+  std::unique_ptr<parallel::GradientUnscaler> unscaler;
+  std::int64_t skipped_steps = 0;
+  // Checkpoints: the writer (null without checkpoint.dir), the write in flight (async mode) and
+  // the step of the newest checkpoint written or resumed from.
+  std::unique_ptr<CheckpointWriter> checkpoints;
+  std::future<std::string> pending_checkpoint;
+  std::int64_t last_checkpoint_step = -1;
+  std::string last_checkpoint_path;
 };
 
 }  // namespace chorus::runtime

@@ -1,7 +1,10 @@
 // `chorus train`: the built-in data-parallel trainer. The command validates the whole job first,
 // then becomes the node agent and starts one worker per device; each worker re-reads the same
 // configuration (`--worker`) and runs the Trainer. Rank 0 prints progress and writes --log-json.
+#include <signal.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <fstream>
 #include <iostream>
@@ -10,6 +13,7 @@
 #include "chorus/core/config.h"
 #include "chorus/device/discovery.h"
 #include "chorus/runtime/agent.h"
+#include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/trainer.h"
 #include "commands.h"
@@ -23,8 +27,23 @@ struct TrainArgs {
   std::vector<std::string> settings;
   std::int64_t steps = 0;
   std::string log_json;
+  std::string resume;
   bool worker = false;
 };
+
+// Set by SIGTERM/SIGINT in a worker: the trainer polls it once per step, every rank agrees to
+// stop, writes a checkpoint and returns. A signal handler can reach nothing but a global.
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+void requestStop(int) { g_stop_requested = 1; }
+
+void catchStopSignals() {
+  struct sigaction action {};
+  action.sa_handler = requestStop;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGINT, &action, nullptr);
+}
 
 Config loadConfig(const TrainArgs& args) {
   Config config = args.config_path.empty()
@@ -59,8 +78,17 @@ int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
   runtime::AgentOptions agent;
   agent.devices = validateOnHost(job);
   agent.comm_timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
+  // Checkpointing workers finish their step and write a checkpoint when stopped: give them time.
+  if (!job.checkpoint.dir.empty()) agent.grace = std::chrono::milliseconds(60000);
   agent.command = {selfExecutable(), "train"};
   agent.command.insert(agent.command.end(), argv.begin(), argv.end());
+  if (!args.resume.empty()) {
+    // Resolved once here, so that every worker resumes from the same checkpoint and a missing
+    // or damaged one is reported before anything starts.
+    const std::string dir = runtime::resolveCheckpoint(args.resume, job.checkpoint.dir);
+    std::cout << "chorus train: resuming from " << dir << std::endl;
+    agent.command.insert(agent.command.end(), {"--resume", dir});
+  }
   agent.command.push_back("--worker");
   return runtime::runAgent(agent);
 }
@@ -68,10 +96,13 @@ int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
 int runWorker(const TrainArgs& args) {
   const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
   auto worker = chorus::init();
+  catchStopSignals();
   runtime::Trainer trainer(job, worker);
+  if (!args.resume.empty()) trainer.resume(args.resume);
   TrainReport report(job, worker->rank() == 0, args.log_json);
   runtime::TrainerHooks hooks;
   hooks.on_step = [&](const runtime::StepRecord& record) { report.step(record); };
+  hooks.stop_requested = [] { return g_stop_requested != 0; };
   const runtime::TrainResult result = trainer.run(hooks);
   report.finish(result);
   return kExitOk;
@@ -92,6 +123,9 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_option("--steps", args->steps,
                     "Number of training steps (same as --set train.steps=N)");
   train->add_option("--log-json", args->log_json, "Write one JSON object per step to FILE");
+  train->add_option("--resume", args->resume,
+                    "Continue from a checkpoint: 'latest' (in checkpoint.dir), a checkpoint "
+                    "directory, or a checkpoint root");
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
   train->callback([&action, args, train] {

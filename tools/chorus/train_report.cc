@@ -1,5 +1,6 @@
 #include "train_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,12 @@ std::string clockText(double seconds) {
   char text[32];
   std::snprintf(text, sizeof text, "%ld:%02ld", total / 60, total % 60);
   return text;
+}
+
+std::string scalesText(const std::vector<double>& scales) {
+  std::ostringstream out;
+  for (size_t i = 0; i < scales.size(); ++i) out << (i ? "," : "") << scales[i];
+  return out.str();
 }
 
 }  // namespace
@@ -54,6 +61,9 @@ void TrainReport::progressLine(const runtime::StepRecord& record) const {
 
 void TrainReport::step(const runtime::StepRecord& record) {
   if (!writer_) return;
+  if (record.skipped)
+    std::printf("step %lld skipped: gradients overflowed on some rank; loss scales now %s\n",
+                static_cast<long long>(record.step + 1), scalesText(record.loss_scales).c_str());
   const bool last = record.step + 1 == job_.train.steps;
   if ((record.step + 1) % job_.train.log_every == 0 || last || record.step == 0)
     progressLine(record);
@@ -78,6 +88,10 @@ void TrainReport::step(const runtime::StepRecord& record) {
   if (record.test_accuracy) line["test_accuracy"] = *record.test_accuracy;
   if (record.test_loss) line["test_loss"] = *record.test_loss;
   if (!record.rebalance.empty()) line["rebalance"] = record.rebalance;
+  if (record.skipped) line["skipped"] = true;
+  if (std::any_of(record.loss_scales.begin(), record.loss_scales.end(),
+                  [](double scale) { return scale > 0; }))
+    line["loss_scales"] = record.loss_scales;
   json_ << line.dump() << '\n';
   json_.flush();
 }
@@ -94,6 +108,13 @@ void TrainReport::finish(const runtime::TrainResult& result) {
                                       : " (target %.2f not reached)",
                 job_.train.target_accuracy, static_cast<long long>(target_step_));
   std::printf("\n");
+  if (result.skipped_steps > 0)
+    std::printf("%lld steps skipped on gradient overflow\n",
+                static_cast<long long>(result.skipped_steps));
+  if (result.interrupted)
+    std::printf("stopped on request after step %lld\n", static_cast<long long>(result.steps));
+  if (!result.last_checkpoint.empty())
+    std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
   std::fflush(stdout);
 }
 

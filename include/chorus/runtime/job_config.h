@@ -9,6 +9,9 @@
 //   [optimizer] name = "sgd" | "adamw", lr, momentum, weight_decay, betas, warmup_steps, schedule
 //   [comm]      bucket_mb, overlap, timeout_s
 //   [balancer]  profile_steps, min_gain, cooldown_steps, window
+//   [precision] default, cpu, cuda, ranks, tf32, [precision.loss_scale] init, growth, backoff,
+//               interval
+//   [checkpoint] dir, every, keep, async
 #pragma once
 
 #include <cstdint>
@@ -68,6 +71,36 @@ struct BalancerSection {
   std::vector<std::int64_t> shares;
 };
 
+// Compute precision per device (parallel/precision.h): a rank takes `ranks[rank]` when given,
+// else the entry of its device kind, else `default`. Parameters, optimizer and gradient reduction
+// stay fp32 whatever the compute format.
+struct PrecisionSection {
+  std::string fallback = "fp32";   // key `precision.default`; Default: "fp32"
+  std::string cpu;                 // Default: "" (use the default); "bf16" is fast on recent CPUs
+  std::string cuda;                // Default: "" (use the default)
+  std::vector<std::string> ranks;  // Default: none; one entry per rank overrides the kinds
+  bool tf32 = false;               // Default: false; TF32 tensor cores for fp32 on CUDA
+  // Dynamic loss scaling of fp16 ranks (PyTorch GradScaler's defaults), [precision.loss_scale];
+  // [precision.loss_scale.cpu] / [precision.loss_scale.cuda] override them per device kind.
+  struct LossScale {
+    double init = 65536.0;         // Default: 2^16
+    double growth = 2.0;           // Default: 2.0
+    double backoff = 0.5;          // Default: 0.5
+    std::int64_t interval = 2000;  // Default: 2000 clean steps
+  };
+  LossScale loss_scale_cpu;
+  LossScale loss_scale_cuda;
+};
+
+// Checkpoints (runtime/checkpoint.h). Without `dir` none are written.
+struct CheckpointSection {
+  std::string dir;         // Default: "" = no checkpoints
+  std::int64_t every = 0;  // Default: 0 = only at the end and on SIGTERM/SIGINT; else every N steps
+  std::int64_t keep = 3;   // Default: the newest 3 are kept
+  bool async = false;      // Default: false; true = snapshot in memory, write in the background
+  bool at_end = true;      // Default: true; a checkpoint after the last step
+};
+
 // Value type.
 struct JobConfig {
   std::vector<DeviceSpec> devices;  // top-level `devices`; Default: auto
@@ -78,8 +111,14 @@ struct JobConfig {
   OptimizerSection optimizer;
   CommSection comm;
   BalancerSection balancer;
+  PrecisionSection precision;
+  CheckpointSection checkpoint;
   std::string source;  // where it came from, for logs
+  std::string toml;    // the whole configuration, canonical TOML (kept in checkpoints)
 };
+
+// The precision name of `rank` running on `device` ("fp32" | "bf16" | "fp16").
+std::string precisionOf(const PrecisionSection& precision, int rank, const DeviceSpec& device);
 
 // Reads and validates every key; rejects unknown keys. Throws ConfigError.
 JobConfig readJobConfig(const Config& config);

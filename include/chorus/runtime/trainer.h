@@ -35,6 +35,12 @@ struct StepRecord {
   std::optional<double> test_accuracy;  // at evaluations
   std::optional<double> test_loss;
   std::string rebalance;  // the balancer's explanation when shares changed
+  // Mixed precision: whether the step was skipped because some rank's gradients overflowed
+  // (every rank skips it), and the loss scale each rank ran the step with (0: it does not scale).
+  bool skipped = false;
+  std::vector<double> loss_scales;
+  // Some rank was asked to stop (SIGTERM/SIGINT): every rank stops after this step.
+  bool stop_requested = false;
 };
 
 // Summary of a run. Value type.
@@ -45,6 +51,9 @@ struct TrainResult {
   double final_loss = 0;
   std::optional<double> test_accuracy;  // on the whole test split, at the end
   bool reached_target = false;
+  bool interrupted = false;        // stopped early on request (TrainerHooks::stop_requested)
+  std::int64_t skipped_steps = 0;  // steps skipped on gradient overflow
+  std::string last_checkpoint;     // path of the newest checkpoint written (rank 0), or ""
 };
 
 struct TrainerHooks {
@@ -53,6 +62,13 @@ struct TrainerHooks {
   // Test hook: the emulated speed of this rank from a step on (1.0 = real speed); overrides the
   // device spec's speed. Default: none.
   std::function<double(std::int64_t step)> speed_at;
+  // Polled once per step: true asks the job to stop (all ranks agree after the step), write a
+  // checkpoint when checkpoint.dir is set, and return. The CLI connects it to SIGTERM/SIGINT.
+  // Default: none.
+  std::function<bool()> stop_requested;
+  // Test hook: true makes this rank's gradients of that step non-finite (overflow consensus
+  // tests). Default: none.
+  std::function<bool(std::int64_t step)> inject_overflow;
 };
 
 // Owns the model, optimizer, datasets, sampler, balancer and reducer of one rank. Used by one
@@ -71,6 +87,20 @@ class Trainer {
   // Accuracy and mean loss on the first `samples` test samples (0: the whole test split; -1:
   // train.eval_samples), identical on all ranks.
   std::pair<double, double> evaluate(std::int64_t samples = -1);
+
+  // Writes a checkpoint of the state after the last completed step into checkpoint.dir (every
+  // rank calls it at the same step) and waits for it; returns its path. Throws ConfigError
+  // without checkpoint.dir.
+  std::string checkpoint();
+  // Continues from a checkpoint directory (verified; see resolveCheckpoint). The device set may
+  // differ from the one that wrote it: the batch sequence goes on and the shares are re-planned.
+  // Call before the first step. Throws CheckpointError.
+  void resume(const std::string& checkpoint_dir);
+  // The step the next step() runs.
+  std::int64_t nextStep() const;
+  // This rank's compute precision and its loss scale (0 when it does not scale).
+  std::string precision() const;
+  double lossScale() const;
 
   model::ZooModel& model();
   const std::vector<std::int64_t>& shares() const;

@@ -1,0 +1,220 @@
+// The Trainer's checkpoints: what goes into one, how it is restored, and when it is written.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "trainer_state.h"
+
+namespace chorus::runtime {
+namespace {
+
+constexpr const char* kModelFile = "model.pt";
+constexpr const char* kOptimizerFile = "optimizer.pt";
+constexpr const char* kTrainerFile = "trainer.json";
+
+std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
+
+std::string archiveBytes(torch::serialize::OutputArchive& archive) {
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+torch::serialize::InputArchive archiveOf(const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  return archive;
+}
+
+// The generator of the worker's device (CUDA), when it has one of its own.
+std::optional<at::Generator> deviceGenerator(const Trainer::State& s) {
+  const c10::Device device = s.worker->device();
+  if (device.is_cpu()) return std::nullopt;
+  return at::globalContext().defaultGenerator(device);
+}
+
+at::Tensor generatorState(at::Generator generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void setGeneratorState(at::Generator generator, const at::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+nlohmann::json trainerJson(const Trainer::State& s) {
+  const data::SamplerState sampler = s.sampler->state(s.next_step);
+  const plan::BalancerState balancer = s.balancer->exportState();
+  std::vector<std::string> devices;
+  for (const auto& device : s.job.devices) devices.push_back(device.toString());
+  return {{"step", s.next_step},
+          {"world_size", s.worker->worldSize()},
+          {"seed", s.job.seed},
+          {"global_batch", s.job.train.global_batch},
+          {"model", s.model->describe()},
+          {"skipped_steps", s.skipped_steps},
+          {"sampler",
+           {{"epoch", sampler.epoch}, {"position", sampler.position}, {"step", sampler.step}}},
+          {"balancer",
+           {{"shares", balancer.shares},
+            {"steps_observed", balancer.steps_observed},
+            {"last_change_step", balancer.last_change_step},
+            {"static_done", balancer.static_done},
+            {"settle_step", balancer.settle_step},
+            {"observation_rank", balancer.observation_rank},
+            {"observation_samples", balancer.observation_samples},
+            {"observation_seconds", balancer.observation_seconds},
+            {"last_change", balancer.last_change}}},
+          {"config", s.job.toml}};
+}
+
+plan::BalancerState balancerState(const nlohmann::json& json) {
+  plan::BalancerState state;
+  state.shares = json.at("shares").get<std::vector<int64_t>>();
+  state.steps_observed = json.at("steps_observed").get<int64_t>();
+  state.last_change_step = json.at("last_change_step").get<int64_t>();
+  state.static_done = json.at("static_done").get<bool>();
+  state.settle_step = json.at("settle_step").get<int64_t>();
+  state.observation_rank = json.at("observation_rank").get<std::vector<int>>();
+  state.observation_samples = json.at("observation_samples").get<std::vector<int64_t>>();
+  state.observation_seconds = json.at("observation_seconds").get<std::vector<double>>();
+  state.last_change = json.at("last_change").get<std::string>();
+  return state;
+}
+
+// The checkpoint must come from the same training problem; the devices may differ.
+void checkCompatible(const Trainer::State& s, const nlohmann::json& saved, const std::string& dir) {
+  auto mismatch = [&](const char* what, const std::string& then, const std::string& now) {
+    CHORUS_THROW(CheckpointError, "checkpoint '", dir, "' is of another job: ", what, " was ", then,
+                 ", the config says ", now);
+  };
+  if (saved.at("seed").get<std::uint64_t>() != s.job.seed)
+    mismatch("seed", std::to_string(saved.at("seed").get<std::uint64_t>()),
+             std::to_string(s.job.seed));
+  if (saved.at("global_batch").get<std::int64_t>() != s.job.train.global_batch)
+    mismatch("train.global_batch", std::to_string(saved.at("global_batch").get<std::int64_t>()),
+             std::to_string(s.job.train.global_batch));
+  if (saved.at("model").get<std::string>() != s.model->describe())
+    mismatch("the model", saved.at("model").get<std::string>(), s.model->describe());
+}
+
+void restoreRankState(Trainer::State& s, const std::string& bytes) {
+  auto archive = archiveOf(bytes);
+  at::Tensor cpu_rng, device_rng, scaler;
+  archive.read("rng_cpu", cpu_rng);
+  setGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_rng);
+  if (auto generator = deviceGenerator(s); generator && archive.try_read("rng_device", device_rng))
+    setGeneratorState(*generator, device_rng);
+  if (s.scaler && archive.try_read("loss_scale", scaler))
+    s.scaler->loadState(
+        {scaler[0].item<double>(), static_cast<std::int64_t>(scaler[1].item<double>())});
+}
+
+}  // namespace
+
+std::vector<CheckpointFile> snapshotCheckpoint(Trainer::State& s) {
+  std::vector<CheckpointFile> files;
+  if (s.worker->rank() == 0) {
+    torch::serialize::OutputArchive model;
+    s.model->save(model);
+    files.push_back({kModelFile, archiveBytes(model)});
+    torch::serialize::OutputArchive optimizer;
+    s.optimizer->save(optimizer);
+    files.push_back({kOptimizerFile, archiveBytes(optimizer)});
+    files.push_back({kTrainerFile, trainerJson(s).dump(1) + "\n"});
+  }
+  torch::serialize::OutputArchive mine;
+  mine.write("rng_cpu", generatorState(at::detail::getDefaultCPUGenerator()));
+  if (auto generator = deviceGenerator(s)) mine.write("rng_device", generatorState(*generator));
+  if (s.scaler) {
+    const auto state = s.scaler->state();
+    mine.write("loss_scale",
+               at::tensor({state.scale, static_cast<double>(state.clean_steps)}, at::kDouble));
+  }
+  files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
+  return files;
+}
+
+void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
+  const Manifest manifest = readManifest(dir);
+  nlohmann::json saved;
+  try {
+    saved = nlohmann::json::parse(readCheckpointFile(dir, manifest, kTrainerFile));
+    checkCompatible(s, saved, dir);
+    auto model = archiveOf(readCheckpointFile(dir, manifest, kModelFile));
+    s.model->load(model);
+    auto optimizer = archiveOf(readCheckpointFile(dir, manifest, kOptimizerFile));
+    s.optimizer->load(optimizer);
+  } catch (const nlohmann::json::exception& error) {
+    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
+                 "': trainer.json is damaged: ", error.what());
+  } catch (const c10::Error& error) {
+    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
+                 "' does not fit this model or optimizer: ", error.what_without_backtrace());
+  }
+  const auto& sampler = saved.at("sampler");
+  s.next_step = s.sampler->resume({sampler.at("epoch").get<std::int64_t>(),
+                                   sampler.at("position").get<std::int64_t>(),
+                                   sampler.at("step").get<std::int64_t>()});
+  s.skipped_steps = saved.value("skipped_steps", std::int64_t{0});
+  s.last_checkpoint_step = s.next_step;
+  const int world = s.worker->worldSize();
+  if (manifest.world_size == world) {
+    s.balancer->importState(balancerState(saved.at("balancer")));
+    restoreRankState(s, readCheckpointFile(dir, manifest, rankFile(s.worker->rank())));
+  } else if (s.worker->rank() == 0) {
+    logInfo("resuming a ", manifest.world_size, "-rank checkpoint on ", world,
+            " ranks: the batch sequence goes on, shares are planned anew");
+  }
+}
+
+std::string Trainer::checkpoint() {
+  State& s = *state_;
+  if (!s.checkpoints)
+    CHORUS_THROW(ConfigError, "no checkpoint directory: set checkpoint.dir to write checkpoints");
+  if (s.pending_checkpoint.valid()) s.pending_checkpoint.get();  // one write in flight at a time
+  s.last_checkpoint_step = s.next_step;
+  s.last_checkpoint_path = s.checkpoints->write(s.next_step, snapshotCheckpoint(s));
+  return s.last_checkpoint_path;
+}
+
+void Trainer::resume(const std::string& checkpoint_dir) {
+  restoreCheckpoint(*state_, checkpoint_dir);
+  if (state_->worker->rank() == 0)
+    logInfo("resumed from ", checkpoint_dir, " at step ", state_->next_step);
+}
+
+// Periodic, final and requested checkpoints; asynchronous ones snapshot now and write on a
+// background thread while training goes on.
+void writeCheckpointIfDue(Trainer::State& s, bool final_or_requested) {
+  if (!s.checkpoints || s.last_checkpoint_step == s.next_step) return;
+  const std::int64_t every = s.job.checkpoint.every;
+  const bool due = final_or_requested || (every > 0 && s.next_step % every == 0);
+  if (!due) return;
+  if (s.pending_checkpoint.valid()) s.pending_checkpoint.get();
+  s.last_checkpoint_step = s.next_step;
+  std::vector<CheckpointFile> files = snapshotCheckpoint(s);
+  const std::int64_t step = s.next_step;
+  if (s.job.checkpoint.async && !final_or_requested) {
+    CheckpointWriter* writer = s.checkpoints.get();
+    s.pending_checkpoint = std::async(std::launch::async, [writer, step, files = std::move(files)] {
+      return writer->write(step, files);
+    });
+    return;
+  }
+  s.last_checkpoint_path = s.checkpoints->write(step, files);
+}
+
+// Waits for a background write; its path becomes the last checkpoint's.
+void finishPendingCheckpoint(Trainer::State& s) {
+  if (s.pending_checkpoint.valid()) s.last_checkpoint_path = s.pending_checkpoint.get();
+}
+
+}  // namespace chorus::runtime
