@@ -10,6 +10,7 @@
 namespace chorus::parallel {
 
 struct GradientReducer::Bucket {
+  int index = 0;
   std::vector<int> parameters;  // indices into parameters_
   std::int64_t elements = 0;
   at::Tensor flat;  // the bucket's gradients, contiguous, for one all-reduce
@@ -61,7 +62,19 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
     current_bytes += bytes;
   }
   if (!current->parameters.empty()) buckets_.push_back(std::move(current));
-  for (auto& bucket : buckets_) bucket->flat = at::zeros({bucket->elements}, at::kFloat);
+  for (size_t index = 0; index < buckets_.size(); ++index) {
+    buckets_[index]->index = static_cast<int>(index);
+    buckets_[index]->flat = at::zeros({buckets_[index]->elements}, at::kFloat);
+  }
+  engine_ = options_.hierarchical;
+  if (!engine_ && options_.codec) {
+    // One-rank groups make every rank a leader: the codec then runs among all ranks, on the
+    // engine's own group and helper thread.
+    comm::HierarchicalOptions engine_options;
+    engine_options.name = "reducer.codec";
+    engine_ = std::make_shared<comm::HierarchicalAllReduce>(
+        communicator_, comm::Topology::singletons(communicator_->size()), engine_options);
+  }
   for (size_t index = 0; index < parameters_.size(); ++index) {
     const int parameter = static_cast<int>(index);
     torch::autograd::impl::set_post_acc_grad_hooks(
@@ -116,7 +129,25 @@ void GradientReducer::launch(Bucket& bucket) {
     offset += parameter.numel();
   }
   bucket.launched = true;
-  bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);
+  if (!engine_) {
+    bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);
+    return;
+  }
+  comm::LeaderReduce leader_reduce;
+  if (options_.codec) {
+    FlatLayout layout;
+    offset = 0;
+    for (int index : bucket.parameters) {
+      layout.entries.push_back(
+          {"param" + std::to_string(index), offset, parameters_[index].sizes().vec()});
+      offset += parameters_[index].numel();
+    }
+    leader_reduce = [codec = options_.codec, key = "bucket" + std::to_string(bucket.index), layout](
+                        at::Tensor& tensor, comm::Communicator& leaders) {
+      codec->allReduce(key, tensor, layout, leaders);
+    };
+  }
+  bucket.work = engine_->allReduce(bucket.flat, comm::ReduceOp::kSum, std::move(leader_reduce));
 }
 
 ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
@@ -129,7 +160,12 @@ ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
   for (auto& bucket : buckets_) bucket->work.wait();
   timing.wait_seconds = clock.seconds();
   timing.buckets = numBuckets();
-  const double scale = 1.0 / static_cast<double>(global_batch);
+  writeGradients(1.0 / static_cast<double>(global_batch));
+  armed_ = false;
+  return timing;
+}
+
+void GradientReducer::writeGradients(double scale) {
   for (auto& bucket : buckets_) {
     bucket->flat.mul_(scale);
     std::int64_t offset = 0;
@@ -144,8 +180,49 @@ ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
       offset += parameter.numel();
     }
   }
+}
+
+void GradientReducer::finishLocal(std::int64_t local_batch) {
+  if (local_batch < 0) CHORUS_THROW(ConfigError, "gradient reducer: local batch must be >= 0");
+  for (auto& bucket : buckets_) {
+    std::int64_t offset = 0;
+    for (int index : bucket->parameters) {
+      const at::Tensor& grad = parameters_[index].grad();
+      at::Tensor slot = bucket->flat.narrow(0, offset, parameters_[index].numel());
+      if (grad.defined())
+        slot.copy_(grad.reshape({-1}));
+      else
+        slot.zero_();
+      offset += parameters_[index].numel();
+    }
+  }
+  writeGradients(local_batch > 0 ? 1.0 / static_cast<double>(local_batch) : 0.0);
   armed_ = false;
-  return timing;
+}
+
+void GradientReducer::averageParameters(double weight) {
+  if (!(weight >= 0)) CHORUS_THROW(ConfigError, "gradient reducer: weight must be >= 0");
+  at::Tensor total = at::full({1}, weight, at::kDouble);
+  communicator_->allReduce(total).wait();
+  const double sum = total.item<double>();
+  if (!(sum > 0)) CHORUS_THROW(ConfigError, "gradient reducer: the ranks' weights sum to zero");
+  for (auto& bucket : buckets_) {
+    std::int64_t offset = 0;
+    for (int index : bucket->parameters) {
+      bucket->flat.narrow(0, offset, parameters_[index].numel())
+          .copy_(parameters_[index].detach().reshape({-1}))
+          .mul_(weight);
+      offset += parameters_[index].numel();
+    }
+    communicator_->allReduce(bucket->flat).wait();
+    bucket->flat.div_(sum);
+    offset = 0;
+    for (int index : bucket->parameters) {
+      at::Tensor parameter = parameters_[index].detach();
+      parameter.copy_(bucket->flat.narrow(0, offset, parameter.numel()).view(parameter.sizes()));
+      offset += parameter.numel();
+    }
+  }
 }
 
 }  // namespace chorus::parallel

@@ -10,6 +10,16 @@ void require(bool ok, const char* key, const std::string& what) {
   if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
 }
 
+void requireOneOf(const std::string& value, const char* key,
+                  std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* option : allowed) {
+    if (value == option) return;
+    list += (list.empty() ? "" : ", ") + std::string(option);
+  }
+  require(false, key, "'" + value + "' is unknown; expected " + list);
+}
+
 TrainSection readTrain(const Config& config) {
   TrainSection train;
   train.steps = config.getInt("train.steps", train.steps);
@@ -102,6 +112,20 @@ CommSection readComm(const Config& config) {
   comm.bucket_mb = config.getDouble("comm.bucket_mb", comm.bucket_mb);
   comm.overlap = config.getBool("comm.overlap", comm.overlap);
   comm.timeout_s = config.getDouble("comm.timeout_s", comm.timeout_s);
+  comm.algorithm = config.getString("comm.algorithm", comm.algorithm);
+  comm.compression = config.getString("comm.compression", comm.compression);
+  comm.powersgd_rank = config.getInt("comm.powersgd_rank", comm.powersgd_rank);
+  comm.topk_ratio = config.getDouble("comm.topk_ratio", comm.topk_ratio);
+  comm.error_feedback = config.getBool("comm.error_feedback", comm.error_feedback);
+  comm.sync_every = config.getInt("comm.sync_every", comm.sync_every);
+  comm.cpu_transport = config.getString("comm.cpu_transport", comm.cpu_transport);
+  requireOneOf(comm.algorithm, "comm.algorithm", {"flat", "auto", "hierarchical", "2d"});
+  requireOneOf(comm.compression, "comm.compression",
+               {"none", "fp16", "bf16", "int8", "topk", "powersgd"});
+  requireOneOf(comm.cpu_transport, "comm.cpu_transport", {"auto", "gloo", "shm"});
+  require(comm.powersgd_rank >= 1, "comm.powersgd_rank", "must be at least 1");
+  require(comm.topk_ratio > 0 && comm.topk_ratio <= 1, "comm.topk_ratio", "must be in (0, 1]");
+  require(comm.sync_every >= 1, "comm.sync_every", "must be at least 1");
   require(comm.bucket_mb > 0, "comm.bucket_mb", "must be positive");
   require(comm.timeout_s > 0, "comm.timeout_s", "must be positive");
   return comm;

@@ -6,6 +6,8 @@
 #include <array>
 #include <limits>
 
+#include "chorus/comm/hierarchical_all_reduce.h"
+#include "chorus/comm/topology.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
@@ -78,7 +80,8 @@ struct ShareResult {
 
 // This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
 // over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
-ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, bool inject) {
+ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, bool inject,
+                     bool arm_reducer) {
   const auto micro = data::microBatches(
       mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
   s.optimizer->zero_grad(/*set_to_none=*/true);
@@ -87,7 +90,7 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
   ShareResult result;
   for (size_t k = 0; k < micro.size(); ++k) {
     const data::Batch batch = s.data.train->get(micro[k]);
-    if (k + 1 == micro.size()) s.reducer->armForFinalBackward();
+    if (arm_reducer && k + 1 == micro.size()) s.reducer->armForFinalBackward();
     auto phase = s.emulator->compute();
     at::Tensor loss;
     {
@@ -152,6 +155,38 @@ std::int64_t calibrateMicroBatch(Trainer::State& s, device::MemoryBudget& budget
   return limit;
 }
 
+// Buckets, and the topology-aware path when the job asks for it: a hierarchical all-reduce over
+// the hosts and/or a codec where gradients cross them.
+parallel::ReducerOptions reducerOptions(Trainer::State& s) {
+  const CommSection& section = s.job.comm;
+  parallel::ReducerOptions options;
+  options.bucket_bytes = static_cast<std::int64_t>(section.bucket_mb * (1 << 20));
+  options.overlap = section.overlap;
+  if (section.algorithm != "flat") {
+    comm::RankDescriptor self;
+    self.host_id = s.worker->identity().host_id;
+    self.vendor = s.worker->identity().device.kind == DeviceKind::kCuda ? "nvidia" : "cpu";
+    comm::HierarchicalOptions hierarchical;
+    hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
+    auto topology = comm::Topology::discover(*s.worker->world(), self, comm::GroupBy::kHost);
+    if (s.worker->rank() == 0)
+      logInfo("gradient all-reduce: ", section.algorithm, " over ", topology.describe());
+    options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
+        s.worker->world(), std::move(topology), hierarchical);
+  }
+  if (section.compression != "none") {
+    parallel::CodecOptions codec;
+    codec.kind = parallel::parseCodecKind(section.compression);
+    codec.powersgd_rank = static_cast<int>(section.powersgd_rank);
+    codec.topk_ratio = section.topk_ratio;
+    codec.error_feedback = section.error_feedback;
+    codec.seed = s.job.seed;
+    s.codec = parallel::makeCodec(codec);
+    options.codec = s.codec;
+  }
+  return options;
+}
+
 // The rank's compute format, and a loss scaler when it is fp16.
 void setUpPrecision(Trainer::State& s) {
   const int rank = s.worker->rank();
@@ -188,9 +223,7 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   s.model->to(s.worker->device());
   broadcastParameters(world, *s.model);
   s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
-  parallel::ReducerOptions reducing;
-  reducing.bucket_bytes = static_cast<std::int64_t>(s.job.comm.bucket_mb * (1 << 20));
-  reducing.overlap = s.job.comm.overlap;
+  parallel::ReducerOptions reducing = reducerOptions(s);
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
                                                           reducing);
   setUpPrecision(s);
@@ -272,8 +305,15 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
 
   const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
   const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
-  const ShareResult share = runShare(s, mine, inject);
-  const parallel::ReduceTiming reduce = s.reducer->finish(s.job.train.global_batch);
+  // Local SGD: no gradient all-reduce; each rank steps on its own mean gradient and parameters
+  // are averaged every sync_every steps.
+  const bool local = s.job.comm.sync_every > 1;
+  const ShareResult share = runShare(s, mine, inject, /*arm_reducer=*/!local);
+  parallel::ReduceTiming reduce;
+  if (local)
+    s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
+  else
+    reduce = s.reducer->finish(s.job.train.global_batch);
   // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
   // gathered flags add overflows that a lossy path could have hidden.
   const bool local_overflow = share.overflow || !gradientsFinite(*s.model);
@@ -290,6 +330,13 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
     s.optimizer->step();
   }
   if (s.scaler) s.scaler->update(record.skipped);
+  if (local) {
+    s.samples_since_average += static_cast<std::int64_t>(mine.size());
+    if ((step + 1) % s.job.comm.sync_every == 0) {
+      s.reducer->averageParameters(static_cast<double>(s.samples_since_average));
+      s.samples_since_average = 0;
+    }
+  }
   record.loss = figures.sum(kLossSum) / static_cast<double>(s.job.train.global_batch);
   record.compute_seconds = figures.column(kCompute);
   record.wait_seconds = figures.column(kWait);

@@ -112,6 +112,19 @@ void restoreRankState(Trainer::State& s, const std::string& bytes) {
   setGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_rng);
   if (auto generator = deviceGenerator(s); generator && archive.try_read("rng_device", device_rng))
     setGeneratorState(*generator, device_rng);
+  if (s.codec) {
+    std::map<std::string, at::Tensor> codec;
+    for (const auto& key : archive.keys()) {
+      if (key.rfind("codec/", 0) != 0) continue;
+      at::Tensor value;
+      archive.read(key, value);
+      codec[key.substr(6)] = value;
+    }
+    s.codec->loadState(codec);
+  }
+  at::Tensor since;
+  if (archive.try_read("samples_since_average", since))
+    s.samples_since_average = static_cast<std::int64_t>(since.item<double>());
   if (s.scaler && archive.try_read("loss_scale", scaler))
     s.scaler->loadState(
         {scaler[0].item<double>(), static_cast<std::int64_t>(scaler[1].item<double>())});
@@ -138,7 +151,19 @@ std::vector<CheckpointFile> snapshotCheckpoint(Trainer::State& s) {
     mine.write("loss_scale",
                at::tensor({state.scale, static_cast<double>(state.clean_steps)}, at::kDouble));
   }
+  if (s.codec)
+    for (const auto& [key, value] : s.codec->state()) mine.write("codec/" + key, value);
+  mine.write("samples_since_average",
+             at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));
   files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
+  // Local SGD: between averages the replicas differ, so every rank keeps its own.
+  if (s.job.comm.sync_every > 1) {
+    torch::serialize::OutputArchive model, optimizer;
+    s.model->save(model);
+    s.optimizer->save(optimizer);
+    files.push_back({"model-" + rankFile(s.worker->rank()), archiveBytes(model)});
+    files.push_back({"optimizer-" + rankFile(s.worker->rank()), archiveBytes(optimizer)});
+  }
   return files;
 }
 
@@ -169,6 +194,14 @@ void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
   if (manifest.world_size == world) {
     s.balancer->importState(balancerState(saved.at("balancer")));
     restoreRankState(s, readCheckpointFile(dir, manifest, rankFile(s.worker->rank())));
+    const std::string own_model = "model-" + rankFile(s.worker->rank());
+    if (s.job.comm.sync_every > 1 && manifest.find(own_model)) {
+      auto model = archiveOf(readCheckpointFile(dir, manifest, own_model));
+      s.model->load(model);
+      auto optimizer =
+          archiveOf(readCheckpointFile(dir, manifest, "optimizer-" + rankFile(s.worker->rank())));
+      s.optimizer->load(optimizer);
+    }
   } else if (s.worker->rank() == 0) {
     logInfo("resuming a ", manifest.world_size, "-rank checkpoint on ", world,
             " ranks: the batch sequence goes on, shares are planned anew");

@@ -11,6 +11,7 @@
 #include "chorus/data/sampler.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/model/zoo_model.h"
+#include "chorus/parallel/compression.h"
 #include "chorus/parallel/gradient_reducer.h"
 #include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/precision.h"
@@ -71,6 +72,10 @@ struct Trainer::State {
   std::optional<parallel::DynamicLossScaler> scaler;
   std::unique_ptr<parallel::GradientUnscaler> unscaler;
   std::int64_t skipped_steps = 0;
+  // Gradient compression (null: none); its memory (residuals, PowerSGD's Q) is checkpointed.
+  std::shared_ptr<parallel::GradientCodec> codec;
+  // Local SGD (comm.sync_every > 1): samples this rank took since the last parameter average.
+  std::int64_t samples_since_average = 0;
   // Checkpoints: the writer (null without checkpoint.dir), the write in flight (async mode) and
   // the step of the newest checkpoint written or resumed from.
   std::unique_ptr<CheckpointWriter> checkpoints;

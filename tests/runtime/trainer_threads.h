@@ -18,10 +18,12 @@
 namespace chorus::runtime::testing {
 
 // Runs `body(trainer, rank)` on `world` threads, each with a Trainer of `toml` (plus `settings`,
-// as --set would apply them). Returns one error text per rank ("" when the rank succeeded).
+// as --set would apply them) and, when given, host_ids[rank] as its host. Returns one error text
+// per rank ("" when the rank succeeded).
 inline std::vector<std::string> runTrainers(const std::string& toml,
                                             const std::vector<std::string>& settings, int world,
-                                            const std::function<void(Trainer&, int rank)>& body) {
+                                            const std::function<void(Trainer&, int rank)>& body,
+                                            const std::vector<std::string>& host_ids = {}) {
   auto store = std::make_shared<comm::MemoryStore>();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -37,6 +39,7 @@ inline std::vector<std::string> runTrainers(const std::string& toml,
                                           {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
                                           {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
                                           {"CHORUS_LOG_LEVEL", "warn"}};
+        if (!host_ids.empty()) (*options.environment)["CHORUS_HOST_ID"] = host_ids[rank];
         options.store = store;
         Trainer trainer(job, init(options));
         body(trainer, rank);

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "chorus/comm/communicator.h"
+#include "chorus/comm/hierarchical_all_reduce.h"
+#include "chorus/parallel/compression.h"
 
 namespace chorus::parallel {
 
@@ -27,6 +29,16 @@ struct ReducerOptions {
   // overlapping communication with the rest of backward. Default: true. False launches every
   // bucket after backward (for measurements of the overlap's value).
   bool overlap = true;
+  // Runs each bucket's all-reduce through this hierarchical all-reduce, which must span the same
+  // ranks as the reducer's communicator (and is then used by no one else during a step).
+  // Default: null, the plain all-reduce on the communicator (bit-identical to a reducer without
+  // these options).
+  std::shared_ptr<comm::HierarchicalAllReduce> hierarchical;
+  // Compresses each bucket where the data crosses groups: among the leaders of `hierarchical`
+  // (the slow link), or among all ranks without it (the reducer then builds a private
+  // HierarchicalAllReduce over one-rank groups, collectively, in its constructor). Shared so the
+  // trainer can checkpoint its state(). Default: null, no compression.
+  std::shared_ptr<GradientCodec> codec;
 };
 
 // What one synchronization cost, for the load balancer and metrics. Value type.
@@ -39,7 +51,9 @@ struct ReduceTiming {
 // thread only: hooks fire on the thread that runs backward (for CPU tensors, the caller's), and
 // buckets are launched in one fixed order on every rank (bucket k only after buckets < k), so all
 // ranks issue the same collectives in the same order even if their gradients become ready in a
-// different order. Non-copyable.
+// different order. With a hierarchical all-reduce or a codec, a bucket's multi-phase reduction
+// runs on the engine's helper thread, in launch order, and finish() waits for it; the codec is
+// touched only there during a step. Non-copyable.
 class GradientReducer {
  public:
   GradientReducer(std::vector<at::Tensor> parameters,
@@ -56,6 +70,16 @@ class GradientReducer {
   // writes the averaged gradient, sum / global_batch, into every parameter's .grad.
   ReduceTiming finish(std::int64_t global_batch);
 
+  // Local SGD (Lin et al. 2020, "Don't use large mini-batches, use local SGD"): on steps that do
+  // not synchronize, finishLocal() writes this rank's own average gradient, sum / local_batch
+  // (zero when local_batch is 0), without communicating. Every `period` steps the trainer then
+  // calls averageParameters() after its optimizer step.
+  void finishLocal(std::int64_t local_batch);
+  // Collective and blocking: every parameter becomes sum_r(weight_r * p_r) / sum_r(weight_r),
+  // e.g. weight = samples this rank processed since the last average (uneven shares). A plain
+  // fp32 all-reduce on the communicator, bucket by bucket. REQUIRES: no step in progress.
+  void averageParameters(double weight = 1.0);
+
   int numBuckets() const;
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<int>> bucketLayout() const;
@@ -65,10 +89,14 @@ class GradientReducer {
   void onGradientReady(int parameter);
   void launchReadyBuckets();
   void launch(Bucket& bucket);
+  void writeGradients(double scale);
 
   std::vector<at::Tensor> parameters_;
   std::shared_ptr<comm::Communicator> communicator_;
   ReducerOptions options_;
+  // The engine of non-default reductions: options_.hierarchical or the private one for a codec
+  // alone; null on the default path.
+  std::shared_ptr<comm::HierarchicalAllReduce> engine_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<int> bucket_of_;  // parameter -> bucket
   int next_to_launch_ = 0;

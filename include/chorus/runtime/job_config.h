@@ -58,6 +58,21 @@ struct CommSection {
   double bucket_mb = 25.0;  // Default: 25 MiB per gradient bucket
   bool overlap = true;      // Default: all-reduce buckets during backward
   double timeout_s = 60.0;  // Default: 60 s deadline of every collective
+  // Gradient all-reduce: "flat" | "auto" | "hierarchical" | "2d" (comm/hierarchical_all_reduce.h;
+  // groups = hosts). Default: "flat", one all-reduce over all ranks.
+  std::string algorithm = "flat";
+  // Codec where gradients cross hosts (among host leaders; among all ranks when flat):
+  // "none" | "fp16" | "bf16" | "int8" | "topk" | "powersgd" (parallel/compression.h).
+  // Default: "none".
+  std::string compression = "none";
+  std::int64_t powersgd_rank = 4;  // Default: 4
+  double topk_ratio = 0.01;        // Default: 1% of each bucket
+  bool error_feedback = true;      // Default: true (lossy codecs carry what they dropped)
+  // Synchronize every N steps (local SGD: in between each rank steps on its own gradients, then
+  // parameters are averaged weighted by samples). Default: 1 = every step.
+  std::int64_t sync_every = 1;
+  // CPU transport of the communicator: "auto" | "gloo" | "shm". Default: "auto".
+  std::string cpu_transport = "auto";
 };
 
 struct BalancerSection {
