@@ -105,6 +105,13 @@ void checkCompatible(const Trainer::State& s, const nlohmann::json& saved, const
     mismatch("the model", saved.at("model").get<std::string>(), s.model->describe());
 }
 
+// The model archive is flat: one tensor per dotted parameter or buffer name.
+void loadModel(model::ZooModel& model, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) archive.read(item.key(), item.value());
+  for (auto& item : model.named_buffers()) archive.read(item.key(), item.value(), true);
+}
+
 void restoreRankState(Trainer::State& s, const std::string& bytes) {
   auto archive = archiveOf(bytes);
   at::Tensor cpu_rng, device_rng, scaler;
@@ -130,19 +137,53 @@ void restoreRankState(Trainer::State& s, const std::string& bytes) {
         {scaler[0].item<double>(), static_cast<std::int64_t>(scaler[1].item<double>())});
 }
 
+// Deep copy of one optimizer state entry (SGD and AdamW, the trainer's optimizers).
+std::unique_ptr<torch::optim::OptimizerParamState> deepCopy(
+    torch::optim::OptimizerParamState& state) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::SGDParamState>();
+    if (sgd->momentum_buffer().defined()) copy->momentum_buffer(sgd->momentum_buffer().clone());
+    return copy;
+  }
+  if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::AdamWParamState>();
+    copy->step(adamw->step());
+    copy->exp_avg(adamw->exp_avg().clone());
+    copy->exp_avg_sq(adamw->exp_avg_sq().clone());
+    if (adamw->max_exp_avg_sq().defined()) copy->max_exp_avg_sq(adamw->max_exp_avg_sq().clone());
+    return copy;
+  }
+  CHORUS_THROW(CheckpointError, "cannot snapshot this optimizer's state (SGD and AdamW only)");
+}
+
 }  // namespace
 
-std::vector<CheckpointFile> snapshotCheckpoint(Trainer::State& s) {
-  std::vector<CheckpointFile> files;
-  if (s.worker->rank() == 0) {
-    torch::serialize::OutputArchive model;
-    s.model->save(model);
-    files.push_back({kModelFile, archiveBytes(model)});
-    torch::serialize::OutputArchive optimizer;
-    s.optimizer->save(optimizer);
-    files.push_back({kOptimizerFile, archiveBytes(optimizer)});
-    files.push_back({kTrainerFile, trainerJson(s).dump(1) + "\n"});
+StateCopy copyState(Trainer::State& s) {
+  torch::NoGradGuard no_grad;
+  StateCopy copy;
+  for (const auto& item : s.model->named_parameters())
+    copy.model.emplace_back(item.key(), item.value().detach().clone());
+  for (const auto& item : s.model->named_buffers())
+    copy.model.emplace_back(item.key(), item.value().detach().clone());
+  std::vector<at::Tensor> parameters;
+  for (const auto& parameter : s.optimizer->param_groups().at(0).params())
+    parameters.push_back(parameter.detach().clone());
+  copy.optimizer = makeOptimizer(s.job.optimizer, parameters);
+  copy.optimizer->param_groups().at(0).set_options(
+      s.optimizer->param_groups().at(0).options().clone());
+  const auto& original = s.optimizer->param_groups().at(0).params();
+  for (size_t i = 0; i < original.size(); ++i) {
+    auto found = s.optimizer->state().find(original[i].unsafeGetTensorImpl());
+    if (found != s.optimizer->state().end())
+      copy.optimizer->state()[parameters[i].unsafeGetTensorImpl()] = deepCopy(*found->second);
   }
+  return copy;
+}
+
+CheckpointSnapshot snapshotCheckpoint(Trainer::State& s) {
+  CheckpointSnapshot snapshot;
+  std::vector<CheckpointFile>& files = snapshot.small;
+  if (s.worker->rank() == 0) files.push_back({kTrainerFile, trainerJson(s).dump(1) + "\n"});
   torch::serialize::OutputArchive mine;
   mine.write("rng_cpu", generatorState(at::detail::getDefaultCPUGenerator()));
   if (auto generator = deviceGenerator(s)) mine.write("rng_device", generatorState(*generator));
@@ -152,19 +193,37 @@ std::vector<CheckpointFile> snapshotCheckpoint(Trainer::State& s) {
                at::tensor({state.scale, static_cast<double>(state.clean_steps)}, at::kDouble));
   }
   if (s.codec)
-    for (const auto& [key, value] : s.codec->state()) mine.write("codec/" + key, value);
+    for (const auto& [key, value] : s.codec->state()) mine.write("codec/" + key, value.clone());
   mine.write("samples_since_average",
              at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));
   files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
-  // Local SGD: between averages the replicas differ, so every rank keeps its own.
-  if (s.job.comm.sync_every > 1) {
+  // Model and optimizer: deep copies now (memory bandwidth), serialized later — in the
+  // background in async mode. Replicas are identical except under local SGD.
+  const bool own = s.job.comm.sync_every > 1;
+  if (s.worker->rank() != 0 && !own) return snapshot;
+  auto copy = std::make_shared<StateCopy>(copyState(s));
+  // Names built with a stream: GCC 12 warns falsely on `"x" + string` here (stringop-overflow).
+  std::ostringstream suffix_text;
+  if (own) suffix_text << '-' << rankFile(s.worker->rank());
+  const std::string suffix = suffix_text.str();
+  const bool shared = s.worker->rank() == 0;
+  snapshot.serialize = [copy, suffix, shared] {
+    std::vector<CheckpointFile> heavy;
     torch::serialize::OutputArchive model, optimizer;
-    s.model->save(model);
-    s.optimizer->save(optimizer);
-    files.push_back({"model-" + rankFile(s.worker->rank()), archiveBytes(model)});
-    files.push_back({"optimizer-" + rankFile(s.worker->rank()), archiveBytes(optimizer)});
-  }
-  return files;
+    for (const auto& [name, tensor] : copy->model) model.write(name, tensor);
+    copy->optimizer->save(optimizer);
+    const std::string model_bytes = archiveBytes(model), optimizer_bytes = archiveBytes(optimizer);
+    if (shared) {
+      heavy.push_back({kModelFile, model_bytes});
+      heavy.push_back({kOptimizerFile, optimizer_bytes});
+    }
+    if (!suffix.empty()) {
+      heavy.push_back({std::string("model").append(suffix), model_bytes});
+      heavy.push_back({std::string("optimizer").append(suffix), optimizer_bytes});
+    }
+    return heavy;
+  };
+  return snapshot;
 }
 
 void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
@@ -174,7 +233,7 @@ void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
     saved = nlohmann::json::parse(readCheckpointFile(dir, manifest, kTrainerFile));
     checkCompatible(s, saved, dir);
     auto model = archiveOf(readCheckpointFile(dir, manifest, kModelFile));
-    s.model->load(model);
+    loadModel(*s.model, model);
     auto optimizer = archiveOf(readCheckpointFile(dir, manifest, kOptimizerFile));
     s.optimizer->load(optimizer);
   } catch (const nlohmann::json::exception& error) {
@@ -197,7 +256,7 @@ void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
     const std::string own_model = "model-" + rankFile(s.worker->rank());
     if (s.job.comm.sync_every > 1 && manifest.find(own_model)) {
       auto model = archiveOf(readCheckpointFile(dir, manifest, own_model));
-      s.model->load(model);
+      loadModel(*s.model, model);
       auto optimizer =
           archiveOf(readCheckpointFile(dir, manifest, "optimizer-" + rankFile(s.worker->rank())));
       s.optimizer->load(optimizer);
@@ -214,7 +273,7 @@ std::string Trainer::checkpoint() {
     CHORUS_THROW(ConfigError, "no checkpoint directory: set checkpoint.dir to write checkpoints");
   if (s.pending_checkpoint.valid()) s.pending_checkpoint.get();  // one write in flight at a time
   s.last_checkpoint_step = s.next_step;
-  s.last_checkpoint_path = s.checkpoints->write(s.next_step, snapshotCheckpoint(s));
+  s.last_checkpoint_path = s.checkpoints->write(s.next_step, snapshotCheckpoint(s).files());
   return s.last_checkpoint_path;
 }
 
@@ -233,16 +292,16 @@ void writeCheckpointIfDue(Trainer::State& s, bool final_or_requested) {
   if (!due) return;
   if (s.pending_checkpoint.valid()) s.pending_checkpoint.get();
   s.last_checkpoint_step = s.next_step;
-  std::vector<CheckpointFile> files = snapshotCheckpoint(s);
+  CheckpointSnapshot snapshot = snapshotCheckpoint(s);
   const std::int64_t step = s.next_step;
   if (s.job.checkpoint.async && !final_or_requested) {
     CheckpointWriter* writer = s.checkpoints.get();
-    s.pending_checkpoint = std::async(std::launch::async, [writer, step, files = std::move(files)] {
-      return writer->write(step, files);
+    s.pending_checkpoint = std::async(std::launch::async, [writer, step, snapshot] {
+      return writer->write(step, snapshot.files());
     });
     return;
   }
-  s.last_checkpoint_path = s.checkpoints->write(step, files);
+  s.last_checkpoint_path = s.checkpoints->write(step, snapshot.files());
 }
 
 // Waits for a background write; its path becomes the last checkpoint's.

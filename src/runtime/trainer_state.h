@@ -3,6 +3,7 @@
 
 #include <torch/optim.h>
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -40,10 +41,29 @@ void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 std::int64_t maxMicroBatch(const model::ZooModel& model, const OptimizerSection& optimizer,
                            std::uint64_t budget_bytes, const std::string& device);
 
-// The files of a checkpoint of `s` as it is now (after its last completed step): rank 0 adds the
-// shared state (model, optimizer, trainer.json), every rank its own (RNG, loss scaler). A snapshot:
-// the bytes do not change when training goes on.
-std::vector<CheckpointFile> snapshotCheckpoint(Trainer::State& s);
+// Deep copies of the model's tensors and of the optimizer (over copied parameters), taken between
+// steps so that they can be serialized while training goes on.
+struct StateCopy {
+  std::vector<std::pair<std::string, at::Tensor>> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+StateCopy copyState(Trainer::State& s);
+
+// A checkpoint of `s` as it is after its last completed step, independent of later training:
+// the small files already serialized, the model and optimizer as deep copies that serialize()
+// turns into files (on any thread). Rank 0 holds the shared state (model, optimizer,
+// trainer.json), every rank its own (RNG, loss scaler, codec memory). Copyable (shares the copies).
+struct CheckpointSnapshot {
+  std::vector<CheckpointFile> small;
+  std::function<std::vector<CheckpointFile>()> serialize;  // null: nothing heavy on this rank
+  std::vector<CheckpointFile> files() const {
+    std::vector<CheckpointFile> all = small;
+    if (serialize)
+      for (auto& file : serialize()) all.push_back(std::move(file));
+    return all;
+  }
+};
+CheckpointSnapshot snapshotCheckpoint(Trainer::State& s);
 // Restores `s` from a verified checkpoint directory. Throws CheckpointError.
 void restoreCheckpoint(Trainer::State& s, const std::string& dir);
 // Writes a checkpoint when one is due after the step just completed: every checkpoint.every

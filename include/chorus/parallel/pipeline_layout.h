@@ -1,0 +1,140 @@
+// Pipeline jobs: their options, where each rank sits (replica, stage), and where the model is cut.
+//
+// A job of R replicas × S stages has R·S ranks; rank = replica · S + stage, so a replica's stages
+// are consecutive ranks. Every replica is cut at the same layers (the per-stage gradient
+// all-reduce across replicas needs the same parameters at the same stage index) and takes its own
+// share of each global batch; shares may differ. Cuts are "even" (equal layer counts), explicit
+// ("3,2,1": layers per stage), or "auto": plan::partitionLayers balances per-micro-batch stage
+// times for each stage's device speed (from the model's per-layer FLOPs) and keeps each stage
+// within its device's memory. Every rank computes the same cuts from the same inputs, so no
+// message is needed to agree on them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/model/zoo_model.h"
+#include "chorus/parallel/pipeline_schedule.h"
+
+namespace chorus::parallel {
+
+// What a stage keeps between a micro-batch's forward and its backward.
+enum class Checkpointing {
+  // The whole autograd graph (fastest, most memory).
+  kNone,
+  // Only the stage's input; backward re-runs the stage's forward first (one extra forward).
+  kStage,
+  // The input of every layer of the stage; backward re-runs one layer at a time, so only one
+  // layer's graph is alive at once (same extra forward; more kept, smaller recompute peak).
+  kLayer,
+};
+
+// "none", "stage", "layer".
+const char* toString(Checkpointing checkpointing);
+// Parses "none" | "stage" | "layer" (also "off" = none, "on" = stage); ConfigError otherwise.
+Checkpointing parseCheckpointing(const std::string& name);
+
+// The job's pipeline options; the runtime maps its config onto them. Value type.
+struct PipelineOptions {
+  // Stages per replica (S). Default: 1.
+  int pipeline_stages = 1;
+  // Default: 1F1B (same bubble as GPipe, at most S - s micro-batches held on stage s).
+  Schedule schedule = Schedule::kOneFOneB;
+  // Micro-batches per step and replica (M); each replica's share is split into M nearly equal
+  // parts, so every share must be >= M. Default: 1.
+  int micro_batches = 1;
+  // "auto", "even", or explicit layer counts per stage such as "3,2,1". Default: "auto".
+  std::string partition = "auto";
+  // Data-parallel pipeline replicas (R). Default: 1.
+  int replicas = 1;
+  // Samples of every global batch (B). REQUIRED: > 0.
+  std::int64_t global_batch = 0;
+  // Samples per replica, summing to global_batch. Default: empty, meaning as equal as possible
+  // (the first replicas take the remainder).
+  std::vector<std::int64_t> replica_shares;
+  // Default: kNone.
+  Checkpointing activation_checkpointing = Checkpointing::kNone;
+  // Deadline of each transfer and all-reduce. Default: 0, meaning the communicator's own.
+  std::chrono::milliseconds timeout{0};
+};
+
+// Throws ConfigError naming the field unless `options` can run on a model of `layers` layers.
+void validatePipelineOptions(const PipelineOptions& options, std::int64_t layers);
+
+// The shares of options (replica_shares, or the equal split of global_batch).
+std::vector<std::int64_t> replicaShares(const PipelineOptions& options);
+
+// Sizes of the `micro_batches` micro-batches of `share` samples: as equal as possible, the first
+// ones one larger. REQUIRES: share >= micro_batches >= 1 (ConfigError).
+std::vector<std::int64_t> microBatchSizes(std::int64_t share, int micro_batches);
+
+// Where a rank sits. Value type.
+struct StagePosition {
+  int replica = 0;
+  int stage = 0;
+};
+
+// The rank ↔ (replica, stage) mapping of R × S ranks. Value type.
+class PipelineLayout {
+ public:
+  // REQUIRES: replicas >= 1, stages >= 1 (ConfigError).
+  PipelineLayout(int replicas, int stages);
+
+  int replicas() const { return replicas_; }
+  int stages() const { return stages_; }
+  int worldSize() const { return replicas_ * stages_; }
+  int rankOf(int replica, int stage) const { return replica * stages_ + stage; }
+  // ConfigError when rank is not in [0, worldSize()).
+  StagePosition positionOf(int rank) const;
+  // The ranks running stage `stage`, one per replica, ascending: its gradient all-reduce group.
+  std::vector<int> stageGroup(int stage) const;
+
+ private:
+  int replicas_;
+  int stages_;
+};
+
+// One rank's device as the cut sees it. Value type.
+struct StageDevice {
+  // Relative compute speed (1.0 = the reference device). Default: 1.0.
+  double speed = 1.0;
+  // Memory the stage may use, in bytes. Default: 0, meaning unlimited.
+  std::uint64_t memory_bytes = 0;
+};
+
+// Knobs of the automatic cut's memory estimate. Value type.
+struct CutModel {
+  // FLOP-equivalents per element of a layer's output for the element-wise work the profile leaves
+  // out (norms, activations, softmax, embeddings' gathers), so no layer looks free. Default: 20.
+  double elementwise_flops_per_output_element = 20;
+  // Bytes of state per parameter: fp32 weight, gradient and two optimizer moments. Default: 16.
+  double state_bytes_per_parameter = 16;
+  // Bytes autograd keeps per byte of a layer's output, without checkpointing (normalized inputs,
+  // attention scores, MLP hidden states ...). Default: 24, above the 17 measured for a GPT block
+  // of width 64 and context 32 (pipeline_memory_test), so the estimate errs on the safe side.
+  double saved_bytes_per_output_byte = 24;
+};
+
+// Everything the cut depends on; every rank must pass the same. Value type.
+struct CutRequest {
+  std::vector<model::LayerProfile> profile;
+  PipelineOptions options;
+  // devices[replica][stage]. Empty: every device is StageDevice{}.
+  std::vector<std::vector<StageDevice>> devices;
+  CutModel model;
+};
+
+// The cuts of options.partition: cuts[0] = 0 < … < cuts[S] = layers; stage s runs layers
+// [cuts[s], cuts[s+1]). "auto" minimizes the predicted step time of the slowest replica under the
+// memory limits (see the file comment); throws ConfigError when the partition string is invalid
+// or no cut fits the memory.
+std::vector<int> stageCuts(const CutRequest& request);
+
+// Predicted bytes a stage of layers [first, last) holds at its peak, per the CutModel, for
+// `in_flight` micro-batches of `micro_batch` samples: what "auto" compares with memory_bytes.
+double predictedStageBytes(const CutRequest& request, int first, int last, std::int64_t micro_batch,
+                           int in_flight);
+
+}  // namespace chorus::parallel

@@ -1,0 +1,145 @@
+#include "pipeline_stage.h"
+
+#include <torch/autograd.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+
+#include "chorus/core/error.h"
+
+namespace chorus::parallel::detail {
+namespace {
+
+std::uint64_t bytesOf(const at::Tensor& tensor) {
+  return tensor.defined() ? static_cast<std::uint64_t>(tensor.nbytes()) : 0;
+}
+
+}  // namespace
+
+StageRunner::StageRunner(std::shared_ptr<model::ZooModel> model, int first, int last, bool is_first,
+                         bool is_last, Checkpointing checkpointing)
+    : model_(std::move(model)),
+      first_(first),
+      last_(last),
+      is_first_(is_first),
+      is_last_(is_last),
+      checkpointing_(checkpointing) {
+  CHORUS_CHECK_CONFIG(model_ != nullptr, "a pipeline stage needs a model");
+  CHORUS_CHECK_CONFIG(0 <= first && first < last && last <= model_->numLayers(),
+                      "pipeline stage layers [", first, ", ", last, ") are not a non-empty range ",
+                      "of the model's ", model_->numLayers(), " layers");
+}
+
+void StageRunner::beginStep() {
+  if (!held_.empty())
+    CHORUS_THROW(ConfigError, "pipeline stage: a step began with ", held_.size(),
+                 " micro-batches of the last one never back-propagated");
+  loss_sum_ = 0;
+  held_bytes_ = 0;
+  peak_held_bytes_ = 0;
+}
+
+// The input as a leaf of this stage's graph. Only activations from another stage need their
+// gradient (the model input of the first stage does not), and only floating-point ones can.
+at::Tensor StageRunner::leafOf(const at::Tensor& input, bool needs_gradient) const {
+  at::Tensor leaf = input.detach();
+  if (needs_gradient && leaf.is_floating_point()) leaf.requires_grad_(true);
+  return leaf;
+}
+
+at::Tensor StageRunner::runLayers(int first, int last, const at::Tensor& x) {
+  return model_->forwardRange(first, last, x);
+}
+
+void StageRunner::hold(int micro_batch, Held held) {
+  held.bytes = bytesOf(held.input) + bytesOf(held.output) + bytesOf(held.targets);
+  for (const at::Tensor& boundary : held.boundaries) held.bytes += bytesOf(boundary);
+  held_bytes_ += held.bytes;
+  peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
+  if (!held_.emplace(micro_batch, std::move(held)).second)
+    CHORUS_THROW(ConfigError, "pipeline stage: micro-batch ", micro_batch, " forwarded twice");
+}
+
+at::Tensor StageRunner::forward(int micro_batch, const at::Tensor& input,
+                                const at::Tensor& targets) {
+  CHORUS_CHECK_CONFIG(input.defined(), "pipeline stage: micro-batch ", micro_batch,
+                      " has no input");
+  CHORUS_CHECK_CONFIG(!is_last_ || targets.defined(), "the last pipeline stage needs targets");
+  Held held;
+  if (is_last_) held.targets = targets;
+  at::Tensor output;
+  if (checkpointing_ == Checkpointing::kNone) {
+    held.input = leafOf(input, !is_first_);
+    output = runLayers(first_, last_, held.input);
+  } else {
+    torch::NoGradGuard no_grad;
+    held.input = input.detach();
+    at::Tensor x = held.input;
+    for (int layer = first_; layer < last_; ++layer) {
+      if (checkpointing_ == Checkpointing::kLayer) held.boundaries.push_back(x);
+      x = runLayers(layer, layer + 1, x);
+    }
+    output = x;
+    if (checkpointing_ == Checkpointing::kLayer) held.input = at::Tensor();  // boundaries[0]
+  }
+  at::Tensor to_send;
+  if (is_last_) {
+    at::Tensor loss = model_->lossSum(output, targets);
+    loss_sum_ += loss.item<double>();
+    if (checkpointing_ == Checkpointing::kNone) held.output = loss;
+  } else {
+    to_send = output.detach();
+    if (checkpointing_ == Checkpointing::kNone) held.output = output;
+  }
+  hold(micro_batch, std::move(held));
+  return to_send;
+}
+
+// Checkpointed backward, layer by layer from the last: each layer's forward is re-run from its
+// kept input with autograd on, and back-propagated at once, so one layer's graph lives at a time.
+// kStage is the same with the whole stage as one "layer".
+at::Tensor StageRunner::backwardLayers(Held held, at::Tensor gradient) {
+  std::vector<std::pair<int, int>> ranges;
+  std::vector<at::Tensor> inputs;
+  if (checkpointing_ == Checkpointing::kStage) {
+    inputs.push_back(std::move(held.input));
+    ranges.emplace_back(first_, last_);
+  } else {
+    inputs = std::move(held.boundaries);
+    for (int layer = first_; layer < last_; ++layer) ranges.emplace_back(layer, layer + 1);
+  }
+  const at::Tensor targets = std::move(held.targets);
+  for (int k = static_cast<int>(ranges.size()) - 1; k >= 0; --k) {
+    const bool needs_gradient = k > 0 || !is_first_;
+    const at::Tensor x = leafOf(inputs[k], needs_gradient);
+    inputs[k] = at::Tensor();  // the recomputed graph holds it now, and frees it with itself
+    const at::Tensor y = runLayers(ranges[k].first, ranges[k].second, x);
+    if (is_last_ && k + 1 == static_cast<int>(ranges.size()))
+      model_->lossSum(y, targets).backward();
+    else
+      y.backward(gradient);
+    gradient = needs_gradient ? x.grad() : at::Tensor();
+  }
+  return gradient;
+}
+
+at::Tensor StageRunner::backward(int micro_batch, const at::Tensor& output_gradient) {
+  auto found = held_.find(micro_batch);
+  if (found == held_.end())
+    CHORUS_THROW(ConfigError, "pipeline stage: backward of micro-batch ", micro_batch,
+                 " before its forward");
+  CHORUS_CHECK_CONFIG(is_last_ || output_gradient.defined(), "pipeline stage: micro-batch ",
+                      micro_batch, " needs the next stage's gradient");
+  Held held = std::move(found->second);
+  held_.erase(found);
+  held_bytes_ -= held.bytes;
+  if (checkpointing_ != Checkpointing::kNone)
+    return backwardLayers(std::move(held), output_gradient);
+  if (is_last_)
+    held.output.backward();
+  else
+    held.output.backward(output_gradient);
+  return is_first_ ? at::Tensor() : held.input.grad();
+}
+
+}  // namespace chorus::parallel::detail

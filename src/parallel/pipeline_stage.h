@@ -1,0 +1,76 @@
+// Private to the parallel layer: the compute of one pipeline stage, micro-batch by micro-batch.
+//
+// A stage runs layers [first, last) of a zoo model. Its forward keeps what the backward will need
+// (the autograd graph, or with checkpointing only the stage's input or each layer's input), its
+// backward back-propagates the next stage's gradient (or, on the last stage, the summed loss) and
+// returns the gradient of the stage's input for the previous stage. Parameter gradients
+// accumulate in .grad over the micro-batches of a step, as single-process gradient accumulation
+// does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "chorus/model/zoo_model.h"
+#include "chorus/parallel/pipeline_layout.h"
+
+namespace chorus::parallel::detail {
+
+// Used by the stage's thread only. Shares the model with its owner; touches only its layers.
+class StageRunner {
+ public:
+  StageRunner(std::shared_ptr<model::ZooModel> model, int first, int last, bool is_first,
+              bool is_last, Checkpointing checkpointing);
+  StageRunner(const StageRunner&) = delete;
+  StageRunner& operator=(const StageRunner&) = delete;
+
+  // Forgets the last step's losses and held-bytes peak. REQUIRES: nothing held.
+  void beginStep();
+  // Runs micro-batch m's forward on `input` (the model input on the first stage, the previous
+  // stage's activation otherwise). Returns the activation for the next stage, or, on the last
+  // stage, an undefined tensor (the loss of `targets` is kept for the backward).
+  at::Tensor forward(int micro_batch, const at::Tensor& input, const at::Tensor& targets);
+  // Back-propagates micro-batch m from `output_gradient` (undefined on the last stage) and
+  // returns the gradient of its input (undefined on the first stage).
+  at::Tensor backward(int micro_batch, const at::Tensor& output_gradient);
+
+  // Σ over this step's micro-batches of the summed per-sample loss (last stage; 0 elsewhere).
+  double lossSum() const { return loss_sum_; }
+  // The most bytes of tensors held between forwards and backwards during this step (inputs,
+  // outputs, layer boundaries; not the graph's internals, which a MemoryAccount sees).
+  std::uint64_t peakHeldBytes() const { return peak_held_bytes_; }
+  Checkpointing checkpointing() const { return checkpointing_; }
+
+ private:
+  struct Held {
+    // The stage's input (with checkpointing) or the graph's leaf input.
+    at::Tensor input;
+    // The output with its graph, or the loss on the last stage (no checkpointing).
+    at::Tensor output;
+    // kLayer: the input of every layer of the stage.
+    std::vector<at::Tensor> boundaries;
+    at::Tensor targets;
+    std::uint64_t bytes = 0;
+  };
+  at::Tensor leafOf(const at::Tensor& input, bool needs_gradient) const;
+  at::Tensor runLayers(int first, int last, const at::Tensor& x);
+  at::Tensor backwardLayers(Held held, at::Tensor gradient);
+  void hold(int micro_batch, Held held);
+
+  std::shared_ptr<model::ZooModel> model_;
+  int first_;
+  int last_;
+  bool is_first_;
+  bool is_last_;
+  Checkpointing checkpointing_;
+  std::map<int, Held> held_;
+  std::uint64_t held_bytes_ = 0;
+  std::uint64_t peak_held_bytes_ = 0;
+  double loss_sum_ = 0;
+};
+
+}  // namespace chorus::parallel::detail
