@@ -29,6 +29,11 @@ struct TrainArgs {
   std::string log_json;
   std::string resume;
   bool worker = false;
+  // Several nodes (as `chorus run`): every node runs `chorus train` with the same config.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string rdzv_endpoint;
+  std::string secret_file;
 };
 
 // Set by SIGTERM/SIGINT in a worker: the trainer polls it once per step, every rank agrees to
@@ -77,6 +82,10 @@ int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
   const runtime::JobConfig job = runtime::readJobConfig(config);
   runtime::AgentOptions agent;
   agent.devices = validateOnHost(job);
+  agent.nnodes = args.nnodes;
+  agent.node_rank = args.node_rank;
+  agent.rdzv_endpoint = args.rdzv_endpoint;
+  agent.secret_file = args.secret_file;
   agent.comm_timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
   // Checkpointing workers finish their step and write a checkpoint when stopped: give them time.
   if (!job.checkpoint.dir.empty()) agent.grace = std::chrono::milliseconds(60000);
@@ -126,6 +135,12 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_option("--resume", args->resume,
                     "Continue from a checkpoint: 'latest' (in checkpoint.dir), a checkpoint "
                     "directory, or a checkpoint root");
+  train->add_option("--nnodes", args->nnodes, "Number of nodes (each runs chorus train)");
+  train->add_option("--node-rank", args->node_rank, "This node's index in [0, nnodes)");
+  train->add_option("--rdzv-endpoint", args->rdzv_endpoint,
+                    "HOST:PORT where node 0 hosts the job's store (several nodes)");
+  train->add_option("--secret-file", args->secret_file,
+                    "File with the job secret, mode 600 (required for several nodes)");
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
   train->callback([&action, args, train] {
