@@ -2,17 +2,39 @@
 
 #include "chorus/comm/c10d_store.h"
 #include "chorus/comm/prefix_store.h"
+#include "chorus/core/error.h"
+#include "shm_transport.h"
+#include "work_state.h"
 
 namespace chorus::comm {
 
-Backends::Backends(std::shared_ptr<Store> store, int rank, int size,
-                   std::chrono::milliseconds timeout, std::string bind_address)
+Backends::Backends(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
+                   std::shared_ptr<GroupContext> group)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
-      timeout_(timeout),
-      bind_address_(std::move(bind_address)) {
+      timeout_(options.timeout),
+      bind_address_(options.bind_address) {
+  const std::string& transport = options.cpu_transport;
+  if (transport != "auto" && transport != "gloo" && transport != "shm")
+    CHORUS_THROW(ConfigError, "group '", options.name, "': cpu_transport '", transport,
+                 "' is not one of auto, gloo, shm");
+  if (transport != "gloo" && (options.shm_chunk_bytes == 0 || options.shm_chunk_bytes % 64 != 0))
+    CHORUS_THROW(ConfigError, "group '", options.name, "': shm_chunk_bytes ",
+                 options.shm_chunk_bytes, " must be a positive multiple of 64");
   gloo_ = createGlooBackend(argsFor("gloo"));
+  if (transport == "gloo") return;
+  ShmSetup setup;
+  setup.required = transport == "shm";
+  setup.chunk_bytes = options.shm_chunk_bytes;
+  setup.timeout = options.timeout;
+  shm_ = connectShm(*store_, rank_, size_, setup, std::move(group));
+}
+
+Backends::~Backends() = default;
+
+ShmTransport* Backends::shmFor(const at::Tensor& tensor) const {
+  return tensor.is_cpu() ? shm_.get() : nullptr;
 }
 
 BackendArgs Backends::argsFor(const std::string& prefix) const {

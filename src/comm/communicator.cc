@@ -8,6 +8,8 @@
 #include "backend.h"
 #include "chorus/comm/prefix_store.h"
 #include "chorus/core/error.h"
+#include "shm_kernels.h"
+#include "shm_transport.h"
 #include "work_state.h"
 
 namespace chorus::comm {
@@ -39,6 +41,16 @@ void requireNumel(const at::Tensor& tensor, int64_t expected, const char* what, 
 void requireAverageable(const at::Tensor& tensor, ReduceOp op, const char* what) {
   if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type()))
     CHORUS_THROW(ConfigError, what, ": an average needs a floating-point tensor");
+}
+
+// What the shared-memory transport needs to know of an operation: its name, number and deadline.
+ShmWaitContext ticketOf(const Work::State& state) {
+  ShmWaitContext ticket;
+  ticket.operation = state.operation;
+  ticket.sequence = state.sequence;
+  ticket.deadline = state.deadline;
+  ticket.timeout = state.timeout;
+  return ticket;
 }
 
 int64_t sumOf(const std::vector<int64_t>& counts) {
@@ -116,8 +128,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Com
   group_->progress =
       std::make_shared<ProgressBoard>(group_store_, rank_, size_, options_.progress_interval);
   try {
-    backends_ = std::make_unique<Backends>(group_store_, rank_, size_, options_.timeout,
-                                           options_.bind_address);
+    backends_ = std::make_unique<Backends>(group_store_, rank_, size_, options_, group_);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& error) {
@@ -134,6 +145,8 @@ int Communicator::globalRank(int rank) const {
 std::map<std::string, OpStats> Communicator::stats() const { return group_->stats->snapshot(); }
 
 bool Communicator::broken() const { return group_->broken.load(); }
+
+const char* Communicator::cpuTransport() const { return backends_->shm() ? "shm" : "gloo"; }
 
 std::chrono::milliseconds Communicator::timeoutOf(const OpOptions& options) const {
   return options.timeout.count() > 0 ? options.timeout : options_.timeout;
@@ -174,6 +187,9 @@ Work Communicator::allReduce(at::Tensor& tensor, ReduceOp op, OpOptions options)
   requireAverageable(tensor, op, "all_reduce");
   auto state = begin("all_reduce", tensor.nbytes(), options);
   if (tensor.numel() == 0) return issue(state, nullptr);
+  ShmTransport* shm = backends_->shmFor(tensor);
+  if (shm && shmReducible(tensor.scalar_type()))
+    return issue(state, shm->allReduce(ticketOf(*state), tensor, op));
   if (op == ReduceOp::kAvg) state->finish = [tensor, size = size_]() mutable { tensor.div_(size); };
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions c10d_options;
@@ -188,6 +204,8 @@ Work Communicator::broadcast(at::Tensor& tensor, int root, OpOptions options) {
     CHORUS_THROW(ConfigError, "broadcast: root ", root, " out of range");
   auto state = begin("broadcast", tensor.nbytes(), options);
   if (tensor.numel() == 0 || size_ == 1) return issue(state, nullptr);
+  if (ShmTransport* shm = backends_->shmFor(tensor))
+    return issue(state, shm->broadcast(ticketOf(*state), tensor, root));
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions c10d_options;
   c10d_options.rootRank = root;
@@ -202,6 +220,9 @@ Work Communicator::allGather(const at::Tensor& input, at::Tensor& output, OpOpti
   auto state = begin("all_gather", input.nbytes(), options);
   if (input.numel() == 0) return issue(state, nullptr);
   const int64_t n = input.numel();
+  if (ShmTransport* shm = backends_->shmFor(input))
+    return issue(state,
+                 shm->allGatherV(ticketOf(*state), input, output, std::vector<int64_t>(size_, n)));
   at::Tensor flat = output.view({-1});
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int peer = 0; peer < size_; ++peer) outputs[0].push_back(flat.narrow(0, peer * n, n));
@@ -222,6 +243,8 @@ Work Communicator::allGatherV(const at::Tensor& input, at::Tensor& output,
   auto state = begin("all_gather_v", input.nbytes(), options);
   const int64_t widest = *std::max_element(counts.begin(), counts.end());
   if (widest == 0) return issue(state, nullptr);
+  if (ShmTransport* shm = backends_->shmFor(input))
+    return issue(state, shm->allGatherV(ticketOf(*state), input, output, counts));
   // Gloo's all-gather needs equal sizes: pad each contribution to the widest, unpack on finish.
   at::Tensor padded = at::zeros({widest}, input.options());
   padded.narrow(0, 0, counts[rank_]).copy_(input.view({-1}));
@@ -261,6 +284,9 @@ Work Communicator::reduceScatterV(const at::Tensor& input, at::Tensor& output,
   requireNumel(output, counts[rank_], "reduce_scatter", "output");
   auto state = begin("reduce_scatter", input.nbytes(), options);
   if (sumOf(counts) == 0) return issue(state, nullptr);
+  ShmTransport* shm = backends_->shmFor(input);
+  if (shm && shmReducible(input.scalar_type()))
+    return issue(state, shm->reduceScatterV(ticketOf(*state), input, output, counts, op));
   // An all-to-all moves chunk j of every rank to rank j ((n-1)/n of the data, the optimum); the
   // rank then reduces the n chunks it received, in rank order, so the result is deterministic.
   const int64_t mine = counts[rank_];
@@ -288,6 +314,8 @@ Work Communicator::allToAll(const at::Tensor& input, at::Tensor& output,
   requireNumel(input, sumOf(send_counts), "all_to_all", "input");
   requireNumel(output, sumOf(recv_counts), "all_to_all", "output");
   auto state = begin("all_to_all", input.nbytes(), options);
+  if (ShmTransport* shm = backends_->shmFor(input))
+    return issue(state, shm->allToAll(ticketOf(*state), input, output, send_counts, recv_counts));
   at::Tensor flat_input = input.view({-1});
   at::Tensor flat_output = output.view({-1});
   std::vector<int64_t> send_splits(send_counts);
@@ -318,6 +346,7 @@ Work Communicator::recv(at::Tensor& tensor, int src, OpOptions options) {
 
 Work Communicator::barrier(OpOptions options) {
   auto state = begin("barrier", 0, options);
+  if (ShmTransport* shm = backends_->shm()) return issue(state, shm->barrier(ticketOf(*state)));
   c10d::BarrierOptions c10d_options;
   c10d_options.timeout = state->timeout;
   return issue(state, backends_->cpu().barrier(c10d_options));

@@ -33,5 +33,6 @@ void addRunCommand(CLI::App& app, Action& action);
 void addTrainCommand(CLI::App& app, Action& action);
 void addPlanCommand(CLI::App& app, Action& action);
 void addSimulateCommand(CLI::App& app, Action& action);
+void addBenchCommand(CLI::App& app, Action& action);
 
 }  // namespace chorus::cli

@@ -30,7 +30,7 @@ void rejectUnknownSubcommand(const CLI::App& app, int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands({}))
       if (sub->get_name() == word) return;
     CHORUS_THROW(ConfigError, "unknown subcommand '", word,
-                 "'; expected devices, run, train, plan or simulate (see chorus --help)");
+                 "'; expected devices, run, train, plan, simulate or bench (see chorus --help)");
   }
 }
 
@@ -48,6 +48,7 @@ int runCli(int argc, char** argv) {
   addTrainCommand(app, action);
   addPlanCommand(app, action);
   addSimulateCommand(app, action);
+  addBenchCommand(app, action);
   rejectUnknownSubcommand(app, argc, argv);
   try {
     app.parse(argc, argv);

@@ -3,7 +3,8 @@
 //
 // It runs over libtorch's c10d process groups, chosen at run time by the tensor's device: Gloo for
 // CPU tensors, NCCL for CUDA tensors (when this build has NCCL). The process groups rendezvous
-// through our own Store, so they inherit the job secret.
+// through our own Store, so they inherit the job secret. When every member runs on one host, CPU
+// collectives go through shared memory instead of Gloo (CommOptions::cpu_transport; docs/comm.md).
 //
 // Every operation gets a sequence number; all ranks of a group must issue the same operations in
 // the same order (as with MPI and c10d). Each rank publishes the sequence number of the operation
@@ -15,6 +16,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +50,14 @@ struct CommOptions {
   std::chrono::milliseconds progress_interval{100};
   // Global rank of each member, for error messages; empty means the group is the world.
   std::vector<int> global_ranks;
+  // Transport of CPU collectives: "auto" (shared memory when every member runs on this host and
+  // can map the segment, else Gloo), "gloo", or "shm" (shared memory, and create() fails when it
+  // cannot be used). Operations and types the shared-memory path lacks (send/recv, reductions of
+  // other types) always use Gloo. Subgroups inherit it. Default: "auto".
+  std::string cpu_transport = "auto";
+  // Bytes of each of the two chunk buffers per rank of the shared-memory transport; larger
+  // tensors move in several chunks. A positive multiple of 64. Default: 1 MiB.
+  std::size_t shm_chunk_bytes = std::size_t{1} << 20;
 };
 
 // Per-call options.
@@ -108,6 +118,9 @@ class Communicator {
   // A subgroup of `ranks` (group ranks, ascending, containing this rank). Only the members call
   // it, each with the same ranks and name.
   std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks, const std::string& name);
+
+  // The transport that carries this group's CPU collectives: "shm" or "gloo".
+  const char* cpuTransport() const;
 
   // Per-host groups (collective: every rank of this group calls it). `local` holds the ranks
   // with this rank's CommOptions::host_id; `leaders` the lowest rank of each host, and is null on
