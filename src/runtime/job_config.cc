@@ -167,6 +167,7 @@ JobConfig readJobConfig(const Config& config) {
   job.balancer = readBalancer(config);
   job.precision = readPrecision(config);
   job.checkpoint = readCheckpoint(config);
+  job.parallel = readParallel(config);
   if (!job.balancer.shares.empty()) {
     std::int64_t total = 0;
     for (std::int64_t share : job.balancer.shares) total += share;
@@ -174,6 +175,7 @@ JobConfig readJobConfig(const Config& config) {
             "must sum to train.global_batch (" + std::to_string(job.train.global_batch) +
                 "), not " + std::to_string(total));
   }
+  checkParallel(job);
   config.rejectUnknownKeys();
   job.toml = config.toToml();
   return job;

@@ -1,5 +1,8 @@
 #include "job_sections.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
@@ -26,6 +29,57 @@ PrecisionSection::LossScale readLossScale(const Config& config, const std::strin
   require(scale.interval >= 1, table + ".interval", "must be at least 1");
   return scale;
 }
+
+void requireChoice(const std::string& value, const std::string& key,
+                   std::initializer_list<const char*> choices) {
+  std::ostringstream list;
+  for (const char* choice : choices) {
+    if (value == choice) return;
+    list << (list.tellp() > 0 ? ", " : "") << choice;
+  }
+  require(false, key, "'" + value + "' is unknown; expected " + list.str());
+}
+
+// "auto", "even", or layer counts: a TOML array [3, 5], or the string "3,5" that --set gives.
+// Kept as the text PipelineOptions::partition takes.
+std::string readPartition(const Config& config, const std::string& fallback) {
+  const std::string key = "parallel.partition";
+  std::string text;
+  try {
+    text = config.getString(key, fallback);
+  } catch (const ConfigError&) {
+    // Not a string: an array of layer counts (getInts names any other type).
+    std::ostringstream joined;
+    const auto counts = config.getInts(key, {});
+    for (std::size_t i = 0; i < counts.size(); ++i) joined << (i ? "," : "") << counts[i];
+    text = joined.str();
+  }
+  if (text == "auto" || text == "even") return text;
+  std::istringstream in(text);
+  std::string item;
+  int items = 0;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long long count = 0;
+    try {
+      count = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(!item.empty() && used == item.size() && count >= 1, key,
+            "'" + text + "': expected \"auto\", \"even\" or positive layer counts like [3, 5]");
+    ++items;
+  }
+  require(items > 0, key, "expected \"auto\", \"even\" or positive layer counts like [3, 5]");
+  return text;
+}
+
+std::int64_t partitionStages(const std::string& partition) {
+  if (partition == "auto" || partition == "even") return 0;
+  return 1 + static_cast<std::int64_t>(std::count(partition.begin(), partition.end(), ','));
+}
+
+bool isFp32(const std::string& precision) { return precision.empty() || precision == "fp32"; }
 
 }  // namespace
 
@@ -68,6 +122,64 @@ std::string precisionOf(const PrecisionSection& precision, int rank, const Devic
   }
   const std::string& kind = device.kind == DeviceKind::kCuda ? precision.cuda : precision.cpu;
   return kind.empty() ? precision.fallback : kind;
+}
+
+ParallelSection readParallel(const Config& config) {
+  ParallelSection parallel;
+  parallel.pipeline_stages = config.getInt("parallel.pipeline_stages", parallel.pipeline_stages);
+  parallel.schedule = config.getString("parallel.schedule", parallel.schedule);
+  parallel.micro_batches = config.getInt("parallel.micro_batches", parallel.micro_batches);
+  parallel.partition = readPartition(config, parallel.partition);
+  parallel.replicas = config.getInt("parallel.replicas", parallel.replicas);
+  parallel.activation_checkpointing =
+      config.getString("parallel.activation_checkpointing", parallel.activation_checkpointing);
+  require(parallel.pipeline_stages >= 1, "parallel.pipeline_stages",
+          "must be at least 1 (1: plain data parallelism)");
+  requireChoice(parallel.schedule, "parallel.schedule", {"1f1b", "gpipe"});
+  require(parallel.micro_batches >= 1, "parallel.micro_batches", "must be at least 1");
+  require(parallel.replicas >= 1, "parallel.replicas", "must be at least 1");
+  requireChoice(parallel.activation_checkpointing, "parallel.activation_checkpointing",
+                {"none", "stage", "layer"});
+  const std::int64_t counted = partitionStages(parallel.partition);
+  require(counted == 0 || counted == parallel.pipeline_stages, "parallel.partition",
+          std::to_string(counted) + " layer counts for " +
+              std::to_string(parallel.pipeline_stages) + " pipeline stages");
+  return parallel;
+}
+
+void checkParallel(const JobConfig& job) {
+  const ParallelSection& parallel = job.parallel;
+  if (parallel.pipeline_stages == 1) {
+    require(parallel.replicas == 1, "parallel.replicas",
+            "needs parallel.pipeline_stages > 1 (plain data parallelism runs one replica per "
+            "device)");
+    return;
+  }
+  const std::int64_t ranks = parallel.pipeline_stages * parallel.replicas;
+  const bool automatic = job.devices.size() == 1 && job.devices[0].kind == DeviceKind::kAuto;
+  require(automatic || static_cast<std::int64_t>(job.devices.size()) == ranks, "devices",
+          std::to_string(job.devices.size()) + " devices, but parallel.pipeline_stages (" +
+              std::to_string(parallel.pipeline_stages) + ") x parallel.replicas (" +
+              std::to_string(parallel.replicas) + ") needs exactly " + std::to_string(ranks));
+  require(job.train.global_batch >= parallel.replicas * parallel.micro_batches,
+          "train.global_batch",
+          std::to_string(job.train.global_batch) + " cannot give each of " +
+              std::to_string(parallel.replicas) + " pipeline replicas its " +
+              std::to_string(parallel.micro_batches) +
+              " micro-batches (parallel.micro_batches) of at least one sample");
+  // What a pipeline does not combine with (yet): say so rather than silently ignore it.
+  const std::string with = "is not supported with parallel.pipeline_stages > 1";
+  require(job.train.micro_batch == 0, "train.micro_batch",
+          with + "; parallel.micro_batches sets the micro-batches");
+  require(job.balancer.shares.empty(), "balancer.shares",
+          with + "; replica shares follow the devices' speeds");
+  require(job.comm.sync_every == 1, "comm.sync_every", with);
+  require(job.comm.compression == "none", "comm.compression", with);
+  require(job.comm.algorithm == "flat", "comm.algorithm", with);
+  const PrecisionSection& precision = job.precision;
+  bool fp32 = isFp32(precision.fallback) && isFp32(precision.cpu) && isFp32(precision.cuda);
+  for (const auto& name : precision.ranks) fp32 = fp32 && isFp32(name);
+  require(fp32, "precision", "only fp32 " + with);
 }
 
 }  // namespace chorus::runtime

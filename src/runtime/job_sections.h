@@ -1,4 +1,5 @@
-// Private to runtime: readers of the job config's newer sections (precision, checkpoint).
+// Private to runtime: readers of the job config's newer sections (precision, checkpoint,
+// parallel), and the checks of [parallel] against the rest of the job.
 #pragma once
 
 #include "chorus/core/config.h"
@@ -8,5 +9,10 @@ namespace chorus::runtime {
 
 PrecisionSection readPrecision(const Config& config);
 CheckpointSection readCheckpoint(const Config& config);
+// Each [parallel] key on its own (names, ranges, the partition's syntax).
+ParallelSection readParallel(const Config& config);
+// [parallel] against the other sections: the device count (unless "auto"), the global batch,
+// and the features a pipeline does not combine with. Throws ConfigError naming the key.
+void checkParallel(const JobConfig& job);
 
 }  // namespace chorus::runtime

@@ -12,6 +12,7 @@
 #include "chorus/comm/memory_store.h"
 #include "chorus/core/config.h"
 #include "chorus/runtime/job_config.h"
+#include "chorus/runtime/pipeline_trainer.h"
 #include "chorus/runtime/trainer.h"
 #include "chorus/runtime/worker.h"
 
@@ -50,6 +51,45 @@ inline std::vector<std::string> runTrainers(const std::string& toml,
   }
   for (auto& thread : threads) thread.join();
   return errors;
+}
+
+// As runTrainers, with a PipelineTrainer per rank (`world` = pipeline_stages x replicas).
+inline std::vector<std::string> runPipelineTrainers(
+    const std::string& toml, const std::vector<std::string>& settings, int world,
+    const std::function<void(PipelineTrainer&, int rank)>& body) {
+  auto store = std::make_shared<comm::MemoryStore>();
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        Config config = Config::parseString(toml);
+        for (const auto& setting : settings) config.set(setting);
+        const JobConfig job = readJobConfig(config);
+        InitOptions options;
+        options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
+                                          {"CHORUS_WORLD_SIZE", std::to_string(world)},
+                                          {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                                          {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
+                                          {"CHORUS_LOG_LEVEL", "warn"}};
+        options.store = store;
+        PipelineTrainer trainer(job, init(options));
+        body(trainer, rank);
+      } catch (const std::exception& error) {
+        errors[rank] = error.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+// Detached copies of a pipeline rank's stage parameters, in the model's order.
+inline std::vector<at::Tensor> stageParametersOf(PipelineTrainer& trainer) {
+  std::vector<at::Tensor> values;
+  for (const auto& parameter : trainer.stageParameters())
+    values.push_back(parameter.detach().clone());
+  return values;
 }
 
 inline std::vector<at::Tensor> parametersOf(Trainer& trainer) {

@@ -1,6 +1,7 @@
-// `chorus train`: the built-in data-parallel trainer. The command validates the whole job first,
-// then becomes the node agent and starts one worker per device; each worker re-reads the same
-// configuration (`--worker`) and runs the Trainer. Rank 0 prints progress and writes --log-json.
+// `chorus train`: the built-in trainer. The command validates the whole job first, then becomes
+// the node agent and starts one worker per device; each worker re-reads the same configuration
+// (`--worker`) and runs the Trainer (data parallel), or the PipelineTrainer when [parallel]
+// pipeline_stages > 1. Rank 0 prints progress and writes --log-json.
 #include <signal.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "chorus/runtime/agent.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
+#include "chorus/runtime/pipeline_trainer.h"
 #include "chorus/runtime/trainer.h"
 #include "commands.h"
 #include "train_report.h"
@@ -73,7 +75,10 @@ std::vector<DeviceSpec> validateOnHost(const runtime::JobConfig& job) {
   const auto found = device::discoverDevices();
   const std::vector<DeviceSpec> devices = device::expandAuto(job.devices, found);
   device::validateSpecs(devices, found);
-  runtime::validateJobOnDevices(job, devices);
+  if (job.parallel.pipeline_stages > 1)
+    runtime::validatePipelineJob(job, devices);
+  else
+    runtime::validateJobOnDevices(job, devices);
   return devices;
 }
 
@@ -102,11 +107,11 @@ int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
   return runtime::runAgent(agent);
 }
 
-int runWorker(const TrainArgs& args) {
-  const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
-  auto worker = chorus::init();
-  catchStopSignals();
-  runtime::Trainer trainer(job, worker);
+// Runs a Trainer or a PipelineTrainer (same interface) to the end of the job.
+template <typename AnyTrainer>
+int train(const TrainArgs& args, const runtime::JobConfig& job,
+          std::shared_ptr<runtime::Worker> worker) {
+  AnyTrainer trainer(job, worker);
   if (!args.resume.empty()) trainer.resume(args.resume);
   TrainReport report(job, worker->rank() == 0, args.log_json);
   runtime::TrainerHooks hooks;
@@ -117,11 +122,21 @@ int runWorker(const TrainArgs& args) {
   return kExitOk;
 }
 
+int runWorker(const TrainArgs& args) {
+  const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
+  auto worker = chorus::init();
+  catchStopSignals();
+  if (job.parallel.pipeline_stages > 1) return train<runtime::PipelineTrainer>(args, job, worker);
+  return train<runtime::Trainer>(args, job, worker);
+}
+
 }  // namespace
 
 void addTrainCommand(CLI::App& app, Action& action) {
   auto* train = app.add_subcommand(
-      "train", "Train a model with heterogeneous data parallelism on this node's devices");
+      "train",
+      "Train a model on this node's devices: heterogeneous data parallelism, or pipelines "
+      "([parallel] pipeline_stages > 1)");
   train->footer(
       "Examples: chorus train\n"
       "          chorus train examples/hetero-emulated.toml --set balance=off --steps 50\n"

@@ -30,6 +30,21 @@ std::string scalesText(const std::vector<double>& scales) {
   return out.str();
 }
 
+// "balance=adaptive" for data parallelism; the pipeline's shape otherwise (its shares follow the
+// devices' speeds, no balancer runs).
+std::string parallelism(const runtime::JobConfig& job) {
+  const runtime::ParallelSection& parallel = job.parallel;
+  std::ostringstream text;
+  if (parallel.pipeline_stages == 1) {
+    text << "balance=" << job.balancer.mode;
+  } else {
+    text << "pipeline " << parallel.pipeline_stages << " stages x " << parallel.replicas
+         << (parallel.replicas == 1 ? " replica" : " replicas") << " (" << parallel.schedule << ", "
+         << parallel.micro_batches << " micro-batches, partition " << parallel.partition << ")";
+  }
+  return text.str();
+}
+
 }  // namespace
 
 TrainReport::TrainReport(const runtime::JobConfig& job, bool writer, const std::string& json_path)
@@ -40,9 +55,8 @@ TrainReport::TrainReport(const runtime::JobConfig& job, bool writer, const std::
     if (!json_) CHORUS_THROW(ConfigError, "--log-json: cannot write ", json_path);
   }
   std::cout << "chorus train: " << job_.model.kind << " on " << job_.data.dataset << ", "
-            << job_.train.steps << " steps of " << job_.train.global_batch
-            << " samples, balance=" << job_.balancer.mode << ", config " << job_.source
-            << std::endl;
+            << job_.train.steps << " steps of " << job_.train.global_batch << " samples, "
+            << parallelism(job_) << ", config " << job_.source << std::endl;
 }
 
 void TrainReport::progressLine(const runtime::StepRecord& record) const {

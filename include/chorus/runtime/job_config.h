@@ -12,6 +12,8 @@
 //   [precision] default, cpu, cuda, ranks, tf32, [precision.loss_scale] init, growth, backoff,
 //               interval
 //   [checkpoint] dir, every, keep, async
+//   [parallel]  pipeline_stages, schedule, micro_batches, partition, replicas,
+//               activation_checkpointing (pipeline_stages > 1: runtime::PipelineTrainer)
 #pragma once
 
 #include <cstdint>
@@ -116,6 +118,20 @@ struct CheckpointSection {
   bool at_end = true;      // Default: true; a checkpoint after the last step
 };
 
+// Pipeline and hybrid (replicas × stages) parallelism (parallel/pipeline.h, docs/pipeline.md).
+// With pipeline_stages > 1 the job runs runtime::PipelineTrainer on exactly
+// pipeline_stages × replicas devices; rank = replica · pipeline_stages + stage.
+struct ParallelSection {
+  std::int64_t pipeline_stages = 1;  // Default: 1 = plain data parallelism (runtime::Trainer)
+  std::string schedule = "1f1b";     // Default: "1f1b"; or "gpipe"
+  std::int64_t micro_batches = 8;    // Default: 8 micro-batches per step and replica
+  // Default: "auto" (cut by device speed and memory); "even"; or layer counts per stage, written
+  // [3, 5] in TOML and kept here as "3,5".
+  std::string partition = "auto";
+  std::int64_t replicas = 1;  // Default: 1 pipeline; R > 1 = R data-parallel pipeline replicas
+  std::string activation_checkpointing = "none";  // Default: "none"; or "stage" | "layer"
+};
+
 // Value type.
 struct JobConfig {
   std::vector<DeviceSpec> devices;  // top-level `devices`; Default: auto
@@ -128,6 +144,7 @@ struct JobConfig {
   BalancerSection balancer;
   PrecisionSection precision;
   CheckpointSection checkpoint;
+  ParallelSection parallel;
   std::string source;  // where it came from, for logs
   std::string toml;    // the whole configuration, canonical TOML (kept in checkpoints)
 };

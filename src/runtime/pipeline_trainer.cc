@@ -1,0 +1,199 @@
+#include "chorus/runtime/pipeline_trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/core/units.h"
+#include "chorus/device/speed_emulator.h"
+#include "pipeline_trainer_state.h"
+
+namespace chorus::runtime {
+namespace {
+
+// Every rank starts from rank 0's parameters, whatever its own initialization did (as Trainer).
+void broadcastParameters(comm::Communicator& world, model::ZooModel& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : model.parameters()) world.broadcast(parameter, 0).wait();
+}
+
+// Every rank's device spec (speed, memory budget), so that all ranks cut the model alike.
+std::vector<std::vector<parallel::StageDevice>> gatherDevices(
+    comm::Communicator& world, const DeviceSpec& mine, const parallel::PipelineLayout& layout) {
+  const at::Tensor local =
+      at::tensor({mine.speed, static_cast<double>(mine.memory_budget.value_or(0))}, at::kDouble);
+  at::Tensor all = at::empty({2 * world.size()}, at::kDouble);
+  world.allGather(local, all).wait();
+  const auto values = all.accessor<double, 1>();
+  std::vector<std::vector<parallel::StageDevice>> devices(
+      layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
+  for (int rank = 0; rank < world.size(); ++rank) {
+    const parallel::StagePosition where = layout.positionOf(rank);
+    devices[where.replica][where.stage] = {values[2 * rank],
+                                           static_cast<std::uint64_t>(values[2 * rank + 1])};
+  }
+  return devices;
+}
+
+std::string describePlan(const PipelineTrainer::State& s) {
+  std::ostringstream text;
+  text << "pipeline: " << s.options.pipeline_stages << " stages x " << s.options.replicas
+       << " replica(s), " << parallel::toString(s.options.schedule) << ", "
+       << s.options.micro_batches << " micro-batches, checkpointing "
+       << parallel::toString(s.options.activation_checkpointing) << "; layers per stage";
+  for (std::size_t i = 0; i + 1 < s.cuts.size(); ++i)
+    text << (i ? " + " : " ") << s.cuts[i + 1] - s.cuts[i];
+  text << " (cut " << s.options.partition << "); replica shares";
+  for (std::size_t r = 0; r < s.options.replica_shares.size(); ++r)
+    text << (r ? ", " : " ") << s.options.replica_shares[r];
+  return text.str();
+}
+
+// Per-rank figures of a step, all-gathered so that every rank returns the same record.
+enum Figure { kCompute, kWait, kLossSum, kStop, kFigures };
+
+std::vector<std::array<double, kFigures>> gatherFigures(comm::Communicator& world,
+                                                        const std::array<double, kFigures>& mine) {
+  const at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
+  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
+  world.allGather(local, all).wait();
+  const auto values = all.accessor<double, 1>();
+  std::vector<std::array<double, kFigures>> ranks(world.size());
+  for (int rank = 0; rank < world.size(); ++rank)
+    for (int k = 0; k < kFigures; ++k) ranks[rank][k] = values[kFigures * rank + k];
+  return ranks;
+}
+
+}  // namespace
+
+PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.job = std::move(job);
+  s.worker = std::move(worker);
+  comm::Communicator& world = *s.worker->world();
+  s.options = pipelineOptions(s.job);
+  const parallel::PipelineLayout layout(s.options.replicas, s.options.pipeline_stages);
+  CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "parallel.pipeline_stages (",
+                      layout.stages(), ") x parallel.replicas (", layout.replicas(), ") needs ",
+                      layout.worldSize(), " ranks, the job has ", world.size());
+  s.data = makeTrainingData(s.job, s.job.model);
+  data::SamplerOptions sampling;
+  sampling.dataset_size = s.data.train->size();
+  sampling.global_batch = s.job.train.global_batch;
+  sampling.seed = s.job.seed;
+  s.sampler = std::make_unique<data::GlobalSampler>(sampling);
+  s.model = model::makeModel(s.job.model, s.job.seed);
+  s.model->to(s.worker->device());
+  broadcastParameters(world, *s.model);
+
+  parallel::CutRequest request;
+  request.profile = s.model->profile();
+  request.options = s.options;
+  request.devices = gatherDevices(world, s.worker->identity().device, layout);
+  s.cuts = parallel::stageCuts(request);
+  s.options.replica_shares =
+      pipelineReplicaShares(s.options, request.profile, s.cuts, request.devices);
+  parallel::PipelineResources resources;
+  resources.world = s.worker->world();
+  resources.emulator = &s.worker->emulator();
+  s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.cuts, resources);
+  s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
+  if (!s.job.checkpoint.dir.empty()) {
+    CheckpointOptions options;
+    options.root = s.job.checkpoint.dir;
+    options.keep = static_cast<int>(s.job.checkpoint.keep);
+    s.checkpoints =
+        std::make_unique<CheckpointWriter>(options, s.worker->store(), world.rank(), world.size());
+  }
+  if (world.rank() == 0) logInfo(describePlan(s));
+  // Data and model are in place: from here on a budget counts what training allocates.
+  if (s.worker->identity().device.memory_budget) {
+    const auto& shares = s.options.replica_shares;
+    const std::int64_t largest = *std::max_element(shares.begin(), shares.end());
+    s.eval_chunk = (largest + s.options.micro_batches - 1) / s.options.micro_batches;
+    s.worker->enforceMemoryBudget();
+  }
+}
+
+PipelineTrainer::~PipelineTrainer() {
+  // A background checkpoint must not outlive the state it writes from.
+  if (state_ && state_->pending_checkpoint.valid()) {
+    try {
+      state_->pending_checkpoint.get();
+    } catch (const std::exception& error) {
+      logWarn("checkpoint: background write failed: ", error.what());
+    }
+  }
+}
+
+StepRecord PipelineTrainer::step(const TrainerHooks& hooks) {
+  State& s = *state_;
+  comm::Communicator& world = *s.worker->world();
+  const std::int64_t step = s.next_step++;
+  Stopwatch clock;
+  StepRecord record;
+  record.step = step;
+  record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
+  setLearningRate(*s.optimizer, record.lr);
+
+  // This replica's contiguous slice of the global batch; only the ends of the pipe read data.
+  const std::vector<std::int64_t>& shares = s.options.replica_shares;
+  const int replica = s.position().replica;
+  std::int64_t offset = 0;
+  for (int r = 0; r < replica; ++r) offset += shares[r];
+  at::Tensor inputs, targets;
+  if (s.firstStage() || s.lastStage()) {
+    const std::vector<std::int64_t> ids = s.sampler->batch(step);
+    const data::Batch batch = s.data.train->get(
+        std::vector<std::int64_t>(ids.begin() + offset, ids.begin() + offset + shares[replica]));
+    if (s.firstStage()) inputs = batch.inputs.to(s.worker->device());
+    if (s.lastStage()) targets = batch.targets.to(s.worker->device());
+  }
+  s.model->train();
+  const parallel::PipelineStepStats stats = s.engine->step(inputs, targets);
+  s.optimizer->step();
+
+  const bool stop = hooks.stop_requested && hooks.stop_requested();
+  const auto figures =
+      gatherFigures(world, {stats.compute_seconds, stats.transfer_wait_seconds + stats.sync_seconds,
+                            stats.loss_sum, stop ? 1.0 : 0.0});
+  const parallel::PipelineLayout& layout = s.engine->layout();
+  double loss_sum = 0;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    record.shares.push_back(shares[layout.positionOf(rank).replica]);
+    record.compute_seconds.push_back(figures[rank][kCompute]);
+    record.wait_seconds.push_back(figures[rank][kWait]);
+    loss_sum += figures[rank][kLossSum];  // only last stages report a loss
+    record.stop_requested = record.stop_requested || figures[rank][kStop] > 0;
+  }
+  record.loss = loss_sum / static_cast<double>(s.job.train.global_batch);
+  record.step_seconds = clock.seconds();
+  record.samples_per_second = s.job.train.global_batch / record.step_seconds;
+  if (hooks.on_step) hooks.on_step(record);
+  return record;
+}
+
+std::int64_t PipelineTrainer::nextStep() const { return state_->next_step; }
+
+parallel::StagePosition PipelineTrainer::position() const { return state_->position(); }
+
+const std::vector<int>& PipelineTrainer::cuts() const { return state_->cuts; }
+
+const std::vector<std::int64_t>& PipelineTrainer::replicaShares() const {
+  return state_->options.replica_shares;
+}
+
+model::ZooModel& PipelineTrainer::model() { return *state_->model; }
+
+const std::vector<at::Tensor>& PipelineTrainer::stageParameters() const {
+  return state_->engine->parameters();
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,100 @@
+// The plan of a pipeline job: the engine's options from the config, the replicas' shares, and
+// the checks `chorus train` runs before any worker starts.
+#include <algorithm>
+
+#include "chorus/core/error.h"
+#include "chorus/model/model_config.h"
+#include "chorus/plan/balancer.h"
+#include "chorus/runtime/pipeline_trainer.h"
+
+namespace chorus::runtime {
+namespace {
+
+// A replica's shares below the micro-batch count take samples, one at a time, from the largest
+// share: the engine needs at least one sample per micro-batch.
+void raiseToMicroBatches(std::vector<std::int64_t>& shares, std::int64_t micro_batches) {
+  for (auto& share : shares) {
+    while (share < micro_batches) {
+      auto largest = std::max_element(shares.begin(), shares.end());
+      CHORUS_CHECK_CONFIG(*largest > micro_batches, "pipeline: the global batch cannot give ",
+                          shares.size(), " replicas ", micro_batches, " micro-batches each");
+      --*largest;
+      ++share;
+    }
+  }
+}
+
+}  // namespace
+
+parallel::PipelineOptions pipelineOptions(const JobConfig& job) {
+  const ParallelSection& section = job.parallel;
+  parallel::PipelineOptions options;
+  options.pipeline_stages = static_cast<int>(section.pipeline_stages);
+  options.schedule = parallel::parseSchedule(section.schedule);
+  options.micro_batches = static_cast<int>(section.micro_batches);
+  options.partition = section.partition;
+  options.replicas = static_cast<int>(section.replicas);
+  options.global_batch = job.train.global_batch;
+  options.activation_checkpointing = parallel::parseCheckpointing(section.activation_checkpointing);
+  options.timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
+  return options;
+}
+
+std::vector<std::int64_t> pipelineReplicaShares(
+    const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
+    const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(devices.size()) == options.replicas,
+                      "pipeline shares: devices for ", devices.size(), " replicas, need ",
+                      options.replicas);
+  CHORUS_CHECK_CONFIG(static_cast<int>(cuts.size()) == options.pipeline_stages + 1,
+                      "pipeline shares: ", cuts.size(), " cuts for ", options.pipeline_stages,
+                      " stages");
+  // Work per sample as the automatic cut prices it (matrix FLOPs plus element-wise work).
+  const double elementwise = parallel::CutModel{}.elementwise_flops_per_output_element;
+  std::vector<double> rates;
+  for (const auto& replica : devices) {
+    double slowest = 0;  // seconds per sample, up to a constant, of the replica's slowest stage
+    for (int s = 0; s < options.pipeline_stages; ++s) {
+      double work = 0;
+      for (int l = cuts[s]; l < cuts[s + 1]; ++l)
+        work += profile.at(l).forward_flops +
+                elementwise * static_cast<double>(profile.at(l).activation_bytes) / 4;
+      slowest = std::max(slowest, work / replica.at(s).speed);
+    }
+    rates.push_back(slowest > 0 ? 1.0 / slowest : 1.0);
+  }
+  std::vector<std::int64_t> shares = plan::proportionalShares(options.global_batch, rates);
+  raiseToMicroBatches(shares, options.micro_batches);
+  return shares;
+}
+
+void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  const parallel::PipelineOptions options = pipelineOptions(job);
+  const parallel::PipelineLayout layout(options.replicas, options.pipeline_stages);
+  if (static_cast<int>(devices.size()) != layout.worldSize())
+    CHORUS_THROW(ConfigError, "config key 'devices': ", devices.size(), " devices (",
+                 toString(devices), "), but parallel.pipeline_stages (", layout.stages(),
+                 ") x parallel.replicas (", layout.replicas(), ") needs exactly ",
+                 layout.worldSize());
+  // A budget bounds one stage, not the whole model: the cut below checks budgets.
+  std::vector<DeviceSpec> unbounded = devices;
+  for (auto& device : unbounded) device.memory_budget.reset();
+  validateJobOnDevices(job, unbounded);
+  auto model = model::makeModel(job.model, job.seed);
+  parallel::CutRequest request;
+  request.profile = model->profile();
+  request.options = options;
+  request.devices.assign(layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
+  for (int rank = 0; rank < layout.worldSize(); ++rank) {
+    const parallel::StagePosition where = layout.positionOf(rank);
+    request.devices[where.replica][where.stage] = {devices[rank].speed,
+                                                   devices[rank].memory_budget.value_or(0)};
+  }
+  try {
+    parallel::stageCuts(request);
+  } catch (const ConfigError& error) {
+    CHORUS_THROW(ConfigError, "config section [parallel]: ", error.message());
+  }
+}
+
+}  // namespace chorus::runtime

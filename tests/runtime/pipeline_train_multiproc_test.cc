@@ -1,0 +1,88 @@
+// `chorus train` with a pipeline end to end: the example job on two emulated devices of unlike
+// speed, real worker processes through the agent, the JSON log.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "chorus_version.h"
+
+namespace {
+
+struct TrainRun {
+  int exit_code = -1;
+  std::string output;
+  std::vector<nlohmann::json> steps;
+};
+
+TrainRun chorusTrain(const std::string& args, const std::string& name) {
+  const std::string log = testing::TempDir() + "/" + name + ".jsonl";
+  std::remove(log.c_str());
+  const std::string command =
+      std::string(CHORUS_BINARY) + " train " + args + " --log-json " + log + " 2>&1";
+  TrainRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return run;
+  std::array<char, 4096> buffer;
+  size_t got;
+  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    run.output.append(buffer.data(), got);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) run.steps.push_back(nlohmann::json::parse(line));
+  return run;
+}
+
+const std::string kExample = std::string(CHORUS_SOURCE_DIR) + "/examples/gpt-pipeline.toml";
+
+double meanLoss(const std::vector<nlohmann::json>& steps, size_t first, size_t count) {
+  double total = 0;
+  for (size_t i = first; i < first + count; ++i) total += steps.at(i)["loss"].get<double>();
+  return total / static_cast<double>(count);
+}
+
+TEST(PipelineTrainMultiproc, ExampleTrainsOnUnlikeDevicesAndLogsEveryRank) {
+  constexpr int kSteps = 24;
+  const TrainRun run = chorusTrain(kExample + " --steps " + std::to_string(kSteps) +
+                                       " --set train.eval_every=12 --set train.eval_samples=64",
+                                   "pipeline_example");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.steps.size(), static_cast<size_t>(kSteps)) << run.output;
+  EXPECT_NE(run.output.find("pipeline 2 stages x 1 replica (1f1b, 8 micro-batches, partition "
+                            "auto)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("pipeline: 2 stages x 1 replica(s)"), std::string::npos) << run.output;
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    const auto& step = run.steps[i];
+    EXPECT_EQ(step["step"].get<int>(), static_cast<int>(i) + 1);
+    // One entry per rank: both ranks run the one replica's 32 samples.
+    EXPECT_EQ(step["shares"], nlohmann::json::array({32, 32})) << step.dump();
+    ASSERT_EQ(step["compute_s"].size(), 2u);
+    EXPECT_GT(step["compute_s"][0].get<double>(), 0.0);
+    EXPECT_GT(step["compute_s"][1].get<double>(), 0.0);
+    EXPECT_EQ(step["wait_s"].size(), 2u);
+  }
+  EXPECT_TRUE(run.steps[11].contains("test_accuracy"));
+  EXPECT_FALSE(run.steps[10].contains("test_accuracy"));
+  // Character-level loss starts near ln(vocab) and falls within a few dozen steps.
+  EXPECT_LT(meanLoss(run.steps, kSteps - 4, 4), meanLoss(run.steps, 0, 4) - 0.1) << run.output;
+  EXPECT_NE(run.output.find("done: 24 steps"), std::string::npos) << run.output;
+}
+
+TEST(PipelineTrainMultiproc, BadParallelConfigIsRefusedBeforeAnythingStarts) {
+  const TrainRun run = chorusTrain(kExample + " --set devices=cpu,cpu,cpu", "pipeline_bad");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("3 devices, but parallel.pipeline_stages (2)"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("chorus run:"), std::string::npos) << "workers were started";
+}
+
+}  // namespace
