@@ -11,7 +11,7 @@ bool sameFigures(const DeviceType& a, const DeviceType& b) {
   for (int d = 0; d < kDtypeCount; ++d)
     if (a.peak_flops[d] != b.peak_flops[d]) return false;
   return a.memory_bytes == b.memory_bytes && a.memory_bandwidth == b.memory_bandwidth &&
-         a.device_class == b.device_class;
+         a.device_class == b.device_class && a.efficiency == b.efficiency;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -13,6 +14,13 @@ namespace chorus::plan {
 namespace {
 
 constexpr int kMaxCount = 1 << 20;
+
+bool sameName(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
 
 // Reading context: the file name for messages, and the types defined so far.
 class Reader {
@@ -78,16 +86,30 @@ class Reader {
     }
   }
 
+  // The link named by `key`: a [[link_type]] of the file (`custom`) first, then the catalog.
   LinkType link(const toml::table& table, const char* key, const std::string& fallback,
-                const std::string& context) const {
+                const std::string& context, const std::vector<LinkType>& custom) const {
     const std::string name = text(table, key, fallback, context);
+    for (const auto& link : custom)
+      if (sameName(link.name, name)) return link;
     const LinkType* link = findLinkType(name);
     if (!link) {
       const toml::node* node = table.get(key);
+      std::string known = knownLinkTypes();
+      for (const auto& type : custom) known += ", " + type.name;
       fail(node ? node->source() : table.source(),
-           context + "'" + key + "': unknown link type '" + name + "'; known: " + knownLinkTypes());
+           context + "'" + key + "': unknown link type '" + name + "'; known: " + known);
     }
     return *link;
+  }
+
+  // A fraction in (0, 1] under `key`, or `fallback` when absent.
+  double fraction(const toml::table& table, const char* key, double fallback,
+                  const std::string& context) const {
+    const double value = number(table, key, fallback, context);
+    if (value <= 0 || value > 1)
+      fail(table.get(key)->source(), context + "'" + key + "' must be in (0, 1]");
+    return value;
   }
 
   const toml::table& tableAt(const toml::node& node, const std::string& what) const {
@@ -107,7 +129,7 @@ class Reader {
     const std::string context = "device_type[" + std::to_string(index) + "]: ";
     rejectUnknown(table,
                   {"name", "class", "vendor", "memory", "memory_bandwidth_gbs", "fp32_tflops",
-                   "tf32_tflops", "bf16_tflops", "fp16_tflops"},
+                   "tf32_tflops", "bf16_tflops", "fp16_tflops", "efficiency"},
                   context);
     DeviceType type;
     type.name = text(table, "name", "", context);
@@ -125,7 +147,21 @@ class Reader {
       type.peak_flops[d] = number(table, keys[d], 0, context) * 1e12;
     if (type.memory_bandwidth <= 0 || type.peak(Dtype::kFp32) <= 0)
       fail(table.source(), context + "'memory_bandwidth_gbs' and 'fp32_tflops' must be > 0");
+    if (table.get("efficiency")) type.efficiency = fraction(table, "efficiency", 1, context);
     return type;
+  }
+
+  LinkType customLink(const toml::table& table, int index) const {
+    const std::string context = "link_type[" + std::to_string(index) + "]: ";
+    rejectUnknown(table, {"name", "bandwidth_gbs", "efficiency", "latency_us"}, context);
+    LinkType link;
+    link.name = text(table, "name", "", context);
+    if (link.name.empty()) fail(table.source(), context + "'name' is required");
+    link.bandwidth = number(table, "bandwidth_gbs", 0, context) * 1e9;
+    if (link.bandwidth <= 0) fail(table.source(), context + "'bandwidth_gbs' must be > 0");
+    link.efficiency = fraction(table, "efficiency", 1, context);
+    link.latency = number(table, "latency_us", 0, context) * 1e-6;
+    return link;
   }
 
   const std::string& source() const { return source_; }
@@ -136,13 +172,22 @@ class Reader {
 
 struct Parsed {
   std::vector<DeviceType> custom;
+  std::vector<LinkType> links;
   std::set<std::string> node_names;
 };
 
+// A type of the file shadows a catalog type of the same name: a measured "cpu" describes this
+// host better than the catalog's generic server CPU.
 const DeviceType* lookup(const Parsed& parsed, const std::string& name) {
   for (const auto& type : parsed.custom)
-    if (type.name == name) return &type;
+    if (sameName(type.name, name)) return &type;
   return findDeviceType(name);
+}
+
+bool definedInFile(const Parsed& parsed, const std::string& name) {
+  for (const auto& type : parsed.custom)
+    if (sameName(type.name, name)) return true;
+  return false;
 }
 
 // One entry of a node's `devices` array, resolved to a type (renamed when memory is overridden).
@@ -186,8 +231,9 @@ void addNodes(const Reader& reader, Parsed& parsed, const toml::table& node, int
     all_cpu = all_cpu && entries.back().first.device_class == DeviceClass::kCpu;
   }
   const LinkType intra =
-      reader.link(node, "intra_node_link", all_cpu ? "loopback" : "pcie4", context);
-  const LinkType inter = reader.link(node, "inter_node_link", default_inter.name, context);
+      reader.link(node, "intra_node_link", all_cpu ? "loopback" : "pcie4", context, parsed.links);
+  const LinkType inter =
+      reader.link(node, "inter_node_link", default_inter.name, context, parsed.links);
   const int nics = static_cast<int>(reader.integer(node, "nics", default_nics, 1, 1024, context));
   for (int copy = 0; copy < copies; ++copy) {
     const std::string node_name = copies == 1 ? name : name + "-" + std::to_string(copy);
@@ -208,18 +254,28 @@ Cluster parseClusterToml(const std::string& text, const std::string& source) {
   } catch (const toml::parse_error& error) {
     reader.fail(error.source(), std::string(error.description()));
   }
-  reader.rejectUnknown(root, {"name", "inter_node_link", "nics_per_node", "device_type", "node"},
-                       "");
+  reader.rejectUnknown(
+      root, {"name", "inter_node_link", "nics_per_node", "device_type", "link_type", "node"}, "");
   Cluster cluster(reader.text(root, "name", "cluster", ""));
-  const LinkType inter = reader.link(root, "inter_node_link", "eth-10g", "");
-  const int nics = static_cast<int>(reader.integer(root, "nics_per_node", 1, 1, 1024, ""));
   Parsed parsed;
+  if (const toml::array* links = reader.arrayAt(root, "link_type", "")) {
+    for (size_t i = 0; i < links->size(); ++i) {
+      const std::string what = "link_type[" + std::to_string(i) + "]";
+      LinkType link = reader.customLink(reader.tableAt(*links->get(i), what), static_cast<int>(i));
+      for (const auto& known : parsed.links)
+        if (sameName(known.name, link.name))
+          reader.fail(links->get(i)->source(), what + ": link '" + link.name + "' already exists");
+      parsed.links.push_back(std::move(link));
+    }
+  }
+  const LinkType inter = reader.link(root, "inter_node_link", "eth-10g", "", parsed.links);
+  const int nics = static_cast<int>(reader.integer(root, "nics_per_node", 1, 1, 1024, ""));
   if (const toml::array* types = reader.arrayAt(root, "device_type", "")) {
     for (size_t i = 0; i < types->size(); ++i) {
       const std::string what = "device_type[" + std::to_string(i) + "]";
       DeviceType type =
           reader.customType(reader.tableAt(*types->get(i), what), static_cast<int>(i));
-      if (lookup(parsed, type.name))
+      if (definedInFile(parsed, type.name))
         reader.fail(types->get(i)->source(), what + ": type '" + type.name + "' already exists");
       parsed.custom.push_back(std::move(type));
     }

@@ -86,6 +86,7 @@ double CostModel::efficiency(const DeviceType& type, Dtype dtype) const {
   for (const auto& calibration : options_.calibrations)
     if (calibration.device_type == type.name && calibration.dtype == dtype)
       return calibration.efficiency;
+  if (type.efficiency > 0) return type.efficiency;
   if (type.device_class == DeviceClass::kCpu) return options_.cpu_efficiency;
   return options_.gpu_efficiency[static_cast<int>(dtype)];
 }

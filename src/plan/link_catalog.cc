@@ -39,6 +39,12 @@ std::vector<LinkType> buildCatalog() {
       // Workers of one host talking through the loopback interface (Gloo over TCP). FIELD.md: on a
       // 2-vCPU machine c10d Gloo moves 1.2-1.45 GB/s for 1-64 MiB all-reduces.
       make("loopback", 2, 0.7, 30),
+      // Workers of one host talking through shared memory (comm's shm transport): every byte is
+      // copied into the segment and out again, so the rate is about half the host's memcpy rate.
+      // The nominal figure is a small cloud VM's (~10 GB/s memcpy, read + write counted);
+      // `chorus devices --cluster-toml` writes the measured rate of the host instead. The
+      // latency is a futex hand-off between processes, a few microseconds.
+      make("shm", 5, 0.8, 5),
       // InfiniBand (IBTA: EDR 100, HDR 200, NDR 400 Gb/s per port). FIELD.md: about 12 GB/s per
       // 100G NIC, 24 per 200G -> 0.96.
       make("ib-edr", 12.5, 0.96, 5),

@@ -184,6 +184,7 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
     }
   }
   Prediction& p = cost.prediction;
+  step += options_.step_overhead_seconds;
   p.step_seconds = step;
   p.samples_per_second = plan.global_batch / step;
   p.bubble_fraction = replica_bubble[critical];

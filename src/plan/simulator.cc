@@ -51,6 +51,8 @@ class StepGraph {
       for (int rank : membersOf(id))
         result.spans.push_back({task.name, task.category, rank, task.start, task.duration});
     }
+    // The host's own per-step work (data, bookkeeping) runs after the step's tasks.
+    result.step_seconds += model_.options().step_overhead_seconds;
     double busy = 0;
     for (RankActivity& rank : result.ranks) {
       rank.utilization = rank.busy / result.step_seconds;

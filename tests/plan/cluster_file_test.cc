@@ -94,8 +94,8 @@ TEST(ClusterFile, ErrorsNameTheFileTheLineAndTheKey) {
   EXPECT_TRUE(startsWith(errorOf("[[node]]\nname = \"n1\"\ndevices = [{ type = \"A1000\" }]\n"),
                          "cluster.toml:3: node 'n1': unknown device type 'A1000'; known: V10"));
   EXPECT_EQ(errorOf("nodes = 3\n"),
-            "cluster.toml:1: unknown key 'nodes'; known: device_type, inter_node_link, name, "
-            "nics_per_node, node");
+            "cluster.toml:1: unknown key 'nodes'; known: device_type, inter_node_link, link_type, "
+            "name, nics_per_node, node");
   EXPECT_TRUE(startsWith(errorOf("[[node]]\ndevices = [{ type = \"T4\", cuont = 2 }]\n"),
                          "cluster.toml:2: node 'node0': unknown key 'cuont'; kn"));
   EXPECT_TRUE(startsWith(
@@ -122,6 +122,9 @@ TEST(ClusterFile, ReadsTheExampleClusters) {
   EXPECT_EQ(loadClusterFile(dir + "a100-v100.toml").size(), 16);
   EXPECT_EQ(loadClusterFile(dir + "a100-t4.toml").size(), 8);
   EXPECT_EQ(loadClusterFile(dir + "small-mixed-node.toml").size(), 4);
+  const Cluster local = loadClusterFile(dir + "local-2vcpu.toml");  // written by chorus devices
+  EXPECT_EQ(local.describe(), "2 devices on 1 node: 1 x cpu, 1 x cpu@0.5");
+  EXPECT_EQ(local.linkBetween(0, 1).name, "shm-measured");
   const Cluster mixed = loadClusterFile(dir + "mixed-64.toml");
   EXPECT_EQ(mixed.size(), 64);
   EXPECT_EQ(mixed.types().size(), 4u);

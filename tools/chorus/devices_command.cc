@@ -1,7 +1,10 @@
-// `chorus devices [--json] [--threads N] [--quick]`: lists this host's devices with figures
-// measured on the spot (matmul GFLOP/s per dtype, copy bandwidth), as a table for people or JSON
-// for tools.
+// `chorus devices [--json] [--threads N] [--quick] [--cluster-toml FILE [--devices SPECS]]`:
+// lists this host's devices with figures measured on the spot (matmul GFLOP/s per dtype, copy
+// bandwidth), as a table for people or JSON for tools; --cluster-toml also writes this node as
+// the planner's cluster file (plan/local_cluster.h), one device per worker of SPECS.
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +16,7 @@
 #include "chorus/core/units.h"
 #include "chorus/device/discovery.h"
 #include "chorus/device/microbench.h"
+#include "chorus/plan/local_cluster.h"
 #include "commands.h"
 
 namespace chorus::cli {
@@ -22,6 +26,10 @@ struct DevicesOptions {
   bool json = false;
   int threads = 1;
   bool quick = false;
+  // Write the node as a cluster file here, one device per worker of `devices`. Default: none.
+  std::string cluster_toml;
+  // Worker specs for the cluster file, as `chorus train` takes them. Default: "auto".
+  std::string devices = "auto";
 };
 
 struct Measured {
@@ -105,6 +113,69 @@ void printTable(const std::vector<Measured>& rows, const device::MeasureOptions&
   }
 }
 
+plan::MeasuredDevice measuredOf(const Measured& row) {
+  plan::MeasuredDevice device;
+  device.description =
+      row.info.name + ", " + row.blas + ", " +
+      (row.figures.threads > 0 ? std::to_string(row.figures.threads) + " thread(s)" : "GPU");
+  device.vendor = row.info.vendor.empty() ? "custom" : row.info.vendor;
+  device.device_class =
+      row.info.kind == DeviceKind::kCpu ? plan::DeviceClass::kCpu : plan::DeviceClass::kGpu;
+  device.memory_bytes = row.info.memory_bytes;
+  device.gflops[static_cast<int>(plan::Dtype::kFp32)] = row.figures.matmul_gflops_fp32;
+  device.gflops[static_cast<int>(plan::Dtype::kBf16)] = row.figures.matmul_gflops_bf16.value_or(0);
+  device.gflops[static_cast<int>(plan::Dtype::kFp16)] = row.figures.matmul_gflops_fp16.value_or(0);
+  device.memory_bandwidth_gbs = row.figures.mem_bandwidth_gbs;
+  return device;
+}
+
+std::string today() {
+  char buffer[16];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d", &utc);
+  return buffer;
+}
+
+// The node as the planner sees it: one device per worker spec, measured figures scaled by the
+// spec's emulated speed, its memory budget as memory; workers of a CPU-only node meet through
+// shared memory at the measured copy rate, GPUs through the catalog's PCIe 4.
+void writeClusterToml(const DevicesOptions& cli, const std::vector<Measured>& rows,
+                      const device::MeasureOptions& options) {
+  const auto found = [&] {
+    std::vector<device::DeviceInfo> infos;
+    for (const auto& row : rows) infos.push_back(row.info);
+    return infos;
+  }();
+  const auto specs = device::expandAuto(parseDeviceSpecs(cli.devices), found);
+  device::validateSpecs(specs, found);
+  plan::LocalCluster cluster;
+  bool all_cpu = true;
+  for (const DeviceSpec& spec : specs) {
+    const Measured* row = nullptr;
+    for (const auto& candidate : rows)
+      if (candidate.info.kind == spec.kind && candidate.info.index == spec.index) row = &candidate;
+    CHORUS_CHECK_CONFIG(row, "device spec '", spec.toString(), "' matches no measured device");
+    all_cpu = all_cpu && spec.kind == DeviceKind::kCpu;
+    cluster.devices.push_back(plan::emulateDevice(measuredOf(*row), spec.toString(), spec.speed,
+                                                  spec.memory_budget.value_or(0)));
+  }
+  cluster.intra_link = all_cpu ? plan::measuredShmLink(rows.front().figures.mem_bandwidth_gbs)
+                               : *plan::findLinkType("pcie4");
+  cluster.comments = {
+      "This node as `chorus devices --cluster-toml` measured it on " + today() + " for workers " +
+          toString(specs) + ".",
+      "Rates are " + std::to_string(options.matmul_size) + "^3 matmuls on " +
+          std::to_string(options.threads) +
+          " intra-op thread(s) per CPU worker, scaled by each worker's emulated speed.",
+      "Plan with: chorus plan --cluster " + cli.cluster_toml + " --model ... --global-batch ..."};
+  std::ofstream out(cli.cluster_toml);
+  out << plan::localClusterToml(cluster);
+  if (!out) CHORUS_THROW(ConfigError, "cannot write the cluster file '", cli.cluster_toml, "'");
+  logInfo("wrote the cluster file ", cli.cluster_toml, " (", specs.size(), " devices)");
+}
+
 int runDevices(const DevicesOptions& cli) {
   device::MeasureOptions options =
       cli.quick ? device::MeasureOptions::quick() : device::MeasureOptions{};
@@ -124,6 +195,7 @@ int runDevices(const DevicesOptions& cli) {
   } else {
     printTable(rows, options);
   }
+  if (!cli.cluster_toml.empty()) writeClusterToml(cli, rows, options);
   return kExitOk;
 }
 
@@ -138,6 +210,12 @@ void addDevicesCommand(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   command->add_flag("--quick", options->quick, "Smaller, faster measurements (for tests)");
+  command->add_option("--cluster-toml", options->cluster_toml,
+                      "Also write this node as a cluster file for chorus plan");
+  command
+      ->add_option("--devices", options->devices,
+                   "Worker specs of that cluster file (e.g. cpu@1.0,cpu@0.5/512MiB)")
+      ->capture_default_str();
   command->callback([options, &action] { action = [options] { return runDevices(*options); }; });
 }
 

@@ -1,7 +1,9 @@
 // `chorus plan --cluster C.toml --model NAME --global-batch B [--top K] [--json] [--out
 // PLAN.json]`: searches the parallel plans for a model on a described cluster and prints the best
 // few with predicted step time, throughput, memory and why each wins or loses, next to the best
-// uniform plans (equal shares, equal cuts) for the gain.
+// uniform plans (equal shares, equal cuts) for the gain. `--shares` or `--cuts` price one plan
+// fixed by hand instead (the split of a measured run, for validation); `--model JOB.toml` plans
+// the zoo model a `chorus train` job trains.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -11,10 +13,12 @@
 
 #include "chorus/core/units.h"
 #include "chorus/plan/cluster_file.h"
+#include "chorus/plan/fixed_plan.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/planner.h"
 #include "chorus/plan/transformer_shapes.h"
 #include "commands.h"
+#include "plan_inputs.h"
 
 namespace chorus::cli {
 namespace {
@@ -30,6 +34,14 @@ struct PlanArgs {
   bool allow_compression = false;
   bool no_pipelines = false;
   bool gpipe = false;
+  std::vector<std::string> calibrations;
+  double step_overhead_ms = 0;
+  // A plan fixed by hand: data-parallel shares, or pipeline cuts with micro-batches and schedule.
+  std::vector<int> shares;
+  int micro_batch = 0;
+  std::vector<int> cuts;
+  int micro_batches = 1;
+  std::string schedule = "1f1b";
 };
 
 std::string seconds(double value) {
@@ -124,9 +136,30 @@ nlohmann::json resultJson(const plan::PlanResult& result, const plan::Cluster& c
           {"uniform", uniform}};
 }
 
+// The one plan --shares or --cuts fixes, priced, as a result of one plan.
+plan::PlanResult fixedResult(const PlanArgs& args, const plan::Cluster& cluster,
+                             const plan::ModelProfile& model, const plan::PlanOptions& options) {
+  CHORUS_CHECK_CONFIG(args.shares.empty() || args.cuts.empty(),
+                      "give --shares (data parallel) or --cuts (pipeline), not both");
+  const plan::CostModel cost(cluster, model, options.cost);
+  plan::PlanResult result;
+  result.devices = cluster.size();
+  if (!args.shares.empty()) {
+    result.plans.push_back(
+        plan::fixedDataParallelPlan(cost, args.shares, args.micro_batch, options.precision));
+    CHORUS_CHECK_CONFIG(result.plans[0].global_batch == args.global_batch, "--shares sum to ",
+                        result.plans[0].global_batch, ", not the global batch ", args.global_batch);
+  } else {
+    result.plans.push_back(
+        plan::fixedPipelinePlan(cost, args.cuts, args.global_batch, args.micro_batches,
+                                plan::parseSchedule(args.schedule), options.precision));
+  }
+  return result;
+}
+
 int runPlan(const PlanArgs& args) {
   const plan::Cluster cluster = plan::loadClusterFile(args.cluster);
-  const plan::ModelProfile model = plan::resolveModel(args.model);
+  const plan::ModelProfile model = resolvePlanModel(args.model);
   plan::PlanOptions options;
   options.global_batch = args.global_batch;
   options.top_k = args.top;
@@ -134,7 +167,11 @@ int runPlan(const PlanArgs& args) {
   options.allow_compression = args.allow_compression;
   options.allow_pipelines = !args.no_pipelines;
   if (args.gpipe) options.schedules = {plan::Schedule::kGpipe, plan::Schedule::kOneFOneB};
-  const plan::PlanResult result = plan::planCluster(cluster, model, options);
+  options.cost.calibrations = parseCalibrations(args.calibrations, cluster);
+  options.cost.step_overhead_seconds = args.step_overhead_ms / 1e3;
+  const bool fixed = !args.shares.empty() || !args.cuts.empty();
+  const plan::PlanResult result = fixed ? fixedResult(args, cluster, model, options)
+                                        : plan::planCluster(cluster, model, options);
   if (args.json)
     std::cout << resultJson(result, cluster, model, args.global_batch).dump(2) << std::endl;
   else
@@ -156,7 +193,8 @@ void addPlanCommand(CLI::App& app, Action& action) {
   command->add_option("--cluster", args->cluster, "Cluster description (TOML)")->required();
   command
       ->add_option("--model", args->model,
-                   "A named shape (" + plan::knownModelNames() + ") or a JSON profile file")
+                   "A named shape (" + plan::knownModelNames() +
+                       "), a JSON profile file, or a chorus train job file (*.toml)")
       ->required();
   command->add_option("--global-batch", args->global_batch, "Samples per step")
       ->required()
@@ -171,6 +209,34 @@ void addPlanCommand(CLI::App& app, Action& action) {
                     "Consider lossy fp16/int8 gradient compression across nodes");
   command->add_flag("--no-pipelines", args->no_pipelines, "Data parallelism only");
   command->add_flag("--gpipe", args->gpipe, "Also consider the GPipe schedule");
+  command->add_option("--calibration", args->calibrations,
+                      "Measured efficiency TYPE[:DTYPE]=E overriding the cost model's (TYPE * = "
+                      "every type); repeatable");
+  command
+      ->add_option("--step-overhead-ms", args->step_overhead_ms,
+                   "Fixed host work per step (data, bookkeeping) measured on a real run")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--shares", args->shares,
+                   "Price this data-parallel split (one share per device, in order) instead of "
+                   "searching")
+      ->delimiter(',');
+  command
+      ->add_option("--micro-batch", args->micro_batch,
+                   "With --shares: largest micro-batch (0: each share in one pass)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  command
+      ->add_option("--cuts", args->cuts,
+                   "Price this pipeline (stage s on device s over layers [cut s, cut s+1)) "
+                   "instead of searching")
+      ->delimiter(',');
+  command->add_option("--micro-batches", args->micro_batches, "With --cuts: micro-batches per step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command->add_option("--schedule", args->schedule, "With --cuts: gpipe or 1f1b")
+      ->capture_default_str();
   command->callback([args, &action] { action = [args] { return runPlan(*args); }; });
 }
 

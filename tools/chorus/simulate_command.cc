@@ -14,6 +14,7 @@
 #include "chorus/plan/simulator.h"
 #include "chorus/plan/transformer_shapes.h"
 #include "commands.h"
+#include "plan_inputs.h"
 
 namespace chorus::cli {
 namespace {
@@ -25,6 +26,8 @@ struct SimulateArgs {
   std::string trace;
   int index = 0;
   bool json = false;
+  std::vector<std::string> calibrations;
+  double step_overhead_ms = 0;
 };
 
 // A plan file, or the answer of `chorus plan --json` (then plans[index]).
@@ -55,9 +58,12 @@ int runSimulate(const SimulateArgs& args) {
   const plan::Plan plan = readPlan(args);
   const std::string model_name = args.model.empty() ? plan.model : args.model;
   CHORUS_CHECK_CONFIG(!model_name.empty(), args.plan, " names no model; pass --model");
-  const plan::ModelProfile model = plan::resolveModel(model_name);
+  const plan::ModelProfile model = resolvePlanModel(model_name);
   plan::checkPlanAgainstCluster(plan, cluster);
-  const plan::CostModel cost(cluster, model);
+  plan::CostOptions options;
+  options.calibrations = parseCalibrations(args.calibrations, cluster);
+  options.step_overhead_seconds = args.step_overhead_ms / 1e3;
+  const plan::CostModel cost(cluster, model, options);
   const plan::PlanCost predicted = cost.evaluate(plan);
   const plan::SimResult result = plan::simulate(cost, plan, {!args.trace.empty()});
   if (!args.trace.empty()) {
@@ -116,9 +122,18 @@ void addSimulateCommand(CLI::App& app, Action& action) {
   command->add_option("--index", args->index, "Which plan of a chorus plan --json answer")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  command->add_option("--model", args->model, "The model, if not the one the plan names");
+  command->add_option("--model", args->model,
+                      "The model (name, *.json profile, or job *.toml), if not the one the plan "
+                      "names");
   command->add_option("--trace", args->trace, "Write a Chrome-trace timeline (Perfetto) here");
   command->add_flag("--json", args->json, "Print JSON");
+  command->add_option("--calibration", args->calibrations,
+                      "Measured efficiency TYPE[:DTYPE]=E, as for chorus plan; repeatable");
+  command
+      ->add_option("--step-overhead-ms", args->step_overhead_ms,
+                   "Fixed host work per step, as for chorus plan")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   command->callback([args, &action] { action = [args] { return runSimulate(*args); }; });
 }
 

@@ -11,6 +11,14 @@
 //   memory = "8GiB"
 //   memory_bandwidth_gbs = 25
 //   fp32_tflops = 0.087              # also tf32_tflops, bf16_tflops, fp16_tflops; Default: 0
+//   efficiency = 1.0                 # fraction of those figures a step reaches; Default: the
+//                                    # cost model's default for the class (figures are peaks)
+//
+//   [[link_type]]                    # optional: a link the catalog lacks (e.g. measured locally)
+//   name = "local-shm"
+//   bandwidth_gbs = 4.2              # per direction; required
+//   efficiency = 1.0                 # Default: 1
+//   latency_us = 5                   # Default: 0
 //
 //   [[node]]
 //   name = "a100"                    # Default: "node<i>"
@@ -20,6 +28,9 @@
 //   nics = 8                         # Default: nics_per_node
 //   devices = [ { type = "A100-80", count = 8 }, { type = "CPU", memory = "64GiB" } ]
 //
+// A [[device_type]] or [[link_type]] may take the name of a catalog entry (names compare
+// case-insensitively) and then shadows it in this file: `chorus devices --cluster-toml` writes the
+// host's CPU workers as measured types named by their specs ("cpu", "cpu@0.5").
 // A device entry's `count` defaults to 1; `memory` overrides the type's memory and renames the
 // type ("CPU/64GiB") so plans say what they assumed. Every error names the file, the line and the
 // key: "cluster.toml:12: node 'n1': unknown device type 'A1000'; known: V100-16, ...".

@@ -51,7 +51,8 @@ struct CostOptions {
   // Achievable fraction of peak on CPUs (OpenBLAS sgemm reaches 60-80%; the rest of a training
   // step less). Default: 0.4.
   double cpu_efficiency = 0.4;
-  // Measured efficiencies that override the defaults for a (type, dtype).
+  // Measured efficiencies that override the defaults for a (type, dtype). For a measured type
+  // (local_cluster.h) the figure is relative to its measured matmul rate and may exceed 1.
   std::vector<Calibration> calibrations;
   // Achievable fraction of peak memory bandwidth. Default: 0.8.
   double memory_efficiency = 0.8;
@@ -65,6 +66,10 @@ struct CostOptions {
   double cpu_reserved_bytes = 1.0 * (1ull << 30);
   // Fraction of the rest kept free (peaks the model does not count). Default: 0.05.
   double memory_headroom = 0.05;
+  // Fixed host work per step that no layer profile covers: loading and collating the batch, the
+  // trainer's bookkeeping and its small collectives. Added to every step; measure it on a real
+  // run (step time minus compute, bench/plan_validation.py). Default: 0.
+  double step_overhead_seconds = 0;
   // Gradient bucket size for overlapped synchronization. Default: 25 MiB (PyTorch DDP).
   double bucket_bytes = 25.0 * (1 << 20);
   // Optimizer state bytes per parameter besides weights and gradients: Adam's m and v in fp32.

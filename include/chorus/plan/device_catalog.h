@@ -39,6 +39,10 @@ struct DeviceType {
   double memory_bandwidth = 0;
   // Peak dense throughput in FLOP/s per Dtype (indexed by the enum); 0 where unsupported.
   double peak_flops[kDtypeCount] = {0, 0, 0, 0};
+  // Fraction of the peaks a training step reaches, when the type knows it better than the cost
+  // model's defaults (a type measured by `chorus devices` states achieved matmul rates, not
+  // datasheet peaks, so it carries 1). 0 = the cost model's default for the class. Default: 0.
+  double efficiency = 0;
 
   double peak(Dtype dtype) const { return peak_flops[static_cast<int>(dtype)]; }
   bool supports(Dtype dtype) const { return peak(dtype) > 0; }

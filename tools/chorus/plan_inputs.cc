@@ -1,0 +1,100 @@
+#include "plan_inputs.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "chorus/core/config.h"
+#include "chorus/core/error.h"
+#include "chorus/data/text_corpus.h"
+#include "chorus/model/model_config.h"
+#include "chorus/plan/transformer_shapes.h"
+#include "chorus/runtime/job_config.h"
+
+namespace chorus::cli {
+namespace {
+
+// A measured type's figure is a 1024^3 matmul's rate, which a model's kernels may beat (oneDNN
+// convolutions, a quieter host), so calibrations may exceed 1, within reason.
+constexpr double kMaxEfficiency = 4;
+
+bool endsWith(const std::string& text, const std::string& suffix) {
+  if (text.size() < suffix.size()) return false;
+  return std::equal(suffix.rbegin(), suffix.rend(), text.rbegin(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == b;
+  });
+}
+
+// The model config the trainer builds for `job` (runtime/training_data.cc): the data set decides
+// the input shape, classes and vocabulary.
+model::ModelConfig trainedModel(const runtime::JobConfig& job) {
+  model::ModelConfig config = job.model;
+  if (job.data.dataset == "fashion-mnist") {
+    config.input_shape = {1, 28, 28};
+    config.classes = 10;
+  } else if (job.data.dataset == "text") {
+    data::TextCorpusOptions options;
+    options.context = config.context;
+    config.vocab = data::loadTextCorpus(job.data.path, options)->numClasses();
+  }
+  return config;
+}
+
+// The zoo's per-layer profile in the planner's terms. The zoo gives each layer's fp32 output per
+// sample; the planner also wants what backward keeps, which for these layers is of the order of
+// their output, so both take it (memory predictions are rough; step times do not use it except
+// through the roofline's streamed bytes).
+plan::ModelProfile toPlanProfile(const model::ZooModel& model, const std::string& name) {
+  plan::ModelProfile profile;
+  profile.name = name;
+  profile.activation_element_bytes = 4;
+  for (const auto& layer : model.profile())
+    profile.layers.push_back({layer.name, static_cast<double>(layer.parameters),
+                              layer.forward_flops, static_cast<double>(layer.activation_bytes),
+                              static_cast<double>(layer.activation_bytes)});
+  profile.validate();
+  return profile;
+}
+
+}  // namespace
+
+plan::ModelProfile resolvePlanModel(const std::string& name_or_path) {
+  if (!endsWith(name_or_path, ".toml")) return plan::resolveModel(name_or_path);
+  const runtime::JobConfig job = runtime::readJobConfig(Config::parseFile(name_or_path));
+  const auto model = model::makeModel(trainedModel(job), job.seed);
+  return toPlanProfile(*model, name_or_path);
+}
+
+std::vector<plan::Calibration> parseCalibrations(const std::vector<std::string>& entries,
+                                                 const plan::Cluster& cluster) {
+  std::vector<plan::Calibration> calibrations;
+  for (const std::string& entry : entries) {
+    const auto equals = entry.rfind('=');
+    CHORUS_CHECK_CONFIG(equals != std::string::npos && equals > 0, "calibration '", entry,
+                        "': expected TYPE[:DTYPE]=EFFICIENCY, e.g. '*=0.45'");
+    std::string type = entry.substr(0, equals);
+    plan::Dtype dtype = plan::Dtype::kFp32;
+    if (const auto colon = type.rfind(':'); colon != std::string::npos) {
+      dtype = plan::parseDtype(type.substr(colon + 1));
+      type = type.substr(0, colon);
+    }
+    double efficiency = 0;
+    try {
+      efficiency = std::stod(entry.substr(equals + 1));
+    } catch (const std::exception&) {
+      CHORUS_THROW(ConfigError, "calibration '", entry, "': efficiency is not a number");
+    }
+    CHORUS_CHECK_CONFIG(efficiency > 0 && efficiency <= kMaxEfficiency, "calibration '", entry,
+                        "': efficiency must be in (0, ", kMaxEfficiency, "]");
+    bool found = false;
+    for (const auto& known : cluster.types()) {
+      if (type != "*" && known.name != type) continue;
+      calibrations.push_back({known.name, dtype, efficiency});
+      found = true;
+    }
+    CHORUS_CHECK_CONFIG(found, "calibration '", entry, "': the cluster has no device type '", type,
+                        "'");
+  }
+  return calibrations;
+}
+
+}  // namespace chorus::cli
