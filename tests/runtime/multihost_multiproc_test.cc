@@ -1,0 +1,141 @@
+// Several hosts for real: two network namespaces joined by a bridge, one link shaped to 1 Gbit/s
+// (scripts/netns_hosts), one `chorus train` agent in each with two CPU workers. The job must train
+// exactly as the same job with four workers on one host, and its gradients must cross the link.
+//
+// Needs root and `ip netns`; skips (naming the reason) without them.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// scripts/netns_hosts, found from this file's path (tests/runtime/ -> the repository root).
+std::string netnsScript() {
+  std::string path = __FILE__;
+  for (int up = 0; up < 3; ++up) path = path.substr(0, path.find_last_of('/'));
+  return path + "/scripts/netns_hosts";
+}
+
+// Why the namespaces cannot be made here, or "" when they can.
+std::string whyUnavailable() {
+  if (geteuid() != 0) return "needs root to create network namespaces";
+  if (std::system("ip netns list >/dev/null 2>&1") != 0) return "`ip netns` is unavailable";
+  if (access(netnsScript().c_str(), X_OK) != 0) return netnsScript() + " is missing";
+  return "";
+}
+
+int exitCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+std::string readFile(const std::string& path) {
+  std::ifstream file(path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::vector<double> losses(const std::string& log) {
+  std::vector<double> values;
+  std::ifstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) values.push_back(nlohmann::json::parse(line)["loss"]);
+  return values;
+}
+
+// Two hosts "<prefix>-h0/h1" for the whole suite; destroyed at the end.
+class MultihostMultiproc : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_reason_ = whyUnavailable();
+    if (!skip_reason_.empty()) return;
+    prefix_ = "cmt" + std::to_string(getpid() % 100000);
+    const std::string create =
+        netnsScript() + " create 2 --rate 1gbit --shaped 0 --prefix " + prefix_ + " >/dev/null";
+    if (std::system(create.c_str()) != 0) skip_reason_ = "scripts/netns_hosts create failed";
+  }
+  static void TearDownTestSuite() {
+    if (!prefix_.empty()) std::system((netnsScript() + " destroy --prefix " + prefix_).c_str());
+  }
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+  }
+
+  // `command` inside host `host`, its output to `output`; returns the exit code.
+  static int inHost(int host, const std::string& command, const std::string& output) {
+    const std::string line = netnsScript() + " exec " + std::to_string(host) + " --prefix " +
+                             prefix_ + " -- " + command + " >" + output + " 2>&1";
+    return exitCode(std::system(line.c_str()));
+  }
+  // Bytes host 0's link has sent so far.
+  static std::uint64_t linkTxBytes() {
+    const std::string out = testing::TempDir() + "/" + prefix_ + "-tx";
+    inHost(0, "cat /sys/class/net/eth0/statistics/tx_bytes", out);
+    return std::stoull(readFile(out));
+  }
+
+  static std::string skip_reason_;
+  static std::string prefix_;
+};
+
+std::string MultihostMultiproc::skip_reason_;
+std::string MultihostMultiproc::prefix_;
+
+// A small MLP on synthetic data, equal split, fixed seed: the loss sequence depends only on the
+// global batches, not on where the four workers run.
+const std::string kJob =
+    " --set balance=off --set seed=3 --set model.kind=mlp --set model.hidden=[64]"
+    " --set data.dataset=synthetic --set data.size=1024 --set train.steps=8"
+    " --set train.global_batch=32 --set train.eval_every=0 --set train.eval_samples=64"
+    " --set train.target_accuracy=0 --set train.log_every=4 --set optimizer.schedule=constant";
+constexpr int kSteps = 8;
+// MLP 784 -> 64 -> 10: the bytes of its fp32 gradient.
+constexpr std::uint64_t kGradientBytes = 4 * (784 * 64 + 64 + 64 * 10 + 10);
+
+TEST_F(MultihostMultiproc, TwoHostsOfTwoWorkersTrainAsFourWorkersOnOneHost) {
+  const std::string dir = testing::TempDir() + "/" + prefix_;
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string secret = dir + "/secret";
+  std::ofstream(secret) << "multihost-test-secret-0123456789";
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  const std::string nodes = " --nnodes 2 --rdzv-endpoint 10.77.0.1:29411 --secret-file " + secret;
+  const std::string train = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu" + kJob +
+                            " --set comm.algorithm=hierarchical" + nodes;
+
+  const std::uint64_t tx_before = linkTxBytes();
+  int codes[2] = {-1, -1};
+  std::thread second([&] { codes[1] = inHost(1, train + " --node-rank 1", dir + "/node1.out"); });
+  codes[0] =
+      inHost(0, train + " --node-rank 0 --log-json " + dir + "/hosts.jsonl", dir + "/node0.out");
+  second.join();
+  const std::uint64_t crossed = linkTxBytes() - tx_before;
+  const std::string out0 = readFile(dir + "/node0.out");
+  ASSERT_EQ(codes[0], 0) << out0;
+  ASSERT_EQ(codes[1], 0) << readFile(dir + "/node1.out");
+  EXPECT_NE(out0.find("hierarchical over 4 ranks in 2 groups"), std::string::npos) << out0;
+  // Each step the host leaders all-reduce the whole gradient: a two-rank ring sends all of it.
+  EXPECT_GE(crossed, kSteps * kGradientBytes);
+
+  const std::string single = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu,cpu,cpu" +
+                             kJob + " --log-json " + dir + "/single.jsonl";
+  ASSERT_EQ(exitCode(std::system((single + " >" + dir + "/single.out 2>&1").c_str())), 0)
+      << readFile(dir + "/single.out");
+
+  const std::vector<double> hosts = losses(dir + "/hosts.jsonl");
+  const std::vector<double> one = losses(dir + "/single.jsonl");
+  ASSERT_EQ(hosts.size(), static_cast<size_t>(kSteps)) << out0;
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+  for (int step = 0; step < kSteps; ++step)
+    EXPECT_NEAR(hosts[step], one[step], 1e-5 * std::abs(one[step])) << "step " << step + 1;
+  EXPECT_LT(one.back(), one.front()) << "the job did not train";
+}
+
+}  // namespace
