@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "pipeline_trainer_state.h"
@@ -24,32 +25,7 @@ std::string stageFile(const PipelineTrainer::State& s, const char* what) {
   return name.str();
 }
 
-std::string archiveBytes(torch::serialize::OutputArchive& archive) {
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-torch::serialize::InputArchive archiveOf(const std::string& bytes) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  return archive;
-}
-
-at::Tensor cpuGeneratorState() {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void setCpuGeneratorState(const at::Tensor& state) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
 nlohmann::json trainerJson(const PipelineTrainer::State& s) {
-  const data::SamplerState sampler = s.sampler->state(s.next_step);
   return {{"step", s.next_step},
           {"world_size", s.worker->worldSize()},
           {"seed", s.job.seed},
@@ -60,8 +36,7 @@ nlohmann::json trainerJson(const PipelineTrainer::State& s) {
             {"replicas", s.options.replicas},
             {"cuts", s.cuts},
             {"replica_shares", s.options.replica_shares}}},
-          {"sampler",
-           {{"epoch", sampler.epoch}, {"position", sampler.position}, {"step", sampler.step}}},
+          {"sampler", samplerJson(*s.sampler, s.next_step)},
           {"config", s.job.toml}};
 }
 
@@ -112,7 +87,7 @@ std::vector<CheckpointFile> pipelineCheckpointFiles(PipelineTrainer::State& s) {
   torch::serialize::OutputArchive model, optimizer, rng;
   for (const auto& [name, tensor] : stageTensors(s)) model.write(name, tensor.detach());
   s.optimizer->save(optimizer);
-  rng.write("rng_cpu", cpuGeneratorState());
+  rng.write("rng_cpu", generatorState(cpuGenerator()));
   files.push_back({stageFile(s, "model"), archiveBytes(model)});
   files.push_back({stageFile(s, "optimizer"), archiveBytes(optimizer)});
   files.push_back({stageFile(s, "rng"), archiveBytes(rng)});
@@ -133,7 +108,7 @@ void restorePipelineCheckpoint(PipelineTrainer::State& s, const std::string& dir
     auto rng = archiveOf(readCheckpointFile(dir, manifest, stageFile(s, "rng")));
     at::Tensor cpu_rng;
     rng.read("rng_cpu", cpu_rng);
-    setCpuGeneratorState(cpu_rng);
+    setGeneratorState(cpuGenerator(), cpu_rng);
   } catch (const nlohmann::json::exception& error) {
     CHORUS_THROW(CheckpointError, "checkpoint '", dir,
                  "': trainer.json is damaged: ", error.what());
@@ -141,10 +116,7 @@ void restorePipelineCheckpoint(PipelineTrainer::State& s, const std::string& dir
     CHORUS_THROW(CheckpointError, "checkpoint '", dir,
                  "' does not fit this stage: ", error.what_without_backtrace());
   }
-  const auto& sampler = saved.at("sampler");
-  s.next_step = s.sampler->resume({sampler.at("epoch").get<std::int64_t>(),
-                                   sampler.at("position").get<std::int64_t>(),
-                                   sampler.at("step").get<std::int64_t>()});
+  s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
   s.last_checkpoint_step = s.next_step;
 }
 

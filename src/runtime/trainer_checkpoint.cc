@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "trainer_state.h"
@@ -20,18 +21,6 @@ constexpr const char* kTrainerFile = "trainer.json";
 
 std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
 
-std::string archiveBytes(torch::serialize::OutputArchive& archive) {
-  std::ostringstream out;
-  archive.save_to(out);
-  return out.str();
-}
-
-torch::serialize::InputArchive archiveOf(const std::string& bytes) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
-  return archive;
-}
-
 // The generator of the worker's device (CUDA), when it has one of its own.
 std::optional<at::Generator> deviceGenerator(const Trainer::State& s) {
   const c10::Device device = s.worker->device();
@@ -39,18 +28,7 @@ std::optional<at::Generator> deviceGenerator(const Trainer::State& s) {
   return at::globalContext().defaultGenerator(device);
 }
 
-at::Tensor generatorState(at::Generator generator) {
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void setGeneratorState(at::Generator generator, const at::Tensor& state) {
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
 nlohmann::json trainerJson(const Trainer::State& s) {
-  const data::SamplerState sampler = s.sampler->state(s.next_step);
   const plan::BalancerState balancer = s.balancer->exportState();
   std::vector<std::string> devices;
   for (const auto& device : s.job.devices) devices.push_back(device.toString());
@@ -60,8 +38,7 @@ nlohmann::json trainerJson(const Trainer::State& s) {
           {"global_batch", s.job.train.global_batch},
           {"model", s.model->describe()},
           {"skipped_steps", s.skipped_steps},
-          {"sampler",
-           {{"epoch", sampler.epoch}, {"position", sampler.position}, {"step", sampler.step}}},
+          {"sampler", samplerJson(*s.sampler, s.next_step)},
           {"balancer",
            {{"shares", balancer.shares},
             {"steps_observed", balancer.steps_observed},
@@ -116,7 +93,7 @@ void restoreRankState(Trainer::State& s, const std::string& bytes) {
   auto archive = archiveOf(bytes);
   at::Tensor cpu_rng, device_rng, scaler;
   archive.read("rng_cpu", cpu_rng);
-  setGeneratorState(at::detail::getDefaultCPUGenerator(), cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
   if (auto generator = deviceGenerator(s); generator && archive.try_read("rng_device", device_rng))
     setGeneratorState(*generator, device_rng);
   if (s.codec) {
@@ -185,7 +162,7 @@ CheckpointSnapshot snapshotCheckpoint(Trainer::State& s) {
   std::vector<CheckpointFile>& files = snapshot.small;
   if (s.worker->rank() == 0) files.push_back({kTrainerFile, trainerJson(s).dump(1) + "\n"});
   torch::serialize::OutputArchive mine;
-  mine.write("rng_cpu", generatorState(at::detail::getDefaultCPUGenerator()));
+  mine.write("rng_cpu", generatorState(cpuGenerator()));
   if (auto generator = deviceGenerator(s)) mine.write("rng_device", generatorState(*generator));
   if (s.scaler) {
     const auto state = s.scaler->state();
@@ -243,10 +220,7 @@ void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
     CHORUS_THROW(CheckpointError, "checkpoint '", dir,
                  "' does not fit this model or optimizer: ", error.what_without_backtrace());
   }
-  const auto& sampler = saved.at("sampler");
-  s.next_step = s.sampler->resume({sampler.at("epoch").get<std::int64_t>(),
-                                   sampler.at("position").get<std::int64_t>(),
-                                   sampler.at("step").get<std::int64_t>()});
+  s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
   s.skipped_steps = saved.value("skipped_steps", std::int64_t{0});
   s.last_checkpoint_step = s.next_step;
   const int world = s.worker->worldSize();

@@ -1,0 +1,29 @@
+// Private to runtime: the pieces both trainers' checkpoints are made of — libtorch archives as
+// bytes, generator states, the sampler position as JSON.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "chorus/data/sampler.h"
+
+namespace chorus::runtime {
+
+// The archive serialized to bytes (libtorch's zip format).
+std::string archiveBytes(torch::serialize::OutputArchive& archive);
+// An archive read from bytes.
+torch::serialize::InputArchive archiveOf(const std::string& bytes);
+// A generator's state, and restoring it (under the generator's lock).
+at::Tensor generatorState(at::Generator generator);
+void setGeneratorState(at::Generator generator, const at::Tensor& state);
+at::Generator cpuGenerator();
+// The sampler position of `step` as JSON, and the step it resumes at (checked by the sampler).
+nlohmann::json samplerJson(const data::GlobalSampler& sampler, std::int64_t step);
+std::int64_t resumeSampler(const data::GlobalSampler& sampler, const nlohmann::json& saved);
+
+}  // namespace chorus::runtime
