@@ -100,6 +100,12 @@ void ErrorFeedback::update(const std::string& key, const at::Tensor& compensated
   residuals_[key] = compensated - transmitted;
 }
 
+at::Tensor* ErrorFeedback::residualFor(const std::string& key, const at::Tensor& like) {
+  auto found = residuals_.find(key);
+  if (found == residuals_.end() || !found->second.sizes().equals(like.sizes())) return nullptr;
+  return &found->second;
+}
+
 void ErrorFeedback::setResidual(const std::string& key, at::Tensor residual) {
   residuals_[key] = std::move(residual);
 }

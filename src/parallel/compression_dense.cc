@@ -55,13 +55,24 @@ class FloatCodec : public GradientCodec {
 
   void allReduce(const std::string& key, at::Tensor& flat, const FlatLayout&,
                  comm::Communicator& comm) override {
+    // In place wherever possible: on large buckets every pass over fresh memory costs page
+    // faults, and the codec must stay cheaper than the bytes it saves on the slow link.
     const int ranks = comm.size();
     const bool feedback = options_.error_feedback;
-    at::Tensor x = feedback ? feedback_.compensate(key, flat) : flat;
-    at::Tensor low = toLow(x / ranks, options_.kind);
-    if (feedback) feedback_.update(key, x, low.to(at::kFloat) * ranks);
+    at::Tensor* residual = feedback ? feedback_.residualFor(key, flat) : nullptr;
+    const at::Tensor x = residual ? residual->add_(flat) : flat;  // compensated
+    at::Tensor scaled = at::div(x, ranks);
+    if (options_.kind == CodecKind::kFp16) scaled.clamp_(-kHalfMax, kHalfMax);
+    at::Tensor low = scaled.to(options_.kind == CodecKind::kFp16 ? at::kHalf : at::kBFloat16);
+    if (feedback) {
+      scaled.copy_(low).mul_(ranks);  // what is sent, in fp32
+      if (residual)
+        residual->sub_(scaled);
+      else
+        feedback_.setResidual(key, flat - scaled);
+    }
     comm.allReduce(low).wait();
-    flat.copy_(low.to(at::kFloat) * ranks);
+    flat.copy_(low).mul_(ranks);
     countAllReduce(static_cast<std::int64_t>(low.nbytes()), ranks,
                    static_cast<std::int64_t>(flat.nbytes()));
   }

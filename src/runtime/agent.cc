@@ -84,6 +84,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
         {env::kBindAddress, bind},
         {env::kHostId, "node" + std::to_string(options.node_rank)},
         {env::kTimeoutMs, std::to_string(options.comm_timeout.count())},
+        {env::kCpuTransport, options.cpu_transport},
         {env::kLogLevel, options.log_level},
     };
     workers.push_back(std::move(worker));

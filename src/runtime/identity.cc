@@ -121,6 +121,7 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.host_id =
       readString(environment, env::kHostId, "node" + std::to_string(identity.node_rank));
   identity.timeout_ms = readInt(environment, env::kTimeoutMs, identity.timeout_ms);
+  identity.cpu_transport = readString(environment, env::kCpuTransport, identity.cpu_transport);
   identity.log_level = readString(environment, env::kLogLevel, identity.log_level);
   validate(identity);
   return identity;

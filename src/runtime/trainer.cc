@@ -227,6 +227,9 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
                                                           reducing);
   setUpPrecision(s);
+  if (world.rank() == 0)
+    logInfo("world: ", world.size(), " ranks, CPU collectives over ", world.cpuTransport(),
+            ", rank 0 computes in ", parallel::toString(s.precision));
   if (!s.job.checkpoint.dir.empty()) {
     CheckpointOptions options;
     options.root = s.job.checkpoint.dir;

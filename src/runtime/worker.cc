@@ -95,6 +95,7 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
     comm.timeout = std::chrono::milliseconds(identity.timeout_ms);
     comm.bind_address = identity.bind_address;
     comm.host_id = identity.host_id;
+    comm.cpu_transport = identity.cpu_transport;
     worker->world_ =
         comm::Communicator::create(worker->store_, identity.rank, identity.world_size, comm);
   }

@@ -86,3 +86,24 @@ TEST(TrainMultiproc, BadConfigIsRefusedBeforeAnythingStarts) {
 }
 
 }  // namespace
+
+// The CPU transport reaches the workers' communicators: Gloo and shared memory run the same job
+// to the same losses (two ranks: a sum of two is the same in any order).
+TEST(TrainMultiproc, CpuTransportIsPassedToTheWorkers) {
+  const TrainRun gloo = chorusTrain(
+      "--set devices=cpu,cpu --set balance=off --set comm.cpu_transport=gloo" + kSmallJob, "gloo");
+  const TrainRun shm = chorusTrain(
+      "--set devices=cpu,cpu --set balance=off --set comm.cpu_transport=shm" + kSmallJob, "shm");
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.output;
+  ASSERT_EQ(shm.exit_code, 0) << shm.output;
+  EXPECT_NE(gloo.output.find("CPU collectives over gloo"), std::string::npos) << gloo.output;
+  EXPECT_NE(shm.output.find("CPU collectives over shm"), std::string::npos) << shm.output;
+  ASSERT_EQ(gloo.steps.size(), shm.steps.size());
+  for (size_t i = 0; i < shm.steps.size(); ++i)
+    EXPECT_NEAR(gloo.steps[i]["loss"].get<double>(), shm.steps[i]["loss"].get<double>(),
+                1e-6 * std::abs(shm.steps[i]["loss"].get<double>()))
+        << "step " << i + 1;
+  const TrainRun bad = chorusTrain("--set comm.cpu_transport=mpi" + kSmallJob, "bad_transport");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("comm.cpu_transport"), std::string::npos) << bad.output;
+}

@@ -87,6 +87,7 @@ int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
   const runtime::JobConfig job = runtime::readJobConfig(config);
   runtime::AgentOptions agent;
   agent.devices = validateOnHost(job);
+  agent.cpu_transport = job.comm.cpu_transport;
   agent.nnodes = args.nnodes;
   agent.node_rank = args.node_rank;
   agent.rdzv_endpoint = args.rdzv_endpoint;

@@ -113,6 +113,9 @@ class ErrorFeedback {
   // Stores compensated − transmitted as the residual of `key`.
   void update(const std::string& key, const at::Tensor& compensated, const at::Tensor& transmitted);
   const std::map<std::string, at::Tensor>& residuals() const { return residuals_; }
+  // The stored residual of `key` when it has `like`'s shape, for codecs that update it in place
+  // (no allocation per call); null otherwise.
+  at::Tensor* residualFor(const std::string& key, const at::Tensor& like);
   void setResidual(const std::string& key, at::Tensor residual);
   void clear() { residuals_.clear(); }
 

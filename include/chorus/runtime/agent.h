@@ -38,6 +38,9 @@ struct AgentOptions {
   std::chrono::milliseconds rdzv_timeout{300000};
   // Default deadline of workers' communication, passed on as CHORUS_TIMEOUT_MS. Default: 60 s.
   std::chrono::milliseconds comm_timeout{60000};
+  // CPU transport of the workers' communicators ("auto", "gloo", "shm"), passed on as
+  // CHORUS_CPU_TRANSPORT. Default: "auto".
+  std::string cpu_transport = "auto";
   // Log level passed to workers. Default: "info".
   std::string log_level = "info";
 };

@@ -32,6 +32,7 @@ constexpr const char* kSecretFile = "CHORUS_SECRET_FILE";
 constexpr const char* kBindAddress = "CHORUS_BIND_ADDRESS";
 constexpr const char* kHostId = "CHORUS_HOST_ID";
 constexpr const char* kTimeoutMs = "CHORUS_TIMEOUT_MS";
+constexpr const char* kCpuTransport = "CHORUS_CPU_TRANSPORT";
 constexpr const char* kLogLevel = "CHORUS_LOG_LEVEL";
 }  // namespace env
 
@@ -51,6 +52,7 @@ struct WorkerIdentity {
   std::string bind_address = "127.0.0.1";
   std::string host_id;     // identifies the host for per-host groups; Default: node rank
   int timeout_ms = 60000;  // default deadline of communication; Default: 60 s
+  std::string cpu_transport = "auto";  // CommOptions::cpu_transport; Default: "auto"
   std::string log_level = "info";
   std::string launcher = "none";  // "chorus", "mpirun", "srun" or "none"
 
