@@ -8,6 +8,7 @@
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "pipeline_trainer_state.h"
+#include "training_loop.h"
 
 namespace chorus::runtime {
 namespace {
@@ -117,52 +118,23 @@ std::pair<double, double> PipelineTrainer::evaluate(std::int64_t samples) {
     send.tensor_work.wait();
   }
   s.worker->world()->allReduce(totals).wait();
-  const double accuracy =
-      totals[1].item<double>() > 0 ? totals[0].item<double>() / totals[1].item<double>() : 0.0;
-  const double loss =
-      totals[3].item<double>() > 0 ? totals[2].item<double>() / totals[3].item<double>() : 0.0;
-  return {accuracy, loss};
+  return evaluationResult(totals);
 }
 
 TrainResult PipelineTrainer::run(const TrainerHooks& hooks) {
   State& s = *state_;
-  const TrainSection& train = s.job.train;
-  TrainResult result;
-  Stopwatch clock;
-  std::int64_t samples = 0;
-  while (s.next_step < train.steps) {
-    TrainerHooks inner = hooks;
-    inner.on_step = nullptr;  // called below, after any evaluation joined the record
-    StepRecord record = step(inner);
-    samples += train.global_batch;
-    const bool last = s.next_step == train.steps;
-    if ((train.eval_every > 0 && s.next_step % train.eval_every == 0) || last) {
-      const auto [accuracy, loss] = evaluate();
-      record.test_accuracy = accuracy;
-      record.test_loss = loss;
-    }
-    if (hooks.on_step) hooks.on_step(record);
-    result.final_loss = record.loss;
-    result.steps = s.next_step;
-    if (record.stop_requested) {
-      result.interrupted = true;
-      break;
-    }
-    if (train.target_accuracy > 0 && record.test_accuracy &&
-        *record.test_accuracy >= train.target_accuracy) {
-      result.reached_target = true;
-      break;
-    }
-    writePipelineCheckpointIfDue(s, false);
-  }
-  // The state after the last step: at the end, or when asked to stop.
-  writePipelineCheckpointIfDue(s, result.interrupted || s.job.checkpoint.at_end);
-  if (s.pending_checkpoint.valid()) s.last_checkpoint_path = s.pending_checkpoint.get();
-  result.last_checkpoint = s.last_checkpoint_path;
-  if (!result.interrupted) result.test_accuracy = evaluate(0).first;
-  result.wall_seconds = clock.seconds();
-  result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);
-  return result;
+  TrainingLoop loop;
+  loop.next_step = [&s] { return s.next_step; };
+  loop.step = [this](const TrainerHooks& inner) { return step(inner); };
+  loop.evaluate = [this](std::int64_t samples) { return evaluate(samples); };
+  loop.checkpoint = [&s](bool final_or_requested) {
+    writePipelineCheckpointIfDue(s, final_or_requested);
+  };
+  loop.finish_checkpoints = [&s] {
+    if (s.pending_checkpoint.valid()) s.last_checkpoint_path = s.pending_checkpoint.get();
+    return s.last_checkpoint_path;
+  };
+  return runTrainingLoop(s.job, loop, hooks);
 }
 
 }  // namespace chorus::runtime

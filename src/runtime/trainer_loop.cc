@@ -5,6 +5,7 @@
 #include "chorus/core/clock.h"
 #include "chorus/core/logging.h"
 #include "trainer_state.h"
+#include "training_loop.h"
 
 namespace chorus::runtime {
 namespace {
@@ -50,59 +51,26 @@ std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
     totals[3] += static_cast<double>(part.size());
   }
   world.allReduce(totals).wait();
-  const double accuracy =
-      totals[1].item<double>() > 0 ? totals[0].item<double>() / totals[1].item<double>() : 0.0;
-  const double loss =
-      totals[3].item<double>() > 0 ? totals[2].item<double>() / totals[3].item<double>() : 0.0;
-  return {accuracy, loss};
+  return evaluationResult(totals);
 }
 
 TrainResult Trainer::run(const TrainerHooks& hooks) {
   State& s = *state_;
-  const TrainSection& train = s.job.train;
-  TrainResult result;
-  Stopwatch clock;
-  std::int64_t samples = 0;
-  while (s.next_step < train.steps) {
-    TrainerHooks inner = hooks;
-    inner.on_step = nullptr;  // called below, after any evaluation joined the record
-    StepRecord record = step(inner);
-    samples += train.global_batch;
-    const bool last = s.next_step == train.steps;
-    if ((train.eval_every > 0 && s.next_step % train.eval_every == 0) || last) {
-      const auto [accuracy, loss] = evaluate();
-      record.test_accuracy = accuracy;
-      record.test_loss = loss;
-    }
-    // Every rank decides the same change; one of them says so.
+  TrainingLoop loop;
+  loop.next_step = [&s] { return s.next_step; };
+  loop.step = [this](const TrainerHooks& inner) { return step(inner); };
+  loop.evaluate = [this](std::int64_t samples) { return evaluate(samples); };
+  loop.checkpoint = [&s](bool final_or_requested) { writeCheckpointIfDue(s, final_or_requested); };
+  loop.finish_checkpoints = [&s] {
+    finishPendingCheckpoint(s);
+    return s.last_checkpoint_path;
+  };
+  // Every rank decides the same change; one of them says so.
+  loop.on_record = [&s](const StepRecord& record) {
     if (!record.rebalance.empty() && s.worker->rank() == 0) logInfo("balancer: ", record.rebalance);
-    if (hooks.on_step) hooks.on_step(record);
-    result.final_loss = record.loss;
-    result.steps = s.next_step;
-    if (record.stop_requested) {
-      result.interrupted = true;
-      break;
-    }
-    if (train.target_accuracy > 0 && record.test_accuracy &&
-        *record.test_accuracy >= train.target_accuracy) {
-      result.reached_target = true;
-      break;
-    }
-    writeCheckpointIfDue(s, false);
-  }
-  // The state after the last step: at the end, or when asked to stop.
-  writeCheckpointIfDue(s, result.interrupted || s.job.checkpoint.at_end);
-  finishPendingCheckpoint(s);
-  result.last_checkpoint = s.last_checkpoint_path;
+  };
+  TrainResult result = runTrainingLoop(s.job, loop, hooks);
   result.skipped_steps = s.skipped_steps;
-  if (result.interrupted) {
-    result.wall_seconds = clock.seconds();
-    result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);
-    return result;
-  }
-  result.test_accuracy = evaluate(0).first;
-  result.wall_seconds = clock.seconds();
-  result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);
   return result;
 }
 
