@@ -191,7 +191,7 @@ seed = 1
 steps = 1500
 global_batch = 64
 eval_every = 100
-eval_samples = 2000
+eval_samples = 0
 target_accuracy = 0.85
 log_every = 20
 
