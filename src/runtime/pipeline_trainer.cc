@@ -17,12 +17,6 @@
 namespace chorus::runtime {
 namespace {
 
-// Every rank starts from rank 0's parameters, whatever its own initialization did (as Trainer).
-void broadcastParameters(comm::Communicator& world, model::ZooModel& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& parameter : model.parameters()) world.broadcast(parameter, 0).wait();
-}
-
 // Every rank's device spec (speed, memory budget), so that all ranks cut the model alike.
 std::vector<std::vector<parallel::StageDevice>> gatherDevices(
     comm::Communicator& world, const DeviceSpec& mine, const parallel::PipelineLayout& layout) {
@@ -83,15 +77,10 @@ PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
   CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "parallel.pipeline_stages (",
                       layout.stages(), ") x parallel.replicas (", layout.replicas(), ") needs ",
                       layout.worldSize(), " ranks, the job has ", world.size());
-  s.data = makeTrainingData(s.job, s.job.model);
-  data::SamplerOptions sampling;
-  sampling.dataset_size = s.data.train->size();
-  sampling.global_batch = s.job.train.global_batch;
-  sampling.seed = s.job.seed;
-  s.sampler = std::make_unique<data::GlobalSampler>(sampling);
-  s.model = model::makeModel(s.job.model, s.job.seed);
-  s.model->to(s.worker->device());
-  broadcastParameters(world, *s.model);
+  TrainingStart start = startTraining(s.job, *s.worker);
+  s.data = std::move(start.data);
+  s.sampler = std::move(start.sampler);
+  s.model = std::move(start.model);
 
   parallel::CutRequest request;
   request.profile = s.model->profile();

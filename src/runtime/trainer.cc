@@ -29,12 +29,6 @@ plan::BalancerOptions balancerOptions(const BalancerSection& section) {
   return options;
 }
 
-// Every rank starts from rank 0's parameters, whatever its own initialization did.
-void broadcastParameters(comm::Communicator& world, model::ZooModel& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& parameter : model.parameters()) world.broadcast(parameter, 0).wait();
-}
-
 // Per-rank figures of a step, all-gathered so every rank sees the same numbers.
 enum Figure { kCompute, kWait, kLossSum, kOverflow, kStop, kLossScale, kFigures };
 
@@ -213,15 +207,10 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   s.job = std::move(job);
   s.worker = std::move(worker);
   comm::Communicator& world = *s.worker->world();
-  s.data = makeTrainingData(s.job, s.job.model);
-  data::SamplerOptions sampling;
-  sampling.dataset_size = s.data.train->size();
-  sampling.global_batch = s.job.train.global_batch;
-  sampling.seed = s.job.seed;
-  s.sampler = std::make_unique<data::GlobalSampler>(sampling);
-  s.model = model::makeModel(s.job.model, s.job.seed);
-  s.model->to(s.worker->device());
-  broadcastParameters(world, *s.model);
+  TrainingStart start = startTraining(s.job, *s.worker);
+  s.data = std::move(start.data);
+  s.sampler = std::move(start.sampler);
+  s.model = std::move(start.model);
   s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
   parallel::ReducerOptions reducing = reducerOptions(s);
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),

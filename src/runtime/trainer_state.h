@@ -30,6 +30,16 @@ struct TrainingData {
 // Builds the job's datasets and fits the model config to them (classes, vocabulary, shapes).
 TrainingData makeTrainingData(const JobConfig& job, model::ModelConfig& model);
 
+// What every trainer starts from: the job's data (fitting job.model to it), the global sampler,
+// and the model built from the seed, on the worker's device, with rank 0's parameters on every
+// rank (whatever each rank's own initialization did).
+struct TrainingStart {
+  TrainingData data;
+  std::unique_ptr<data::GlobalSampler> sampler;
+  std::shared_ptr<model::ZooModel> model;
+};
+TrainingStart startTraining(JobConfig& job, Worker& worker);
+
 // The optimizer of the job over `parameters`, and its learning rate at `step`.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerSection& options,
                                                        std::vector<at::Tensor> parameters);

@@ -1,4 +1,6 @@
 // The job's datasets, and the model dimensions that follow from them.
+#include <torch/torch.h>
+
 #include "chorus/data/fashion_mnist.h"
 #include "chorus/data/synthetic.h"
 #include "chorus/data/text_corpus.h"
@@ -50,6 +52,21 @@ TrainingData makeTrainingData(const JobConfig& job, model::ModelConfig& model) {
   model.input_shape = data.train->sampleShape();
   model.classes = data.train->numClasses();
   return data;
+}
+
+TrainingStart startTraining(JobConfig& job, Worker& worker) {
+  TrainingStart start;
+  start.data = makeTrainingData(job, job.model);
+  data::SamplerOptions sampling;
+  sampling.dataset_size = start.data.train->size();
+  sampling.global_batch = job.train.global_batch;
+  sampling.seed = job.seed;
+  start.sampler = std::make_unique<data::GlobalSampler>(sampling);
+  start.model = model::makeModel(job.model, job.seed);
+  start.model->to(worker.device());
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : start.model->parameters()) worker.world()->broadcast(parameter, 0).wait();
+  return start;
 }
 
 }  // namespace chorus::runtime

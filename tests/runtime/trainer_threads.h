@@ -18,13 +18,14 @@
 
 namespace chorus::runtime::testing {
 
-// Runs `body(trainer, rank)` on `world` threads, each with a Trainer of `toml` (plus `settings`,
-// as --set would apply them) and, when given, host_ids[rank] as its host. Returns one error text
-// per rank ("" when the rank succeeded).
-inline std::vector<std::string> runTrainers(const std::string& toml,
-                                            const std::vector<std::string>& settings, int world,
-                                            const std::function<void(Trainer&, int rank)>& body,
-                                            const std::vector<std::string>& host_ids = {}) {
+// Runs `body(trainer, rank)` on `world` threads, each with a TrainerType (Trainer or
+// PipelineTrainer) of `toml` (plus `settings`, as --set would apply them) and, when given,
+// host_ids[rank] as its host. Returns one error text per rank ("" when the rank succeeded).
+template <typename TrainerType>
+std::vector<std::string> runRanks(const std::string& toml, const std::vector<std::string>& settings,
+                                  int world,
+                                  const std::function<void(TrainerType&, int rank)>& body,
+                                  const std::vector<std::string>& host_ids = {}) {
   auto store = std::make_shared<comm::MemoryStore>();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -42,7 +43,7 @@ inline std::vector<std::string> runTrainers(const std::string& toml,
                                           {"CHORUS_LOG_LEVEL", "warn"}};
         if (!host_ids.empty()) (*options.environment)["CHORUS_HOST_ID"] = host_ids[rank];
         options.store = store;
-        Trainer trainer(job, init(options));
+        TrainerType trainer(job, init(options));
         body(trainer, rank);
       } catch (const std::exception& error) {
         errors[rank] = error.what();
@@ -53,35 +54,18 @@ inline std::vector<std::string> runTrainers(const std::string& toml,
   return errors;
 }
 
+inline std::vector<std::string> runTrainers(const std::string& toml,
+                                            const std::vector<std::string>& settings, int world,
+                                            const std::function<void(Trainer&, int rank)>& body,
+                                            const std::vector<std::string>& host_ids = {}) {
+  return runRanks<Trainer>(toml, settings, world, body, host_ids);
+}
+
 // As runTrainers, with a PipelineTrainer per rank (`world` = pipeline_stages x replicas).
 inline std::vector<std::string> runPipelineTrainers(
     const std::string& toml, const std::vector<std::string>& settings, int world,
     const std::function<void(PipelineTrainer&, int rank)>& body) {
-  auto store = std::make_shared<comm::MemoryStore>();
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        Config config = Config::parseString(toml);
-        for (const auto& setting : settings) config.set(setting);
-        const JobConfig job = readJobConfig(config);
-        InitOptions options;
-        options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
-                                          {"CHORUS_WORLD_SIZE", std::to_string(world)},
-                                          {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
-                                          {"CHORUS_LOG_LEVEL", "warn"}};
-        options.store = store;
-        PipelineTrainer trainer(job, init(options));
-        body(trainer, rank);
-      } catch (const std::exception& error) {
-        errors[rank] = error.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  return errors;
+  return runRanks<PipelineTrainer>(toml, settings, world, body);
 }
 
 // Detached copies of a pipeline rank's stage parameters, in the model's order.
