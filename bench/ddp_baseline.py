@@ -26,6 +26,8 @@ chorus's per-step format.
 import argparse
 import gc
 import json
+import math
+import os
 import time
 import warnings
 
@@ -188,11 +190,20 @@ def run_steps(args, model, optimizer, data, clock, scale, speed, log):
                   + "\n")
 
 
+def nice_for(speed):
+    """The CPU priority chorus gives an emulated device (SpeedEmulator::niceFor)."""
+    return int(min(19.0, max(0.0, round(5.0 * math.log2(1.0 / speed)))))
+
+
 def main():
     """Entry point: one intra-op thread, Gloo process group from torchrun's environment."""
     args = parse_args()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
+    # The same emulation as chorus: slower emulated devices yield the shared cores to faster ones
+    # (before Gloo starts its threads, which inherit the priority).
+    speeds = [float(s) for s in args.speeds.split(",")]
+    os.nice(nice_for(speeds[int(os.environ["RANK"])]))
     dist.init_process_group("gloo")
     try:
         train(args)

@@ -17,9 +17,11 @@ expectation is n * min(speed) / sum(speed) (0.43 for the default speeds).  Metho
 "Emulated heterogeneity" and "Performance method".
 
 Caveat: the ideal runs each device on the whole batch B, the split runs on shares of it, and the
-per-sample cost depends on the batch size (caches; glibc handing big freed buffers back to the OS
-and page-faulting them in again every step, which grows with B).  Where that effect is large the
-efficiencies are flattered; --no-trim removes most of it for every job alike.
+per-sample cost depends on the batch size (caches; and, with --system-malloc, glibc handing big
+freed buffers back to the OS and page-faulting them in again every step, which grows with B).
+Every job runs with the malloc settings chorus gives its workers unless --system-malloc is given.
+Padded (slower) devices run at a lower CPU priority, in chorus and in the DDP baseline alike
+(SpeedEmulator::yieldCoreToFasterDevices).
 
     python3 bench/hetero_dp.py                      # ~3.5 minutes on a 2-core machine
     python3 bench/hetero_dp.py --time-to-accuracy   # also time the default `chorus train` job
@@ -44,9 +46,11 @@ DEFAULT_CHORUS = os.path.join(REPO, "build", "chorus")
 DDP_SCRIPT = os.path.join(REPO, "bench", "ddp_baseline.py")
 DEFAULT_JSON = os.path.join(REPO, "bench", "results", "hetero_dp.json")
 MAX_SPEED_SUM = 1.8  # DESIGN.md: more would oversubscribe a 2-core machine
-# glibc hands freed activation buffers back to the OS and each step page-faults them in again (~30%
-# of compute on a small VM, and much of the noise); --no-trim raises both thresholds for every job.
-NO_TRIM_TUNABLES = "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=4294967296"
+# What `chorus run` gives its workers (runtime::AgentOptions::kRetainFreedMemory): glibc otherwise
+# hands freed activation buffers back to the OS and each step page-faults them in again (~30% of
+# compute on a small VM, and much of the noise). Every job here gets it, DDP included, so the
+# comparison is of the parallelism, not of malloc; --system-malloc runs every job without it.
+CHORUS_MALLOC = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296"
 TARGET_ADAPTIVE = 0.90  # issue 3: adaptive must reach 90% of the ideal
 
 
@@ -78,9 +82,9 @@ def parse_args(argv=None):
     parser.add_argument("--time-to-accuracy", action="store_true",
                         help="also run the default `chorus train` job (Fashion-MNIST to its target "
                              "test accuracy) and report its wall time")
-    parser.add_argument("--no-trim", action="store_true",
-                        help="run every job with GLIBC_TUNABLES raising malloc's mmap and trim "
-                             "thresholds (fewer page faults, less noise; see NO_TRIM_TUNABLES)")
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="run every job, chorus included, with glibc's default malloc instead "
+                             "of the settings chorus gives its workers (see CHORUS_MALLOC)")
     parser.add_argument("--max-foreign", type=float, default=0.15,
                         help="rerun a job during which other processes used more than this many "
                              "cores on average (default: %(default)s)")
@@ -104,10 +108,10 @@ def parse_args(argv=None):
 
 
 def job_env(args, **extra):
-    """The environment of every job: this one, plus --no-trim's tunables and `extra`."""
+    """The environment of every job: this one, the malloc settings and `extra`."""
     env = dict(os.environ, **extra)
-    if args.no_trim:
-        env["GLIBC_TUNABLES"] = NO_TRIM_TUNABLES
+    # An empty GLIBC_TUNABLES is glibc's default, and chorus leaves a set one alone.
+    env["GLIBC_TUNABLES"] = "" if args.system_malloc else CHORUS_MALLOC
     return env
 
 
@@ -363,7 +367,7 @@ def main(argv=None):
               "compete for cores", file=sys.stderr)
     machine = machine_info()
     print(f"hetero_dp on {machine['cpu']} ({machine['nproc']} cores), load average "
-          f"{machine['loadavg_before'][0]:.2f}{', --no-trim' if args.no_trim else ''}", flush=True)
+          f"{machine['loadavg_before'][0]:.2f}{', --system-malloc' if args.system_malloc else ''}", flush=True)
     wait_for_quiet(args.max_foreign)
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="hetero_dp-") as workdir:
@@ -381,8 +385,8 @@ def main(argv=None):
     machine["loadavg_after"] = list(os.getloadavg())
     settings = {key: getattr(args, key) for key in
                 ("speeds", "global_batch", "steps", "warmup", "channels", "blocks", "groups",
-                 "data_size", "repeats", "no_trim", "max_foreign", "retries")}
-    settings["glibc_tunables"] = NO_TRIM_TUNABLES if args.no_trim else None
+                 "data_size", "repeats", "system_malloc", "max_foreign", "retries")}
+    settings["glibc_tunables"] = "" if args.system_malloc else CHORUS_MALLOC
     settings["chorus_set"] = chorus_settings(args, "<per config>", "<per config>")
     document = {"benchmark": "hetero_dp", "date": started.isoformat(timespec="seconds"),
                 "wall_s": (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(),

@@ -1,8 +1,10 @@
 #include "chorus/device/speed_emulator.h"
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <thread>
 
@@ -98,6 +100,20 @@ SpeedEmulator::SpeedEmulator(double speed, TimeBasis basis) : speed_(speed), bas
 
 double SpeedEmulator::paddingFor(double compute_seconds) const {
   return (1.0 / speed_ - 1.0) * std::max(0.0, compute_seconds);
+}
+
+int SpeedEmulator::niceFor(double speed) {
+  const double nice = std::round(5.0 * std::log2(1.0 / speed));
+  return static_cast<int>(std::clamp(nice, 0.0, 19.0));
+}
+
+int SpeedEmulator::yieldCoreToFasterDevices() const {
+  if (basis_ != TimeBasis::kThreadCpu) return 0;
+  const int nice = niceFor(speed_);
+  // On Linux the nice value belongs to the thread (PRIO_PROCESS, 0 names the caller's thread),
+  // and threads inherit it from the thread that starts them.
+  (void)::setpriority(PRIO_PROCESS, 0, nice);
+  return nice;
 }
 
 EmulationTotals SpeedEmulator::totals() const {

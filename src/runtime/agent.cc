@@ -2,6 +2,7 @@
 
 #include <csignal>
 
+#include "child_process.h"
 #include "chorus/comm/job_secret.h"
 #include "chorus/comm/tcp_store.h"
 #include "chorus/core/error.h"
@@ -59,6 +60,14 @@ StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret&
   return connection;
 }
 
+constexpr const char* kGlibcTunables = "GLIBC_TUNABLES";
+
+// The malloc settings workers get: none when the user set GLIBC_TUNABLES (workers inherit it).
+std::string workerMallocTunables(const AgentOptions& options) {
+  if (options.malloc_tunables.empty() || readEnvironment().count(kGlibcTunables) > 0) return "";
+  return options.malloc_tunables;
+}
+
 std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
                                           const std::vector<DeviceSpec>& devices,
                                           const NodeSlot& slot, const StoreConnection& store,
@@ -66,6 +75,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
   const auto [store_host, store_port] = parseEndpoint(store.endpoint);
   const std::string bind =
       options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
+  const std::string malloc_tunables = workerMallocTunables(options);
   std::vector<WorkerLaunch> workers;
   for (size_t local = 0; local < devices.size(); ++local) {
     WorkerLaunch worker;
@@ -87,6 +97,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
         {env::kCpuTransport, options.cpu_transport},
         {env::kLogLevel, options.log_level},
     };
+    if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
     workers.push_back(std::move(worker));
   }
   return workers;

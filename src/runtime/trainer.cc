@@ -286,6 +286,7 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
     if (speed != s.speed) {
       s.speed_override = s.worker->makeEmulator(s.speed = speed);
       s.emulator = s.speed_override.get();
+      s.emulator->yieldCoreToFasterDevices();
     }
   }
   Stopwatch clock;

@@ -1,6 +1,7 @@
 #include "chorus/device/speed_emulator.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <stdexcept>
 #include <thread>
@@ -130,6 +131,38 @@ TEST(SpeedEmulatorTest, PaddingForIsOneOverSpeedMinusOne) {
   EXPECT_DOUBLE_EQ(SpeedEmulator(0.5).paddingFor(2.0), 2.0);
   EXPECT_DOUBLE_EQ(SpeedEmulator(0.25).paddingFor(1.0), 3.0);
   EXPECT_DOUBLE_EQ(SpeedEmulator(1.0).paddingFor(1.0), 0.0);
+}
+
+TEST(SpeedEmulatorTest, SlowerDevicesAskForLowerPriority) {
+  EXPECT_EQ(SpeedEmulator::niceFor(1.0), 0);
+  EXPECT_EQ(SpeedEmulator::niceFor(0.5), 5);
+  EXPECT_EQ(SpeedEmulator::niceFor(0.25), 10);
+  EXPECT_EQ(SpeedEmulator::niceFor(0.125), 15);
+  EXPECT_EQ(SpeedEmulator::niceFor(0.01), 19);  // the most nice allows
+}
+
+// The priority is the calling thread's, and threads it starts inherit it; a thread of its own
+// keeps the test's main thread as it was.
+TEST(SpeedEmulatorTest, YieldLowersTheCallingThreadsPriorityOnlyInTheCpuBasis) {
+  const int main_nice = ::getpriority(PRIO_PROCESS, 0);
+  int asked = -1, seen = -1, inherited = -1, wall_asked = -1, wall_seen = -1;
+  std::thread([&] {
+    wall_asked = SpeedEmulator(0.25, TimeBasis::kWall).yieldCoreToFasterDevices();
+    wall_seen = ::getpriority(PRIO_PROCESS, 0);
+    asked = SpeedEmulator(0.25, TimeBasis::kThreadCpu).yieldCoreToFasterDevices();
+    seen = ::getpriority(PRIO_PROCESS, 0);
+    std::thread([&] { inherited = ::getpriority(PRIO_PROCESS, 0); }).join();
+  }).join();
+  EXPECT_EQ(wall_asked, 0);
+  EXPECT_EQ(wall_seen, main_nice);
+  EXPECT_EQ(asked, 10);
+  // Lowering a priority needs no privilege; raising it (a test run at nice > 10) may be refused.
+  if (main_nice <= 10)
+    EXPECT_EQ(seen, 10);
+  else
+    EXPECT_TRUE(seen == 10 || seen == main_nice) << seen;
+  EXPECT_EQ(inherited, seen);
+  EXPECT_EQ(::getpriority(PRIO_PROCESS, 0), main_nice);
 }
 
 TEST(SpeedEmulatorTest, RejectsSpeedOutsideZeroOne) {

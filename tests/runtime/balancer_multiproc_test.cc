@@ -118,14 +118,16 @@ int changesFrom(const std::vector<std::vector<std::int64_t>>& shares, size_t fir
   return changes;
 }
 
-// The target is 5% of B of the nominal 4:2:1 split by step 20. On the development
-// machines (2 vCPUs that are SMT siblings of one core) fixed per-step costs and the siblings'
-// interference make the measured speeds differ from the nominal ones, by a different amount in
-// each run, and the balancer must follow what it measures: runs land 1-9% of B from 4:2:1. So the
-// test asserts what a balancer is for, that the ranks' compute times come out equal, plus the
-// right order and a bound on the distance from 4:2:1 that separates it clearly from an equal
-// split (24% away); it prints the distance.
-constexpr double kTolerance = 0.08;  // the speed-change test, averaged over its last steps
+// The target: within 5% of B of the nominal 4:2:1 split by step 20, and staying there.
+// Two things of the host used to move the measured speeds off the nominal ones, by a different
+// amount in each run (1-9% of B): glibc page-faulting every step's activations in again, at a
+// cost per sample that grows with the share (the test binary now runs with the malloc settings of
+// `chorus run` workers, see tests/CMakeLists.txt), and the full-speed rank losing its core to
+// padded ones (SpeedEmulator::yieldCoreToFasterDevices). Measured since: 0.6-2.5% of B on a quiet
+// host, up to 4.5% with a load average of 7.
+constexpr double kTargetDistance = 0.05;
+// The speed-change test (2 ranks, 1:1 then 3:1), averaged over its last steps, and per step.
+constexpr double kTolerance = 0.08;
 constexpr double kWorstTolerance = 0.15;
 
 // The median over steps [first, end) of each rank's compute seconds.
@@ -163,7 +165,7 @@ TEST(BalancerMultiproc, SharesFollowEmulatedSpeedsAndStayPut) {
       "of B\n",
       spread, 100 * worst);
   EXPECT_LE(spread, 2.0) << describe(shares);  // equal shares: ~4
-  EXPECT_LE(worst, kWorstTolerance) << describe(shares);
+  EXPECT_LE(worst, kTargetDistance) << describe(shares);
   // Stays put: at most two corrections in the second half of the run (quiet runs make 0 or 1).
   EXPECT_LE(changesFrom(shares, 23), 2) << describe(shares);
 }

@@ -100,6 +100,19 @@ class SpeedEmulator {
   bool emulated() const { return speed_ != 1.0; }
   // Sleep owed for a phase of `compute_seconds` real time: (1/speed - 1) x compute_seconds.
   double paddingFor(double compute_seconds) const;
+
+  // Lowers the CPU priority of the calling thread, and of the threads it starts later, the slower
+  // this device is: nice = round(5 x log2(1 / speed)), at most 19 (cpu@0.5 -> 5, cpu@0.25 -> 10).
+  // Why: emulated devices share the host's cores, but only padded workers have slack. In the
+  // kThreadCpu basis a padded worker that is descheduled in a phase still finishes it at
+  // compute / speed (the wait comes out of its sleep), whereas a worker at full speed, or one
+  // with less padding, is late by as long as it waited, and so is every step that waits for it.
+  // Real devices do not share cores; handing the core to the worker with the least slack is the
+  // closer emulation. Does nothing in the kWall basis (GPUs). A failure (raising a priority again
+  // needs CAP_SYS_NICE) is ignored: the priority is a hint. Returns the nice value asked for.
+  int yieldCoreToFasterDevices() const;
+  // The nice value yieldCoreToFasterDevices() asks for at `speed`.
+  static int niceFor(double speed);
   EmulationTotals totals() const;
 
  private:

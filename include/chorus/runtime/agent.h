@@ -43,6 +43,19 @@ struct AgentOptions {
   std::string cpu_transport = "auto";
   // Log level passed to workers. Default: "info".
   std::string log_level = "info";
+  // glibc malloc settings for the workers (GLIBC_TUNABLES), unless the agent's own environment
+  // already sets GLIBC_TUNABLES (the user's choice wins). Default: kRetainFreedMemory. "" leaves
+  // malloc as it is.
+  std::string malloc_tunables = kRetainFreedMemory;
+
+  // Keeps freed memory in the process instead of returning it to the OS. By default glibc serves
+  // every block over 128 KiB (up to 32 MiB as it adapts) with its own mmap() and gives it back on
+  // free(), so each training step page-faults its activations in again: ~15k minor faults per
+  // step, a third of a small CNN's compute, and a cost that grows with the batch share, which
+  // skews the balancer's per-sample fit (docs/performance.md). This is the CPU counterpart of a
+  // GPU caching allocator: memory stays at its peak, which is what the memory budget plans for.
+  static constexpr const char* kRetainFreedMemory =
+      "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296";
 };
 
 // Runs the job's part on this node and returns the exit code for `chorus run`: 0 when every
