@@ -88,8 +88,9 @@ double SpeedEmulator::ComputeScope::wallSeconds() const {
 double SpeedEmulator::ComputeScope::end() {
   if (owner_ == nullptr) return 0;
   const double compute = computeSeconds();
-  device_seconds_ = compute / owner_->speed_;
-  const double slept = owner_->finishPhase(compute, wallSeconds(), true);
+  const double wall = wallSeconds();
+  device_seconds_ = std::max(compute / owner_->speed_, wall);
+  const double slept = owner_->finishPhase(compute, wall, true);
   owner_ = nullptr;
   return slept;
 }

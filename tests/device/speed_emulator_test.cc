@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <time.h>
+
 #include <stdexcept>
 #include <thread>
 
@@ -18,6 +20,18 @@ void busyFor(double seconds) {
   Stopwatch watch;
   volatile double sink = 0;
   while (watch.seconds() < seconds) sink = sink + 1.0;
+}
+
+// Burns `seconds` of this thread's CPU time, however long that takes on a loaded host.
+void busyForCpu(double seconds) {
+  const auto cpuNow = [] {
+    timespec now{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+  };
+  const double end = cpuNow() + seconds;
+  volatile double sink = 0;
+  while (cpuNow() < end) sink = sink + 1.0;
 }
 
 // Generous on the slow side: on a loaded 2-core machine a sleeping thread may wake one scheduler
@@ -125,6 +139,32 @@ TEST(SpeedEmulatorTest, PhaseEndedByExceptionIsNotPadded) {
   EXPECT_LT(watch.seconds(), 0.020 + kTolerance);  // not the 200 ms a 0.1 speed would take
   EXPECT_EQ(emulator.totals().phases, 1);
   EXPECT_EQ(emulator.totals().padded_seconds, 0.0);
+}
+
+// In the CPU basis a worker that is off its core (a sleep here) uses no CPU time: the padding of a
+// slow device absorbs such a loss, but what the phase held the step up for is its wall time when
+// that is longer, and that is what a balancer must see.
+TEST(SpeedEmulatorTest, DeviceSecondsIncludeTimeOffTheCoreThePaddingCannotAbsorb) {
+  SpeedEmulator full(1.0, TimeBasis::kThreadCpu);
+  auto lost = full.compute();
+  busyForCpu(0.010);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  lost.end();
+  EXPECT_GE(lost.deviceSeconds(), 0.050);
+  EXPECT_LE(lost.deviceSeconds(), 0.050 + kTolerance);
+
+  SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu);
+  Stopwatch watch;
+  auto absorbed = quarter.compute();
+  busyForCpu(0.020);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double slept = absorbed.end();
+  // 20 ms of CPU at a quarter speed; the 20 ms or more off the core came out of the padding.
+  EXPECT_GE(absorbed.deviceSeconds(), 0.080);
+  EXPECT_LE(absorbed.deviceSeconds(), 0.080 + 0.002);
+  EXPECT_LE(slept, 0.040 + 0.002);
+  EXPECT_GE(watch.seconds(), 0.080);
+  EXPECT_LE(watch.seconds(), 0.080 + kTolerance);
 }
 
 TEST(SpeedEmulatorTest, PaddingForIsOneOverSpeedMinusOne) {

@@ -66,8 +66,11 @@ class SpeedEmulator {
     void excludeWait(double seconds);
     // Ends the phase now: sleeps the padding and returns the seconds slept. Later calls return 0.
     double end();
-    // After end(): how long the phase took on the emulated device, compute / speed (compute in
-    // the emulator's time basis). What a load balancer should see.
+    // After end(): how long the phase took on the emulated device, waits excluded: compute /
+    // speed (compute in the emulator's time basis), or the phase's wall time before padding when
+    // that is longer — a worker that lost its core for longer than its padding absorbs really
+    // held the step up that long (in kThreadCpu, a full-speed worker always does). What a load
+    // balancer should see.
     double deviceSeconds() const { return device_seconds_; }
 
    private:
