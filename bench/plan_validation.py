@@ -6,19 +6,31 @@ One run:
      and copy bandwidth measured now, scaled by each worker's emulated speed);
   2. calibrates, per model, the fraction of that matmul rate the model's layers reach and the
      host's fixed work per step (data, optimizer, bookkeeping: step_s - compute_s), from a
-     separate single-worker run (`devices = "cpu"`, the whole batch, no emulation, no all-reduce):
-     a "profile measured on a real run" (issue 7), never one of the runs validated below;
+     separate single-worker run (`devices = "cpu@0.5"`, the whole batch, no all-reduce): a
+     "profile measured on a real run" (issue 7), never one of the runs validated below. At half
+     speed the emulator's sleep absorbs the worker being descheduled by other processes (its
+     compute is counted in thread CPU time), so step_s - compute_s is host work, not the load;
+  2b. calibrates, per model, how two workers on this host slow each other, from a second
+     separate run: two workers (`devices = "cpu@0.5,cpu@0.5"`, equal shares). Their compute
+     against step 2's prediction for half the batch gives the host's core contention (the cluster
+     file's [[node]] core_contention: a worker computes 1 + c x min(1, the others' core fraction)
+     times slower, here 1 + c / 2). And the link latency from `chorus bench comm` (2 shm ranks, 1 KiB
+     all-reduce: 2 latencies of the ring), for the [[link_type]]'s latency_us. Neither is one of
+     the validated runs. Every prediction takes the model's rate from step 2 (efficiency times
+     the calibration cluster's matmul rate), whatever matmul rate a later `chorus devices`
+     measured on the loaded host;
   3. runs `chorus train --log-json` for every (model, device set) case with the shares fixed in
      proportion to the speeds (`balancer.shares`), and takes the median step_s after warm-up;
   4. asks the cost model (`chorus plan --shares ... --json`) and the simulator (`chorus simulate`)
      for the same plan's step time, uncalibrated (the measured rates as they are) and calibrated
-     (step 2's efficiency);
+     (step 2's efficiency and host work), and contended (plus step 2b's contention and latency
+     written into the cluster file);
   5. the 2-stage pipeline: runs bench/pipeline_bench's heterogeneous case (cuts auto and even,
      1F1B, M = 8, B = 32) when the binary is built, else reads bench/results/pipeline.json, and
      predicts it with `chorus plan --cuts`.
 Prints a table and writes bench/results/plan_validation.json (predicted, measured, error %).
 
-    python3 bench/plan_validation.py --chorus build-v/chorus      # ~6 minutes on 2 cores
+    python3 bench/plan_validation.py --chorus build/chorus      # ~3 minutes on 2 cores
 """
 
 import argparse
@@ -26,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import tempfile
@@ -34,6 +47,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_JSON = os.path.join(REPO, "bench", "results", "plan_validation.json")
 TARGET = 0.15  # issue 7: within 15%
 TEXT = "/var/lib/chorus/data/mobydick.txt"
+# Emulated speed of the calibration runs (step 2): padding absorbs descheduling by the host's load.
+CALIBRATION_SPEED = 0.5
 
 # The zoo's models on their data sets (examples/*.toml sizes), each with its global batch.
 MODELS = {
@@ -135,18 +150,89 @@ def describe(args, workdir, speeds):
     return path
 
 
+def base_rate(path):
+    """The host's fp32 matmul rate (TFLOP/s) in a cluster file of `chorus devices`: the first
+    type's rate over its emulated speed (its name, cpu@S)."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    name = re.search(r'^name = "(cpu[^"]*)"$', text[text.index("[[device_type]]"):], re.M).group(1)
+    speed = float(re.match(r"cpu(?:@([\d.]+))?", name).group(1) or 1)
+    return float(re.search(r"^fp32_tflops = ([\d.e+-]+)", text, re.M).group(1)) / speed
+
+
+def scaled(calibration, cluster, reference):
+    """(efficiency, host seconds) for `cluster`: the efficiency against its own measured rate,
+    so that the model's rate stays the one calibrated against `reference`."""
+    if not calibration:
+        return None
+    return (calibration[0] * base_rate(reference) / base_rate(cluster), calibration[1])
+
+
+def link_latency_us(args):
+    """The shared-memory transport's latency: half a 1 KiB all-reduce of 2 ranks (median of 3)."""
+    times = []
+    for _ in range(3):
+        rows = json.loads(run([args.chorus, "bench", "comm", "--ranks", "2", "--transports", "shm",
+                               "--ops", "all_reduce", "-b", "1K", "-e", "1K", "-w", "20", "-n",
+                               "200", "--json"]))
+        times.append(rows[0]["time_s"])
+    return statistics.median(times) / 2 * 1e6
+
+
+def with_contention(text, contention, latency_us):
+    """A cluster file of `chorus devices` with a measured core contention and link latency."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("latency_us = ") and latency_us is not None:
+            line = f"latency_us = {latency_us:.3f}  # measured (bench/plan_validation.py)"
+        lines.append(line)
+        if line.startswith("intra_node_link = "):
+            lines.append(f"core_contention = {contention:.4f}  # measured (bench/plan_validation.py)")
+    return "\n".join(lines) + "\n"
+
+
+def contended_cluster(args, workdir, speeds, name, calibration, latency=True):
+    """The cluster file of `speeds` with `name`'s measured contention (and link latency)."""
+    path = describe(args, workdir, speeds)
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    out = path.replace(".toml", f"-{name}{'' if latency else '-nolat'}.toml")
+    with open(out, "w", encoding="utf-8") as handle:
+        handle.write(with_contention(text, calibration["core_contention"],
+                                     calibration["latency_us"] if latency else None))
+    return out
+
+
+def calibrate_pair(args, workdir, name, model, data, batch, single):
+    """Two full-speed workers with equal shares: the host's core contention."""
+    job = os.path.join(workdir, f"pair-{name}.toml")
+    half = [batch - batch // 2, batch // 2]
+    write_job(job, "cpu@0.5,cpu@0.5", model, data, batch, args.warmup + args.steps, half)
+    pair = train(args, job, args.warmup)
+    cluster = describe(args, workdir, [CALIBRATION_SPEED, CALIBRATION_SPEED])
+    plan = predict(args, cluster, job, batch, ["--shares", ",".join(map(str, half))],
+                   scaled((single["efficiency"], single["host_s"]), cluster, args.reference))
+    # Each worker keeps half a core busy: each computes 1 + c / 2 times slower than alone.
+    contention = max(0.0, pair["max_compute_s"] / plan["compute_s"] - 1) / CALIBRATION_SPEED
+    return {"pair_step_s": pair["step_s"], "pair_max_compute_s": pair["max_compute_s"],
+            "pair_host_s": pair["host_s"], "pair_predicted_compute_s": plan["compute_s"],
+            "core_contention": contention, "latency_us": args.latency_us}
+
+
 def calibrate(args, workdir, name, model, data, batch):
-    """The model on this host, from one worker alone on the whole batch (no emulation, no peers).
+    """The model on this host, from one worker alone on the whole batch (half speed, no peers).
 
     efficiency: of the layers against the measured matmul rate. The cost model's compute of a
     one-worker step is 3 (L o + F B / (rate e)); with e = 1 it predicts p1, and the run measured
     m, so e = (p1 - 3 L o) / (m - 3 L o), o = 30 us.
     host_s: per-step host work outside compute (data, optimizer, bookkeeping): step - compute."""
     job = os.path.join(workdir, f"calibrate-{name}.toml")
-    write_job(job, "cpu", model, data, batch, args.warmup + args.steps, None)
+    write_job(job, f"cpu@{CALIBRATION_SPEED:g}", model, data, batch, args.warmup + args.steps,
+              None)
     alone = train(args, job, args.warmup)
     measured = alone["max_compute_s"]
-    cluster = describe(args, workdir, [1.0])
+    cluster = describe(args, workdir, [CALIBRATION_SPEED])
+    args.reference = cluster  # every efficiency is relative to this measured matmul rate
     plan = predict(args, cluster, job, batch, ["--shares", str(batch)], None)
     with open(job.replace(".toml", "-plan.json"), encoding="utf-8") as handle:
         layers = json.load(handle)["replicas"][0]["stages"][0]["last_layer"]
@@ -184,16 +270,27 @@ def pipeline_case(args, workdir, gpt):
         fixed = ["--cuts", ",".join(map(str, cuts)), "--micro-batches", "8", "--schedule", "1f1b"]
         raw = predict(args, cluster, job, 32, fixed, None)
         # The bench's threads run no data loader or trainer bookkeeping: efficiency only.
-        cal = predict(args, cluster, job, 32, fixed, (gpt["efficiency"], 0.0))
+        cal = predict(args, cluster, job, 32, fixed,
+                      scaled((gpt["efficiency"], 0.0), cluster, args.reference))
+        # The bench's stages are threads of one process: contention applies, the latency of the
+        # trainer's inter-process collectives does not.
+        contended = predict(args, contended_cluster(args, workdir, speeds, "gpt", gpt, False),
+                            job, 32, fixed,
+                            scaled((gpt["efficiency"], 0.0), cluster, args.reference))
         rows.append(row(f"pipeline {cut} cuts {cuts}", "gpt (8 layers)", speeds,
-                        measured[cut]["step_seconds"], raw, cal, source))
+                        measured[cut]["step_seconds"], raw, cal, source, contended))
     return rows
 
 
-def row(case, model, speeds, measured, raw, cal, source="chorus train --log-json"):
+def row(case, model, speeds, measured, raw, cal, source, contended):
     """One line of the table."""
     return {"case": case, "model": model, "speeds": speeds, "measured_s": measured,
             "measured_by": source, "uncalibrated": raw, "calibrated": cal,
+            "contended": contended,
+            "error_contended_pct": error(contended["cost_model_s"], measured),
+            "error_contended_simulated_pct": error(contended["simulated_s"], measured),
+            "within_target_contended":
+                abs(error(contended["cost_model_s"], measured)) <= 100 * TARGET,
             "error_pct": error(cal["cost_model_s"], measured),
             "error_uncalibrated_pct": error(raw["cost_model_s"], measured),
             "error_simulated_pct": error(cal["simulated_s"], measured),
@@ -213,10 +310,14 @@ def main():
     if args.pipeline_bench is None:
         args.pipeline_bench = os.path.join(os.path.dirname(args.chorus), "bench", "pipeline_bench")
     rows, calibrations, args.clusters = [], {}, {}
+    load_start = os.getloadavg()
+    args.latency_us = link_latency_us(args)
     with tempfile.TemporaryDirectory(prefix="plan-validation-") as workdir:
         for name in args.models.split(","):
             model, data, batch = MODELS[name]
             calibrations[name] = calibrate(args, workdir, name, model, data, batch)
+            calibrations[name].update(calibrate_pair(args, workdir, name, model, data, batch,
+                                                     calibrations[name]))
             calibration = (calibrations[name]["efficiency"], calibrations[name]["host_s"])
             for speeds in DEVICE_SETS:
                 cluster = describe(args, workdir, speeds)
@@ -227,10 +328,18 @@ def main():
                 measured = train(args, job, args.warmup)
                 fixed = ["--shares", ",".join(map(str, shares))]
                 raw = predict(args, cluster, job, batch, fixed, None)
-                cal = predict(args, cluster, job, batch, fixed, calibration)
+                cal = predict(args, cluster, job, batch, fixed,
+                              scaled(calibration, cluster, args.reference))
+                contended = predict(
+                    args, contended_cluster(args, workdir, speeds, name, calibrations[name]),
+                    job, batch, fixed, scaled(calibration, cluster, args.reference))
                 rows.append(row(f"DP {devices} shares {shares}", name, speeds,
-                                measured["step_s"], raw, cal))
+                                measured["step_s"], raw, cal, "chorus train --log-json",
+                                contended))
                 rows[-1]["measured_max_compute_s"] = measured["max_compute_s"]
+                rows[-1]["error_contended_compute_pct"] = error(
+                    contended["compute_s"], measured["max_compute_s"])
+                rows[-1]["error_compute_pct"] = error(cal["compute_s"], measured["max_compute_s"])
                 rows[-1]["measured_host_s"] = measured["host_s"]
                 print_row(rows[-1])
         if "gpt" in calibrations:
@@ -238,6 +347,7 @@ def main():
                 rows.append(line)
                 print_row(line)
     result = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or "?",
+                          "load_average_start": load_start,
                           "load_average": os.getloadavg(),
                           "date": datetime.date.today().isoformat()},
               "target_pct": 100 * TARGET, "steps": args.steps, "warmup": args.warmup,
@@ -245,8 +355,10 @@ def main():
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
-    print(f"wrote {args.json}; calibrations: " +
-          ", ".join(f"{k} {v['efficiency']:.2f}" for k, v in calibrations.items()))
+    print(f"wrote {args.json}; load average {os.getloadavg()}; calibrations: " +
+          ", ".join(f"{k} efficiency {v['efficiency']:.2f} host {1e3 * v['host_s']:.1f} ms "
+                    f"contention {v['core_contention']:.2f} latency {v['latency_us']:.0f} us"
+                    for k, v in calibrations.items()))
 
 
 def print_row(line):
@@ -255,7 +367,10 @@ def print_row(line):
           f"predicted {line['calibrated']['cost_model_s']:.4f} s ({line['error_pct']:+.1f}%)  "
           f"sim {line['calibrated']['simulated_s']:.4f} s  "
           f"uncalibrated {line['uncalibrated']['cost_model_s']:.4f} s "
-          f"({line['error_uncalibrated_pct']:+.1f}%)", flush=True)
+          f"({line['error_uncalibrated_pct']:+.1f}%)  "
+          f"contended {line['contended']['cost_model_s']:.4f} s "
+          f"({line['error_contended_pct']:+.1f}%; compute "
+          f"{line.get('error_contended_compute_pct', float('nan')):+.1f}%)", flush=True)
 
 
 if __name__ == "__main__":

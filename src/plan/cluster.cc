@@ -11,19 +11,23 @@ bool sameFigures(const DeviceType& a, const DeviceType& b) {
   for (int d = 0; d < kDtypeCount; ++d)
     if (a.peak_flops[d] != b.peak_flops[d]) return false;
   return a.memory_bytes == b.memory_bytes && a.memory_bandwidth == b.memory_bandwidth &&
-         a.device_class == b.device_class && a.efficiency == b.efficiency;
+         a.device_class == b.device_class && a.efficiency == b.efficiency &&
+         a.core_fraction == b.core_fraction;
 }
 
 }  // namespace
 
 int Cluster::addNode(std::string name, const LinkType& intra_link, const LinkType& inter_link,
-                     int nics) {
+                     int nics, double core_contention) {
   CHORUS_CHECK_CONFIG(nics >= 1, "node '", name, "': nics must be at least 1, got ", nics);
+  CHORUS_CHECK_CONFIG(core_contention >= 0, "node '", name, "': core_contention must be >= 0, got ",
+                      core_contention);
   Node node;
   node.name = std::move(name);
   node.intra_link = intra_link;
   node.inter_link = inter_link;
   node.nics = nics;
+  node.core_contention = core_contention;
   nodes_.push_back(std::move(node));
   return static_cast<int>(nodes_.size()) - 1;
 }

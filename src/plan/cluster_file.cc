@@ -129,7 +129,7 @@ class Reader {
     const std::string context = "device_type[" + std::to_string(index) + "]: ";
     rejectUnknown(table,
                   {"name", "class", "vendor", "memory", "memory_bandwidth_gbs", "fp32_tflops",
-                   "tf32_tflops", "bf16_tflops", "fp16_tflops", "efficiency"},
+                   "tf32_tflops", "bf16_tflops", "fp16_tflops", "efficiency", "core_fraction"},
                   context);
     DeviceType type;
     type.name = text(table, "name", "", context);
@@ -148,6 +148,7 @@ class Reader {
     if (type.memory_bandwidth <= 0 || type.peak(Dtype::kFp32) <= 0)
       fail(table.source(), context + "'memory_bandwidth_gbs' and 'fp32_tflops' must be > 0");
     if (table.get("efficiency")) type.efficiency = fraction(table, "efficiency", 1, context);
+    type.core_fraction = fraction(table, "core_fraction", 1, context);
     return type;
   }
 
@@ -220,7 +221,9 @@ void addNodes(const Reader& reader, Parsed& parsed, const toml::table& node, int
       reader.text(node, "name", fallback_name, "node[" + std::to_string(index) + "]: ");
   const std::string context = "node '" + name + "': ";
   reader.rejectUnknown(
-      node, {"name", "count", "intra_node_link", "inter_node_link", "nics", "devices"}, context);
+      node,
+      {"name", "count", "intra_node_link", "inter_node_link", "nics", "core_contention", "devices"},
+      context);
   const int copies = static_cast<int>(reader.integer(node, "count", 1, 1, kMaxCount, context));
   const toml::array* devices = reader.arrayAt(node, "devices", context);
   if (!devices || devices->empty()) reader.fail(node.source(), context + "'devices' is required");
@@ -235,11 +238,12 @@ void addNodes(const Reader& reader, Parsed& parsed, const toml::table& node, int
   const LinkType inter =
       reader.link(node, "inter_node_link", default_inter.name, context, parsed.links);
   const int nics = static_cast<int>(reader.integer(node, "nics", default_nics, 1, 1024, context));
+  const double contention = reader.number(node, "core_contention", 0, context);
   for (int copy = 0; copy < copies; ++copy) {
     const std::string node_name = copies == 1 ? name : name + "-" + std::to_string(copy);
     if (!parsed.node_names.insert(node_name).second)
       reader.fail(node.source(), "two nodes are named '" + node_name + "'");
-    const int id = cluster.addNode(node_name, intra, inter, nics);
+    const int id = cluster.addNode(node_name, intra, inter, nics, contention);
     for (const auto& [type, count] : entries) cluster.addDevices(id, type, count);
   }
 }

@@ -22,6 +22,31 @@ std::vector<std::vector<double>> sparseTable(const std::vector<double>& values) 
   return table;
 }
 
+// coreSlowdown() of every CPU type on a node with core contention.
+std::vector<std::pair<std::string, double>> coreSlowdowns(const Cluster& cluster) {
+  std::vector<std::pair<std::string, double>> slowdowns;
+  for (const Node& node : cluster.nodes()) {
+    if (node.core_contention <= 0) continue;
+    double busy = 0;  // cores the node's CPU workers keep busy, all together
+    for (int id : node.devices)
+      if (cluster.device(id).type.device_class == DeviceClass::kCpu)
+        busy += cluster.device(id).type.core_fraction;
+    for (int id : node.devices) {
+      const DeviceType& type = cluster.device(id).type;
+      if (type.device_class != DeviceClass::kCpu) continue;
+      const double others = std::min(1.0, std::max(0.0, busy - type.core_fraction));
+      const double factor = 1 + node.core_contention * others;
+      auto known = std::find_if(slowdowns.begin(), slowdowns.end(),
+                                [&](const auto& entry) { return entry.first == type.name; });
+      if (known == slowdowns.end())
+        slowdowns.emplace_back(type.name, factor);
+      else
+        known->second = std::max(known->second, factor);
+    }
+  }
+  return slowdowns;
+}
+
 }  // namespace
 
 const char* toString(PrecisionPolicy policy) {
@@ -65,6 +90,13 @@ CostModel::CostModel(const Cluster& cluster, const ModelProfile& model, CostOpti
   for (int n = 2; n <= layers; ++n) log2_[n] = log2_[n / 2] + 1;
   max_activation_ = sparseTable(activation);
   max_params_ = sparseTable(parameters);
+  slowdown_ = coreSlowdowns(cluster_);
+}
+
+double CostModel::coreSlowdown(const DeviceType& type) const {
+  for (const auto& [name, factor] : slowdown_)
+    if (name == type.name) return factor;
+  return 1;
 }
 
 double CostModel::rangeMax(const std::vector<std::vector<double>>& table, int first,
@@ -106,7 +138,9 @@ double CostModel::forwardSeconds(const DeviceType& type, Dtype dtype, int first,
   const double bytes = params(first, last) * bytesOf(dtype) +
                        (prefix_activation_[last] - prefix_activation_[first]) * micro_batch * scale;
   const double streaming = bytes / (type.memory_bandwidth * options_.memory_efficiency);
-  return (last - first) * options_.layer_overhead_seconds + std::max(math, streaming);
+  const double seconds =
+      (last - first) * options_.layer_overhead_seconds + std::max(math, streaming);
+  return slowdown_.empty() ? seconds : seconds * coreSlowdown(type);
 }
 
 double CostModel::microBatchSeconds(const DeviceType& type, Dtype dtype, int first, int last,

@@ -41,7 +41,8 @@ bool sameFigures(const MeasuredDevice& a, const MeasuredDevice& b) {
   for (int d = 0; d < kDtypeCount; ++d)
     if (a.gflops[d] != b.gflops[d]) return false;
   return a.memory_bytes == b.memory_bytes && a.memory_bandwidth_gbs == b.memory_bandwidth_gbs &&
-         a.device_class == b.device_class && a.vendor == b.vendor;
+         a.device_class == b.device_class && a.vendor == b.vendor &&
+         a.core_fraction == b.core_fraction;
 }
 
 void writeType(std::ostringstream& out, const MeasuredDevice& device) {
@@ -57,6 +58,9 @@ void writeType(std::ostringstream& out, const MeasuredDevice& device) {
     if (device.gflops[d] > 0)
       out << kDtypeKeys[d] << " = " << number(device.gflops[d] / 1e3) << "\n";
   out << "efficiency = 1  # the figures are achieved matmul rates, not datasheet peaks\n";
+  if (device.core_fraction != 1)
+    out << "core_fraction = " << number(device.core_fraction)
+        << "  # of a host core: the emulator sleeps the rest\n";
 }
 
 void writeLink(std::ostringstream& out, const LinkType& link) {
@@ -86,6 +90,7 @@ MeasuredDevice emulateDevice(const MeasuredDevice& device, const std::string& na
   MeasuredDevice emulated = device;
   emulated.name = name;
   for (double& rate : emulated.gflops) rate *= speed;
+  emulated.core_fraction *= speed;
   if (memory_budget > 0) emulated.memory_bytes = memory_budget;
   return emulated;
 }
@@ -104,6 +109,9 @@ DeviceType measuredDeviceType(const MeasuredDevice& device) {
   type.memory_bandwidth = device.memory_bandwidth_gbs * kGiga;
   for (int d = 0; d < kDtypeCount; ++d) type.peak_flops[d] = device.gflops[d] * kGiga;
   type.efficiency = 1;
+  CHORUS_CHECK_CONFIG(device.core_fraction > 0 && device.core_fraction <= 1, "measured device '",
+                      device.name, "': core fraction must be in (0, 1]");
+  type.core_fraction = device.core_fraction;
   return type;
 }
 
@@ -134,8 +142,12 @@ std::string localClusterToml(const LocalCluster& cluster) {
   for (const MeasuredDevice* type : types) writeType(out, *type);
   if (!inCatalog(cluster.intra_link)) writeLink(out, cluster.intra_link);
   out << "\n[[node]]\nname = " << quoted(cluster.node) << "\n"
-      << "intra_node_link = " << quoted(cluster.intra_link.name) << "\n"
-      << "devices = [";
+      << "intra_node_link = " << quoted(cluster.intra_link.name) << "\n";
+  CHORUS_CHECK_CONFIG(cluster.core_contention >= 0, "core contention must be >= 0");
+  if (cluster.core_contention > 0)
+    out << "core_contention = " << number(cluster.core_contention)
+        << "  # measured: CPU workers sharing cores slow each other\n";
+  out << "devices = [";
   // Runs of one type become one entry with a count, in rank order.
   for (size_t i = 0; i < cluster.devices.size();) {
     size_t end = i + 1;

@@ -159,6 +159,9 @@ JobConfig readJobConfig(const Config& config) {
   const std::int64_t seed = config.getInt("seed", static_cast<std::int64_t>(job.seed));
   require(seed >= 0, "seed", "must be >= 0");
   job.seed = static_cast<std::uint64_t>(seed);
+  job.plan = config.getString("plan", job.plan);
+  requireOneOf(job.plan, "plan", {"manual", "auto"});
+  if (job.plan == "auto") rejectPlannedKeys(config);
   job.train = readTrain(config);
   job.model = readModel(config);
   job.data = readData(config, job.model);

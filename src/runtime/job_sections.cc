@@ -182,4 +182,18 @@ void checkParallel(const JobConfig& job) {
   require(fp32, "precision", "only fp32 " + with);
 }
 
+const std::vector<std::string>& autoPlanKeys() {
+  static const std::vector<std::string> keys = {
+      "parallel.pipeline_stages", "parallel.replicas",  "parallel.micro_batches",
+      "parallel.schedule",        "parallel.partition", "parallel.activation_checkpointing",
+      "balancer.shares"};
+  return keys;
+}
+
+void rejectPlannedKeys(const Config& config) {
+  for (const std::string& key : autoPlanKeys())
+    require(!config.has(key), key,
+            "plan = \"auto\" chooses it; remove the key, or set plan = \"manual\" to keep it");
+}
+
 }  // namespace chorus::runtime

@@ -14,5 +14,8 @@ ParallelSection readParallel(const Config& config);
 // [parallel] against the other sections: the device count (unless "auto"), the global batch,
 // and the features a pipeline does not combine with. Throws ConfigError naming the key.
 void checkParallel(const JobConfig& job);
+// plan = "auto": a key the planner sets (autoPlanKeys()) that the job sets too is a ConfigError
+// naming it, since one of the two would silently lose.
+void rejectPlannedKeys(const Config& config);
 
 }  // namespace chorus::runtime

@@ -162,6 +162,12 @@ devices = [{ type = "T4", count = 2 }]
                   "fp32_tflops = 1\nefficiency = 0\n" +
                   node),
             "c.toml:6: device_type[0]: 'efficiency' must be in (0, 1]");
+  EXPECT_EQ(error("[[device_type]]\nname = \"d\"\nmemory = \"1GiB\"\nmemory_bandwidth_gbs = 1\n"
+                  "fp32_tflops = 1\ncore_fraction = 1.5\n" +
+                  node),
+            "c.toml:6: device_type[0]: 'core_fraction' must be in (0, 1]");
+  EXPECT_EQ(error("[[node]]\ncore_contention = -1\ndevices = [{ type = \"T4\" }]\n"),
+            "c.toml:2: node 'node0': 'core_contention' must be >= 0");
 }
 
 // On a measured type the cost model takes the rates as achieved: a math-bound forward pass is
@@ -180,6 +186,38 @@ TEST(CostModel, MeasuredTypesUseTheirOwnEfficiency) {
   const CostModel calibrated(cluster, model, options);
   EXPECT_DOUBLE_EQ(calibrated.forwardSeconds(cluster.device(0).type, Dtype::kFp32, 0, 2, 3),
                    6e9 / 20e9);
+}
+
+// Workers that share the host's cores slow each other in proportion to how much of a core the
+// others keep busy (an emulated cpu@0.5 computes half the time), up to one whole core.
+TEST(CostModel, WorkersSharingCoresSlowEachOtherByTheOthersCoreFraction) {
+  LocalCluster local;
+  local.devices = {emulateDevice(hostCpu(), "cpu", 1, 0), emulateDevice(hostCpu(), "cpu", 1, 0),
+                   emulateDevice(hostCpu(), "cpu@0.5", 0.5, 0)};
+  local.core_contention = 0.4;
+  const Cluster cluster = parseClusterToml(localClusterToml(local), "local.toml");
+  EXPECT_DOUBLE_EQ(cluster.nodes()[0].core_contention, 0.4);
+  EXPECT_DOUBLE_EQ(cluster.device(2).type.core_fraction, 0.5);
+  const ModelProfile model = testing::uniformModel(2, 10, 1e9, 4, 4);
+  CostOptions options;
+  options.layer_overhead_seconds = 0;
+  const CostModel cost(cluster, model, options);
+  const DeviceType& full = cluster.device(0).type;
+  const DeviceType& half = cluster.device(2).type;
+  // cpu: the others keep 1.5 cores busy, capped at one; cpu@0.5: two whole cores, capped.
+  EXPECT_DOUBLE_EQ(cost.coreSlowdown(full), 1.4);
+  EXPECT_DOUBLE_EQ(cost.coreSlowdown(half), 1.4);
+  EXPECT_DOUBLE_EQ(cost.forwardSeconds(full, Dtype::kFp32, 0, 2, 3), 1.4 * 6e9 / 40e9);
+  // Two workers: each is slowed by the other's fraction.
+  local.devices.erase(local.devices.begin());
+  const Cluster pair = parseClusterToml(localClusterToml(local), "pair.toml");
+  const CostModel pair_cost(pair, model, options);
+  EXPECT_DOUBLE_EQ(pair_cost.coreSlowdown(pair.device(0).type), 1 + 0.4 * 0.5);
+  EXPECT_DOUBLE_EQ(pair_cost.coreSlowdown(pair.device(1).type), 1 + 0.4 * 1);
+  // Without a measured contention nothing changes.
+  local.core_contention = 0;
+  const Cluster free = parseClusterToml(localClusterToml(local), "free.toml");
+  EXPECT_DOUBLE_EQ(CostModel(free, model, options).coreSlowdown(free.device(1).type), 1);
 }
 
 }  // namespace

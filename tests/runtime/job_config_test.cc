@@ -91,6 +91,8 @@ TEST(JobConfig, BadConfigsGetTheirOwnClearMessages) {
       {{"balancer.shares=[1,2]"}, "balancer.shares"},
       {{"devices=cpu/1KiB"}, "cannot hold one training sample"},
       {{"data.dir=/nonexistent"}, "Fashion-MNIST not found"},
+      {{"plan=sometimes"}, "config key 'plan'"},
+      {{"plan=auto", "parallel.pipeline_stages=2"}, "'parallel.pipeline_stages': plan = \"auto\""},
   };
   std::set<std::string> messages;
   for (const auto& [settings, expected] : cases) {

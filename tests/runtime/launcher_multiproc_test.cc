@@ -13,30 +13,16 @@
 
 #include "chorus/core/clock.h"
 
+#include "chorus_cli.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-  double seconds = 0;
-};
+using RunResult = chorus::testing::CommandResult;
 
 // Runs `chorus run <run_args> -- test_worker <worker_args>` and captures everything it prints.
 RunResult chorusRun(const std::string& run_args, const std::string& worker_args) {
-  const std::string command = std::string(CHORUS_BINARY) + " run " + run_args + " -- " +
-                              CHORUS_TEST_WORKER + " " + worker_args + " 2>&1";
-  chorus::Stopwatch clock;
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  size_t got;
-  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), got);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.seconds = clock.seconds();
-  return result;
+  return chorus::testing::runCommand(std::string(CHORUS_BINARY) + " run " + run_args + " -- " +
+                                     CHORUS_TEST_WORKER + " " + worker_args);
 }
 
 int countOf(const std::string& text, const std::string& needle) {

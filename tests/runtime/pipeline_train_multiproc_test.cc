@@ -1,10 +1,7 @@
 // `chorus train` with a pipeline end to end: the example job on two emulated devices of unlike
 // speed, real worker processes through the agent, the JSON log.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,33 +9,12 @@
 
 #include "chorus_version.h"
 
+#include "chorus_cli.h"
+
 namespace {
 
-struct TrainRun {
-  int exit_code = -1;
-  std::string output;
-  std::vector<nlohmann::json> steps;
-};
-
-TrainRun chorusTrain(const std::string& args, const std::string& name) {
-  const std::string log = testing::TempDir() + "/" + name + ".jsonl";
-  std::remove(log.c_str());
-  const std::string command =
-      std::string(CHORUS_BINARY) + " train " + args + " --log-json " + log + " 2>&1";
-  TrainRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buffer;
-  size_t got;
-  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    run.output.append(buffer.data(), got);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream lines(log);
-  std::string line;
-  while (std::getline(lines, line)) run.steps.push_back(nlohmann::json::parse(line));
-  return run;
-}
+using chorus::testing::chorusTrain;
+using chorus::testing::TrainRun;
 
 const std::string kExample = std::string(CHORUS_SOURCE_DIR) + "/examples/gpt-pipeline.toml";
 

@@ -1,40 +1,17 @@
 // `chorus train` end to end: real worker processes through the agent, the JSON log, memory budgets.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "chorus_cli.h"
+
 namespace {
 
-struct TrainRun {
-  int exit_code = -1;
-  std::string output;
-  std::vector<nlohmann::json> steps;
-};
-
-TrainRun chorusTrain(const std::string& args, const std::string& name) {
-  const std::string log = testing::TempDir() + "/" + name + ".jsonl";
-  const std::string command =
-      std::string(CHORUS_BINARY) + " train " + args + " --log-json " + log + " 2>&1";
-  TrainRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buffer;
-  size_t got;
-  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    run.output.append(buffer.data(), got);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream lines(log);
-  std::string line;
-  while (std::getline(lines, line)) run.steps.push_back(nlohmann::json::parse(line));
-  return run;
-}
+using chorus::testing::chorusTrain;
+using chorus::testing::TrainRun;
 
 const std::string kSmallJob =
     " --set data.dataset=synthetic --set data.size=2048 --set train.steps=12"

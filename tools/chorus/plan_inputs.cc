@@ -5,8 +5,6 @@
 
 #include "chorus/core/config.h"
 #include "chorus/core/error.h"
-#include "chorus/data/text_corpus.h"
-#include "chorus/model/model_config.h"
 #include "chorus/plan/transformer_shapes.h"
 #include "chorus/runtime/job_config.h"
 
@@ -24,44 +22,12 @@ bool endsWith(const std::string& text, const std::string& suffix) {
   });
 }
 
-// The model config the trainer builds for `job` (runtime/training_data.cc): the data set decides
-// the input shape, classes and vocabulary.
-model::ModelConfig trainedModel(const runtime::JobConfig& job) {
-  model::ModelConfig config = job.model;
-  if (job.data.dataset == "fashion-mnist") {
-    config.input_shape = {1, 28, 28};
-    config.classes = 10;
-  } else if (job.data.dataset == "text") {
-    data::TextCorpusOptions options;
-    options.context = config.context;
-    config.vocab = data::loadTextCorpus(job.data.path, options)->numClasses();
-  }
-  return config;
-}
-
-// The zoo's per-layer profile in the planner's terms. The zoo gives each layer's fp32 output per
-// sample; the planner also wants what backward keeps, which for these layers is of the order of
-// their output, so both take it (memory predictions are rough; step times do not use it except
-// through the roofline's streamed bytes).
-plan::ModelProfile toPlanProfile(const model::ZooModel& model, const std::string& name) {
-  plan::ModelProfile profile;
-  profile.name = name;
-  profile.activation_element_bytes = 4;
-  for (const auto& layer : model.profile())
-    profile.layers.push_back({layer.name, static_cast<double>(layer.parameters),
-                              layer.forward_flops, static_cast<double>(layer.activation_bytes),
-                              static_cast<double>(layer.activation_bytes)});
-  profile.validate();
-  return profile;
-}
-
 }  // namespace
 
 plan::ModelProfile resolvePlanModel(const std::string& name_or_path) {
   if (!endsWith(name_or_path, ".toml")) return plan::resolveModel(name_or_path);
   const runtime::JobConfig job = runtime::readJobConfig(Config::parseFile(name_or_path));
-  const auto model = model::makeModel(trainedModel(job), job.seed);
-  return toPlanProfile(*model, name_or_path);
+  return runtime::jobModelProfile(job, name_or_path);
 }
 
 std::vector<plan::Calibration> parseCalibrations(const std::vector<std::string>& entries,

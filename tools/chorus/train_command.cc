@@ -1,4 +1,5 @@
-// `chorus train`: the built-in trainer. The command validates the whole job first, then becomes
+// `chorus train`: the built-in trainer. The command validates the whole job first (with plan =
+// "auto" it plans the job on the measured devices and adds the plan's settings), then becomes
 // the node agent and starts one worker per device; each worker re-reads the same configuration
 // (`--worker`) and runs the Trainer (data parallel), or the PipelineTrainer when [parallel]
 // pipeline_stages > 1. Rank 0 prints progress and writes --log-json.
@@ -82,8 +83,29 @@ std::vector<DeviceSpec> validateOnHost(const runtime::JobConfig& job) {
   return devices;
 }
 
-int runFrontEnd(const TrainArgs& args, const std::vector<std::string>& argv) {
-  const Config config = loadConfig(args);
+// plan = "auto": measures the job's devices, plans, prints the choice in one line and applies its
+// settings to `config` (this process) and to `argv` (every worker's command line), so that all
+// processes read one fully specified job and no worker plans on its own.
+void applyAutoPlan(const TrainArgs& args, Config& config, std::vector<std::string>& argv) {
+  CHORUS_CHECK_CONFIG(args.nnodes == 1,
+                      "config key 'plan': plan = \"auto\" plans one node's devices; with --nnodes "
+                      "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
+  const runtime::JobConfig job = runtime::readJobConfig(config);
+  const auto found = device::discoverDevices();
+  const std::vector<DeviceSpec> devices = device::expandAuto(job.devices, found);
+  device::validateSpecs(devices, found);
+  const runtime::PlannedJob planned =
+      runtime::planJob(job, devices, runtime::measureJobDevices(devices));
+  std::cout << "chorus train: " << planned.summary << std::endl;
+  for (const std::string& setting : planned.settings) {
+    config.set(setting);
+    argv.insert(argv.end(), {"--set", setting});
+  }
+}
+
+int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
+  Config config = loadConfig(args);
+  if (runtime::readJobConfig(config).plan == "auto") applyAutoPlan(args, config, argv);
   const runtime::JobConfig job = runtime::readJobConfig(config);
   runtime::AgentOptions agent;
   agent.devices = validateOnHost(job);

@@ -23,6 +23,11 @@ struct Node {
   // The node's network link to other nodes and how many such ports it has.
   LinkType inter_link;
   int nics = 1;
+  // How much CPU workers of this node slow each other down by sharing cores (SMT siblings, more
+  // workers than cores): a CPU worker's compute takes 1 + core_contention x min(1, sum of the
+  // other CPU workers' DeviceType::core_fraction) times its time alone. Measured on the host
+  // (bench/plan_validation.py); Default: 0 (every worker has a core of its own).
+  double core_contention = 0;
   // Cluster device ids of this node's devices, in order.
   std::vector<int> devices;
 
@@ -43,9 +48,9 @@ class Cluster {
  public:
   explicit Cluster(std::string name = "cluster") : name_(std::move(name)) {}
 
-  // Adds a node and returns its index. REQUIRES: nics >= 1.
+  // Adds a node and returns its index. REQUIRES: nics >= 1, core_contention >= 0.
   int addNode(std::string name, const LinkType& intra_link, const LinkType& inter_link,
-              int nics = 1);
+              int nics = 1, double core_contention = 0);
   // Appends `count` devices of `type` to node `node`. Types are told apart by name: two types of
   // one name must be equal in every figure (a cluster file renames overridden types).
   void addDevices(int node, const DeviceType& type, int count);

@@ -13,6 +13,8 @@
 //   fp32_tflops = 0.087              # also tf32_tflops, bf16_tflops, fp16_tflops; Default: 0
 //   efficiency = 1.0                 # fraction of those figures a step reaches; Default: the
 //                                    # cost model's default for the class (figures are peaks)
+//   core_fraction = 0.5              # of a host core it keeps busy computing (an emulated
+//                                    # cpu@0.5 sleeps half the time); Default: 1
 //
 //   [[link_type]]                    # optional: a link the catalog lacks (e.g. measured locally)
 //   name = "local-shm"
@@ -26,6 +28,8 @@
 //   intra_node_link = "nvswitch-a100"  # Default: "pcie4" ("loopback" for CPU-only nodes)
 //   inter_node_link = "ib-hdr"       # Default: the top-level inter_node_link
 //   nics = 8                         # Default: nics_per_node
+//   core_contention = 0.3            # CPU workers sharing cores slow each other (cluster.h);
+//                                    # Default: 0
 //   devices = [ { type = "A100-80", count = 8 }, { type = "CPU", memory = "64GiB" } ]
 //
 // A [[device_type]] or [[link_type]] may take the name of a catalog entry (names compare

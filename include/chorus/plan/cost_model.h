@@ -4,7 +4,8 @@
 //
 // Compute: a stage's forward pass over layers [i, j) on micro-batch m takes
 //   (j - i) * layer_overhead + max(F * m / (peak * efficiency), bytes / (bandwidth * memory_eff))
-// (a roofline over the stage: matmul FLOPs against weights and activations streamed), backward
+// (a roofline over the stage: matmul FLOPs against weights and activations streamed), times the
+// slowdown of CPU workers that share their node's cores (Node::core_contention), backward
 // twice that, and activation checkpointing adds one more forward. A one-stage replica accumulates
 // its share in micro-batches; a pipeline replica takes sum_s t_s + (M - 1) max_s t_s (GPipe and
 // 1F1B alike; 1F1B only needs less memory), every stage also paying its boundary transfers.
@@ -108,6 +109,11 @@ class CostModel {
   double efficiency(const DeviceType& type, Dtype dtype) const;
   // Bytes of the device the model may use (memory - reserve, minus headroom).
   double capacity(const DeviceType& type) const;
+  // Factor >= 1 on the compute of a CPU worker of `type` that shares its node's cores with the
+  // cluster's other CPU workers there: 1 + core_contention x min(1, the others' core_fraction
+  // summed). It assumes every CPU worker of the node computes (plans that leave some idle are
+  // priced a little high); a type on several such nodes takes its largest. 1 without contention.
+  double coreSlowdown(const DeviceType& type) const;
 
   // Forward seconds of layers [first, last) on `micro_batch` samples.
   double forwardSeconds(const DeviceType& type, Dtype dtype, int first, int last,
@@ -139,6 +145,8 @@ class CostModel {
   // Sparse tables for range maxima of per-layer activation bytes and parameters.
   std::vector<std::vector<double>> max_activation_, max_params_;
   std::vector<int> log2_;  // floor(log2(n)) for n = 1..layers
+  // coreSlowdown() per contended type name; empty when no node has contention.
+  std::vector<std::pair<std::string, double>> slowdown_;
 };
 
 }  // namespace chorus::plan

@@ -43,6 +43,10 @@ struct DeviceType {
   // model's defaults (a type measured by `chorus devices` states achieved matmul rates, not
   // datasheet peaks, so it carries 1). 0 = the cost model's default for the class. Default: 0.
   double efficiency = 0;
+  // Fraction of one host core a worker of this type keeps busy while it computes: an emulated
+  // `cpu@0.5` computes half the time and sleeps the rest. Only CPU workers that share a node's
+  // cores look at it (Node::core_contention). Default: 1.
+  double core_fraction = 1;
 
   double peak(Dtype dtype) const { return peak_flops[static_cast<int>(dtype)]; }
   bool supports(Dtype dtype) const { return peak(dtype) > 0; }

@@ -36,11 +36,14 @@ struct MeasuredDevice {
   double gflops[kDtypeCount] = {0, 0, 0, 0};
   // Measured copy bandwidth in GB/s, read and write counted (device/microbench.h). REQUIRES: > 0.
   double memory_bandwidth_gbs = 0;
+  // Fraction of a host core the worker keeps busy computing (DeviceType::core_fraction): its
+  // emulated speed. REQUIRES: in (0, 1]. Default: 1.
+  double core_fraction = 1;
 };
 
 // `device` as a worker of emulated speed `speed` in (0, 1] sees it, named `name`: compute rates
-// times `speed`, bandwidth unchanged, memory = `memory_budget` when non-zero. Throws ConfigError on
-// a speed out of range or a budget larger than the device's memory.
+// and core fraction times `speed`, bandwidth unchanged, memory = `memory_budget` when non-zero.
+// Throws ConfigError on a speed out of range or a budget larger than the device's memory.
 MeasuredDevice emulateDevice(const MeasuredDevice& device, const std::string& name, double speed,
                              std::uint64_t memory_budget);
 
@@ -64,6 +67,9 @@ struct LocalCluster {
   std::vector<MeasuredDevice> devices;
   // Between the workers. Default: the catalog's "shm".
   LinkType intra_link = *findLinkType("shm");
+  // How much the CPU workers slow each other down by sharing the host's cores (Node::
+  // core_contention), measured. REQUIRES: >= 0. Default: 0 (not measured: no contention).
+  double core_contention = 0;
   // Comment lines written at the top (where, when and how it was measured). Default: none.
   std::vector<std::string> comments;
 };

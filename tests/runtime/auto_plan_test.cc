@@ -1,0 +1,151 @@
+// plan = "auto": the planner's choice comes back as job settings that make a valid, runnable job,
+// the split follows the devices' speeds, and the search stays within what the trainers run.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chorus/core/error.h"
+#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/pipeline_trainer.h"
+
+namespace chorus::runtime {
+namespace {
+
+// A CPU as `chorus devices` measures the development machine (docs/planner.md), fixed so that
+// the test does not depend on this host's load.
+plan::MeasuredDevice fakeCpu(double gflops = 100, double bandwidth_gbs = 35) {
+  plan::MeasuredDevice cpu;
+  cpu.name = "cpu";
+  cpu.memory_bytes = 16ull << 30;
+  cpu.gflops[static_cast<int>(plan::Dtype::kFp32)] = gflops;
+  cpu.memory_bandwidth_gbs = bandwidth_gbs;
+  return cpu;
+}
+
+Config jobConfig(const std::vector<std::string>& settings) {
+  Config config = Config::parseString(defaultJobToml(), "<default>");
+  for (const char* setting : {"plan=auto", "data.dataset=synthetic", "train.steps=3"})
+    config.set(setting);
+  for (const auto& setting : settings) config.set(setting);
+  return config;
+}
+
+struct Planned {
+  PlannedJob planned;
+  JobConfig job;  // the job with the plan's settings applied
+};
+
+// Plans the job and applies the settings as `chorus train` does; the result must pass every check
+// `chorus train` runs before starting workers.
+Planned planAndApply(const std::vector<std::string>& settings, const plan::MeasuredDevice& cpu) {
+  Config config = jobConfig(settings);
+  const JobConfig job = readJobConfig(config);
+  const std::vector<plan::MeasuredDevice> measured(job.devices.size(), cpu);
+  Planned result{planJob(job, job.devices, measured), {}};
+  for (const auto& setting : result.planned.settings) config.set(setting);
+  result.job = readJobConfig(config);
+  if (result.job.parallel.pipeline_stages > 1)
+    validatePipelineJob(result.job, result.job.devices);
+  else
+    validateJobOnDevices(result.job, result.job.devices);
+  return result;
+}
+
+TEST(AutoPlan, PicksDataParallelWithSharesProportionalToSpeedsForASmallCnn) {
+  const Planned run = planAndApply({"devices=cpu@1.0,cpu@0.5,cpu@0.25"}, fakeCpu());
+  EXPECT_EQ(run.planned.plan.stageCount(), 1) << run.planned.summary;
+  EXPECT_EQ(run.job.plan, "manual");
+  EXPECT_EQ(run.job.parallel.pipeline_stages, 1);
+  const auto& shares = run.job.balancer.shares;
+  ASSERT_EQ(shares.size(), 3u);
+  EXPECT_EQ(shares[0] + shares[1] + shares[2], 64);
+  // 4 : 2 : 1 of 64 is 36.6 / 18.3 / 9.1; integer shares and per-rank fixed costs move it a little.
+  EXPECT_NEAR(shares[0], 36.6, 3);
+  EXPECT_NEAR(shares[1], 18.3, 3);
+  EXPECT_NEAR(shares[2], 9.1, 3);
+  EXPECT_NE(run.planned.summary.find("plan = auto: data parallel, shares "), std::string::npos)
+      << run.planned.summary;
+  EXPECT_NE(run.planned.summary.find("predicted "), std::string::npos);
+  EXPECT_NE(run.planned.summary.find("best: uneven shares"), std::string::npos)
+      << run.planned.summary;
+  EXPECT_GT(run.planned.plan.predicted.step_seconds, 0);
+}
+
+TEST(AutoPlan, EqualDevicesGetEqualShares) {
+  const Planned run = planAndApply({"devices=cpu,cpu"}, fakeCpu());
+  EXPECT_EQ(run.job.balancer.shares, (std::vector<std::int64_t>{32, 32}));
+}
+
+// A slow link makes the GPT's gradient all-reduce and optimizer step dearer than sending
+// activations between stages: the planner pipelines, and the settings configure the pipeline
+// trainer with the planned cut, micro-batches and schedule.
+TEST(AutoPlan, PipelinesAGptWhenGradientsOutweighActivations) {
+  const Planned run = planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=256",
+                                    "model.layers=6", "train.global_batch=16"},
+                                   fakeCpu(100, 0.4));
+  const plan::Plan& plan = run.planned.plan;
+  ASSERT_GT(plan.stageCount(), 1) << run.planned.summary;
+  EXPECT_EQ(run.job.parallel.pipeline_stages, plan.stageCount());
+  EXPECT_EQ(run.job.parallel.replicas, static_cast<std::int64_t>(plan.replicas.size()));
+  EXPECT_EQ(run.job.parallel.micro_batches, plan.micro_batches);
+  EXPECT_EQ(run.job.parallel.schedule, "1f1b");
+  EXPECT_TRUE(run.job.balancer.shares.empty());
+  // The partition's layer counts are the plan's cuts.
+  std::ostringstream counts;
+  for (const auto& stage : plan.replicas[0].stages)
+    counts << (stage.first_layer > 0 ? "," : "") << stage.last_layer - stage.first_layer;
+  EXPECT_EQ(run.job.parallel.partition, counts.str());
+  // Rank r runs on the device the plan gave its (replica, stage).
+  const int stages = plan.stageCount();
+  for (size_t r = 0; r < plan.replicas.size(); ++r)
+    for (int s = 0; s < stages; ++s) {
+      const int device = plan.ranks[plan.replicas[r].stages[s].rank].device;
+      EXPECT_EQ(run.job.devices.at(r * stages + s), parseDeviceSpecs("cpu@1.0,cpu@0.5").at(device));
+    }
+  EXPECT_NE(run.planned.summary.find("pipeline of "), std::string::npos) << run.planned.summary;
+}
+
+// Whatever the trainer cannot run with a pipeline keeps the search to data parallelism, and the
+// log line says why.
+TEST(AutoPlan, JobSettingsThatRuleOutPipelinesKeepItDataParallel) {
+  const Planned run =
+      planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=256",
+                    "model.layers=6", "train.global_batch=16", "train.micro_batch=4"},
+                   fakeCpu(100, 0.4));
+  EXPECT_EQ(run.planned.plan.stageCount(), 1);
+  EXPECT_NE(run.planned.summary.find("pipelines not considered: train.micro_batch is set"),
+            std::string::npos)
+      << run.planned.summary;
+}
+
+TEST(AutoPlan, KeysThePlanSetsConflictWithPlanAuto) {
+  const std::map<std::string, std::string> values = {
+      {"balancer.shares", "[32,32]"},
+      {"parallel.schedule", "gpipe"},
+      {"parallel.partition", "even"},
+      {"parallel.activation_checkpointing", "stage"}};
+  for (const std::string& key : autoPlanKeys()) {
+    const auto value = values.find(key);
+    std::ostringstream assignment;
+    assignment << key << "=" << (value == values.end() ? "2" : value->second);
+    try {
+      readJobConfig(jobConfig({assignment.str()}));
+      ADD_FAILURE() << key << " was accepted with plan = auto";
+    } catch (const ConfigError& error) {
+      EXPECT_NE(error.message().find("config key '" + key + "': plan = \"auto\" chooses it"),
+                std::string::npos)
+          << error.message();
+    }
+  }
+}
+
+TEST(AutoPlan, TheDefaultIsManual) {
+  const JobConfig job = readJobConfig(Config::parseString(defaultJobToml()));
+  EXPECT_EQ(job.plan, "manual");
+}
+
+}  // namespace
+}  // namespace chorus::runtime

@@ -1,0 +1,58 @@
+// Running the `chorus` binary from multi-process tests: one command line in, its exit code and
+// everything it printed out, and (for `chorus train`) the per-step JSON log it wrote.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "chorus/core/clock.h"
+
+namespace chorus::testing {
+
+struct CommandResult {
+  int exit_code = -1;  // -1 when it could not start or was killed by a signal
+  std::string output;  // stdout and stderr together
+  double seconds = 0;
+};
+
+// Runs `command` through the shell, stderr folded into stdout.
+inline CommandResult runCommand(const std::string& command) {
+  Stopwatch clock;
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  size_t got;
+  while ((got = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), got);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.seconds = clock.seconds();
+  return result;
+}
+
+struct TrainRun : CommandResult {
+  std::vector<nlohmann::json> steps;  // the --log-json lines, in order
+};
+
+// Runs `chorus train <args> --log-json <temp>/<name>.jsonl` and reads the log back.
+inline TrainRun chorusTrain(const std::string& args, const std::string& name) {
+  const std::string log = ::testing::TempDir() + "/" + name + ".jsonl";
+  std::remove(log.c_str());
+  TrainRun run;
+  static_cast<CommandResult&>(run) =
+      runCommand(std::string(CHORUS_BINARY) + " train " + args + " --log-json " + log);
+  std::ifstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) run.steps.push_back(nlohmann::json::parse(line));
+  return run;
+}
+
+}  // namespace chorus::testing
