@@ -163,6 +163,27 @@ const char* toString(BalancerMode mode) {
   return "?";
 }
 
+namespace {
+
+void checkInitialShares(const std::vector<int64_t>& shares, int world_size, int64_t global_batch,
+                        const std::vector<int64_t>& caps) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(shares.size()) == world_size,
+                      "balancer initial shares: ", shares.size(), " shares for ", world_size,
+                      " ranks");
+  int64_t total = 0;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    CHORUS_CHECK_CONFIG(shares[i] >= 0, "balancer initial shares: rank ", i, " has ", shares[i]);
+    CHORUS_CHECK_CONFIG(caps.empty() || caps[i] <= 0 || shares[i] <= caps[i],
+                        "balancer initial shares: rank ", i, " takes ", shares[i],
+                        " samples, more than its cap of ", caps[i]);
+    total += shares[i];
+  }
+  CHORUS_CHECK_CONFIG(total == global_batch, "balancer initial shares sum to ", total,
+                      ", not to the global batch ", global_batch);
+}
+
+}  // namespace
+
 LoadBalancer::LoadBalancer(const BalancerOptions& options, int world_size, int64_t global_batch,
                            const std::vector<int64_t>& caps)
     : options_(options), global_batch_(global_batch), caps_(caps) {
@@ -179,6 +200,10 @@ LoadBalancer::LoadBalancer(const BalancerOptions& options, int world_size, int64
   // ranks: DDP's split wherever the caps allow it.
   shares_ =
       balanceShares(std::vector<RankTiming>(world_size, RankTiming{0.0, 1.0}), global_batch, caps);
+  if (!options.initial_shares.empty()) {
+    checkInitialShares(options.initial_shares, world_size, global_batch, caps_);
+    shares_ = options.initial_shares;
+  }
 }
 
 LoadBalancer::Mode LoadBalancer::parseMode(const std::string& text) {

@@ -122,12 +122,14 @@ std::vector<int> stageLayers(const plan::Plan& plan) {
   return counts;
 }
 
+// Data parallelism: the planned shares are where the balancer starts (it refines them from
+// measurements unless balance = "off").
 std::vector<std::string> settingsOf(const plan::Plan& plan, const std::vector<DeviceSpec>& devices,
                                     const std::vector<DeviceSpec>& ordered) {
   std::vector<std::string> settings{"plan=manual"};
   if (!(ordered == devices)) settings.push_back("devices=" + toString(ordered));
   if (plan.stageCount() == 1) {
-    settings.push_back("balancer.shares=[" + joined(replicaShares(plan), ",") + "]");
+    settings.push_back("balancer.initial_shares=[" + joined(replicaShares(plan), ",") + "]");
     return settings;
   }
   settings.push_back("parallel.pipeline_stages=" + std::to_string(plan.stageCount()));
@@ -192,8 +194,9 @@ std::string summaryOf(const JobConfig& job, const plan::PlanResult& result,
     line += "; next best " + describe(result.plans[1]) + ", " +
             milliseconds(result.plans[1].predicted.step_seconds) + ": " + result.plans[1].reason;
   if (!left_out.empty()) line += "; pipelines not considered: " + left_out;
-  if (best.stageCount() == 1 && best.replicas.size() > 1 && job.balancer.mode != "off")
-    line += "; the planned shares stay fixed (balance = " + job.balancer.mode + " does not apply)";
+  if (best.stageCount() == 1 && best.replicas.size() > 1)
+    line += job.balancer.mode == "off" ? "; the planned shares stay fixed (balance = off)"
+                                       : "; the balancer starts from the planned shares";
   return line;
 }
 

@@ -131,6 +131,17 @@ CommSection readComm(const Config& config) {
   return comm;
 }
 
+// Shares (when given) must cover the global batch exactly.
+void requireSumsToBatch(const std::vector<std::int64_t>& shares, const char* key,
+                        std::int64_t global_batch) {
+  if (shares.empty()) return;
+  std::int64_t total = 0;
+  for (std::int64_t share : shares) total += share;
+  require(total == global_batch, key,
+          "must sum to train.global_batch (" + std::to_string(global_batch) + "), not " +
+              std::to_string(total));
+}
+
 BalancerSection readBalancer(const Config& config) {
   BalancerSection balancer;
   balancer.mode = config.getString("balance", balancer.mode);
@@ -140,6 +151,11 @@ BalancerSection readBalancer(const Config& config) {
   balancer.window = config.getInt("balancer.window", balancer.window);
   balancer.shares = config.getInts("balancer.shares", balancer.shares);
   for (std::int64_t share : balancer.shares) require(share >= 0, "balancer.shares", "must be >= 0");
+  balancer.initial_shares = config.getInts("balancer.initial_shares", balancer.initial_shares);
+  for (std::int64_t share : balancer.initial_shares)
+    require(share >= 0, "balancer.initial_shares", "must be >= 0");
+  require(balancer.shares.empty() || balancer.initial_shares.empty(), "balancer.initial_shares",
+          "cannot be combined with balancer.shares (fixed shares)");
   require(balancer.mode == "off" || balancer.mode == "static" || balancer.mode == "adaptive",
           "balance", "'" + balancer.mode + "' is unknown; expected off, static or adaptive");
   require(balancer.profile_steps >= 1, "balancer.profile_steps", "must be at least 1");
@@ -171,13 +187,9 @@ JobConfig readJobConfig(const Config& config) {
   job.precision = readPrecision(config);
   job.checkpoint = readCheckpoint(config);
   job.parallel = readParallel(config);
-  if (!job.balancer.shares.empty()) {
-    std::int64_t total = 0;
-    for (std::int64_t share : job.balancer.shares) total += share;
-    require(total == job.train.global_batch, "balancer.shares",
-            "must sum to train.global_batch (" + std::to_string(job.train.global_batch) +
-                "), not " + std::to_string(total));
-  }
+  requireSumsToBatch(job.balancer.shares, "balancer.shares", job.train.global_batch);
+  requireSumsToBatch(job.balancer.initial_shares, "balancer.initial_shares",
+                     job.train.global_batch);
   checkParallel(job);
   config.rejectUnknownKeys();
   job.toml = config.toToml();

@@ -184,9 +184,9 @@ void checkParallel(const JobConfig& job) {
 
 const std::vector<std::string>& autoPlanKeys() {
   static const std::vector<std::string> keys = {
-      "parallel.pipeline_stages", "parallel.replicas",  "parallel.micro_batches",
-      "parallel.schedule",        "parallel.partition", "parallel.activation_checkpointing",
-      "balancer.shares"};
+      "parallel.pipeline_stages", "parallel.replicas",      "parallel.micro_batches",
+      "parallel.schedule",        "parallel.partition",     "parallel.activation_checkpointing",
+      "balancer.shares",          "balancer.initial_shares"};
   return keys;
 }
 

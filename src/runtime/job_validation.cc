@@ -36,6 +36,10 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
   if (!job.balancer.shares.empty() && job.balancer.shares.size() != devices.size())
     CHORUS_THROW(ConfigError, "config key 'balancer.shares': ", job.balancer.shares.size(),
                  " shares for ", devices.size(), " devices");
+  if (!job.balancer.initial_shares.empty() && job.balancer.initial_shares.size() != devices.size())
+    CHORUS_THROW(ConfigError,
+                 "config key 'balancer.initial_shares': ", job.balancer.initial_shares.size(),
+                 " shares for ", devices.size(), " devices");
   checkDataFiles(job.data);
   std::shared_ptr<model::ZooModel> model;
   for (const DeviceSpec& device : devices) {

@@ -26,6 +26,7 @@ plan::BalancerOptions balancerOptions(const BalancerSection& section) {
   options.min_gain = section.min_gain;
   options.cooldown_steps = section.cooldown_steps;
   options.window = section.window;
+  options.initial_shares = section.initial_shares;
   return options;
 }
 

@@ -282,6 +282,32 @@ TEST(LoadBalancer, OffKeepsEqualShares) {
   EXPECT_EQ(balancer.lastChange(), "");
 }
 
+// A planner's shares are where the balancer starts: off keeps them, adaptive refines them to the
+// measured speeds; shares that cannot be a split of the batch are refused.
+TEST(LoadBalancer, StartsFromInitialSharesAndRefinesThem) {
+  BalancerOptions options;
+  options.initial_shares = {350, 250, 100};  // a plan that overrated rank 1
+  options.mode = BalancerMode::kOff;
+  LoadBalancer kept(options, 3, kBatch);
+  for (int64_t i = 0; i < 30; ++i) EXPECT_FALSE(step(kept, i, kPerSample));
+  EXPECT_EQ(kept.shares(), options.initial_shares);
+
+  options.mode = BalancerMode::kAdaptive;
+  LoadBalancer refined(options, 3, kBatch);
+  EXPECT_EQ(refined.shares(), options.initial_shares);
+  for (int64_t i = 0; i < 20; ++i) step(refined, i, kPerSample);
+  EXPECT_TRUE(within(refined.shares(), kIdeal, 0.05))
+      << refined.shares()[0] << "," << refined.shares()[1] << "," << refined.shares()[2];
+
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{350, 350}, {350, 250, 99}, {-1, 601, 100}}) {
+    options.initial_shares = bad;
+    EXPECT_THROW(LoadBalancer(options, 3, kBatch), ConfigError);
+  }
+  options.initial_shares = {400, 200, 100};
+  EXPECT_THROW(LoadBalancer(options, 3, kBatch, {300, 0, 0}), ConfigError);  // above rank 0's cap
+}
+
 TEST(LoadBalancer, StaticChangesExactlyOnce) {
   BalancerOptions options;
   options.mode = BalancerMode::kStatic;

@@ -59,7 +59,8 @@ TEST(AutoPlan, PicksDataParallelWithSharesProportionalToSpeedsForASmallCnn) {
   EXPECT_EQ(run.planned.plan.stageCount(), 1) << run.planned.summary;
   EXPECT_EQ(run.job.plan, "manual");
   EXPECT_EQ(run.job.parallel.pipeline_stages, 1);
-  const auto& shares = run.job.balancer.shares;
+  EXPECT_TRUE(run.job.balancer.shares.empty());  // the balancer starts from the plan's shares
+  const auto& shares = run.job.balancer.initial_shares;
   ASSERT_EQ(shares.size(), 3u);
   EXPECT_EQ(shares[0] + shares[1] + shares[2], 64);
   // 4 : 2 : 1 of 64 is 36.6 / 18.3 / 9.1; integer shares and per-rank fixed costs move it a little.
@@ -76,7 +77,7 @@ TEST(AutoPlan, PicksDataParallelWithSharesProportionalToSpeedsForASmallCnn) {
 
 TEST(AutoPlan, EqualDevicesGetEqualShares) {
   const Planned run = planAndApply({"devices=cpu,cpu"}, fakeCpu());
-  EXPECT_EQ(run.job.balancer.shares, (std::vector<std::int64_t>{32, 32}));
+  EXPECT_EQ(run.job.balancer.initial_shares, (std::vector<std::int64_t>{32, 32}));
 }
 
 // A slow link makes the GPT's gradient all-reduce and optimizer step dearer than sending
@@ -93,6 +94,7 @@ TEST(AutoPlan, PipelinesAGptWhenGradientsOutweighActivations) {
   EXPECT_EQ(run.job.parallel.micro_batches, plan.micro_batches);
   EXPECT_EQ(run.job.parallel.schedule, "1f1b");
   EXPECT_TRUE(run.job.balancer.shares.empty());
+  EXPECT_TRUE(run.job.balancer.initial_shares.empty());
   // The partition's layer counts are the plan's cuts.
   std::ostringstream counts;
   for (const auto& stage : plan.replicas[0].stages)

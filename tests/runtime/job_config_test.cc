@@ -89,6 +89,8 @@ TEST(JobConfig, BadConfigsGetTheirOwnClearMessages) {
       {{"train.target_accuracy=2"}, "train.target_accuracy"},
       {{"comm.bucket_mb=0"}, "comm.bucket_mb"},
       {{"balancer.shares=[1,2]"}, "balancer.shares"},
+      {{"balancer.initial_shares=[60,3]"}, "'balancer.initial_shares': must sum to"},
+      {{"balancer.shares=[32,32]", "balancer.initial_shares=[32,32]"}, "cannot be combined"},
       {{"devices=cpu/1KiB"}, "cannot hold one training sample"},
       {{"data.dir=/nonexistent"}, "Fashion-MNIST not found"},
       {{"plan=sometimes"}, "config key 'plan'"},

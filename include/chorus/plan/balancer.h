@@ -135,6 +135,10 @@ struct BalancerOptions {
   int cooldown_steps = 5;
   // Observations per rank kept by its SpeedModel. REQUIRES: >= 2. Default: 16.
   int window = SpeedModel::kDefaultWindow;
+  // Where the shares start instead of an equal split: a planner's shares (plan = "auto"), which
+  // kStatic / kAdaptive then refine from measurements and kOff keeps. REQUIRES: empty, or one
+  // entry >= 0 per rank, within the caps, summing to the global batch. Default: empty (equal).
+  std::vector<int64_t> initial_shares;
 };
 
 // Everything a LoadBalancer needs to resume where it stopped, as plain vectors for checkpoints.
@@ -161,10 +165,10 @@ struct BalancerState {
 // The balancing policy for one data-parallel group. Every rank owns an identical instance and
 // feeds it the same all-gathered compute times, so all ranks change shares at the same step.
 //
-// Starts at equal shares (clipped to the caps). kOff keeps them. kStatic fits once after
-// profile_steps and applies the result if it gains enough, then never changes again. kAdaptive
-// refits every step and changes the shares when the predicted gain is enough and at least
-// cooldown_steps have passed since the last change.
+// Starts at equal shares (clipped to the caps), or at options.initial_shares. kOff keeps them.
+// kStatic fits once after profile_steps and applies the result if it gains enough, then never
+// changes again. kAdaptive refits every step and changes the shares when the predicted gain is
+// enough and at least cooldown_steps have passed since the last change.
 //
 // "Enough" is min_gain (the dead band) plus two standard errors of the noisiest rank's fit
 // (SpeedModel::relativeError), so that noise alone does not move samples. A dead band alone

@@ -92,6 +92,10 @@ struct BalancerSection {
   // Fixed shares, one per rank, summing to the global batch; the balancer is then not used.
   // Default: none.
   std::vector<std::int64_t> shares;
+  // Shares to start from instead of an equal split (what plan = "auto" sets); `static` and
+  // `adaptive` refine them from measurements, `off` keeps them. One per rank, summing to the
+  // global batch. Default: none (equal).
+  std::vector<std::int64_t> initial_shares;
 };
 
 // Compute precision per device (parallel/precision.h): a rank takes `ranks[rank]` when given,
