@@ -1,5 +1,6 @@
-// PowerSGD: exact on matrices of rank <= r, warm start converges toward the best rank-r error,
-// small tensors travel exactly, and its state restores the warm start bit for bit.
+// PowerSGD: exact on matrices of rank <= r (also rank-deficient ones), warm start converges toward
+// the best rank-r error, small tensors travel exactly, and its state restores the warm start bit
+// for bit. The options (iterations, bf16 factors, start step, ...): compression_powersgd_options.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -51,6 +52,52 @@ TEST(PowerSgd, ReconstructsAnExactlyRankRSumOverRanks) {
   const double largest = (matrix * 6).abs().max().item<double>();
   EXPECT_LE((weight - matrix * 6).abs().max().item<double>(), 1e-5 * largest);
   EXPECT_TRUE(at::equal(results[0].narrow(0, 64 * 48, 48), bias * 6));
+}
+
+// Largest |result − expected| over largest |expected|.
+double relativeError(const at::Tensor& result, const at::Tensor& expected) {
+  return ((result - expected).abs().max() / expected.abs().max()).item<double>();
+}
+
+// Rank-deficient inputs (rank 1 and 2 at r = 4, as the multi-host benchmark's u vᵀ): P has
+// dependent columns, which must not turn into amplified rounding noise. Rank k contributes
+// (k + 1)·M; three calls check that the warm start stays exact too.
+TEST(PowerSgd, RankDeficientMatricesRoundTripExactly) {
+  const at::Tensor u = at::linspace(1.0, 2.0, 256, at::kFloat);
+  const at::Tensor v = at::linspace(-1.0, 1.0, 256, at::kFloat);
+  const at::Tensor rank_one = at::outer(u, v);
+  const at::Tensor rank_two = rank_one + at::outer(gaussian({256}, 11), gaussian({256}, 12));
+  for (const at::Tensor& matrix : {rank_one, rank_two}) {
+    for (bool feedback : {false, true}) {
+      comm::testing::runRankThreads(3, [&](std::shared_ptr<comm::Communicator> comm) {
+        auto codec = makeCodec(powerSgd(4, feedback));
+        const FlatLayout layout{{{"w", 0, {256, 256}}}};
+        for (int call = 0; call < 3; ++call) {
+          at::Tensor flat = (matrix * (comm->rank() + 1)).reshape({-1}).contiguous();
+          codec->allReduce("b", flat, layout, *comm);
+          EXPECT_LE(relativeError(flat.view({256, 256}), matrix * 6), 1e-5)
+              << "call " << call << " feedback " << feedback;
+        }
+      });
+    }
+  }
+}
+
+// A rank-1 call zeroes P's dependent columns; their warm-start Q must not stay zero (P = M·0 would
+// never find those directions again), so a later rank-3 matrix comes back exact at once.
+TEST(PowerSgd, DirectionsDroppedOnARankOneCallAreFoundLater) {
+  const at::Tensor rank_one = at::outer(gaussian({96}, 13), gaussian({80}, 14));
+  const at::Tensor rank_three = gaussian({96, 3}, 15).matmul(gaussian({3, 80}, 16));
+  comm::testing::runRankThreads(2, [&](std::shared_ptr<comm::Communicator> comm) {
+    auto codec = makeCodec(powerSgd(4));
+    const FlatLayout layout{{{"w", 0, {96, 80}}}};
+    at::Tensor flat = rank_one.reshape({-1}).clone();
+    codec->allReduce("b", flat, layout, *comm);
+    EXPECT_LE(relativeError(flat.view({96, 80}), rank_one * 2), 1e-5);
+    flat = rank_three.reshape({-1}).clone();
+    codec->allReduce("b", flat, layout, *comm);
+    EXPECT_LE(relativeError(flat.view({96, 80}), rank_three * 2), 1e-5);
+  });
 }
 
 // Repeated compression of one matrix (no error feedback) is a power iteration: the error falls

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_comm_allreduce.h"
 #include "bench_comm_measure.h"
 #include "chorus/chorus.h"
 #include "chorus/core/units.h"
@@ -98,6 +99,12 @@ int startRanks(const BenchCommArgs& args, const std::string& log_level) {
                    joined(args.ops),
                    "--transports",
                    joined(args.transports),
+                   "--algorithms",
+                   joined(args.algorithms),
+                   "--codecs",
+                   joined(args.codecs),
+                   "--group-size",
+                   std::to_string(args.group_size),
                    "-b",
                    args.min_bytes,
                    "-e",
@@ -123,15 +130,15 @@ int startRanks(const BenchCommArgs& args, const std::string& log_level) {
 void printHeader(const runtime::Worker& worker, const BenchCommArgs& args) {
   std::printf("# chorus bench comm: %d ranks, %s, reduction %s, warm-up %d, iterations %d\n",
               worker.worldSize(), args.dtype.c_str(), args.reduce.c_str(), args.warmup, args.iters);
-  std::printf("# %-7s %-11s %-5s %-14s %10s %11s %-8s %6s %11s %10s %10s %7s\n", "backend",
+  std::printf("# %-7s %-12s %-8s %-14s %10s %11s %-8s %6s %11s %10s %10s %7s\n", "backend",
               "algorithm", "codec", "op", "size", "count", "type", "redop", "time(us)", "algbw",
               "busbw", "#wrong");
-  std::printf("# %-7s %-11s %-5s %-14s %10s %11s %-8s %6s %11s %10s %10s %7s\n", "", "", "", "",
+  std::printf("# %-7s %-12s %-8s %-14s %10s %11s %-8s %6s %11s %10s %10s %7s\n", "", "", "", "",
               "(B)", "(elements)", "", "", "", "(GB/s)", "(GB/s)", "");
 }
 
 void printRow(const BenchRow& row) {
-  std::printf("  %-7s %-11s %-5s %-14s %10llu %11lld %-8s %6s %11.2f %10.3f %10.3f %7lld\n",
+  std::printf("  %-7s %-12s %-8s %-14s %10llu %11lld %-8s %6s %11.2f %10.3f %10.3f %7lld\n",
               row.backend.c_str(), row.algorithm.c_str(), row.codec.c_str(), row.op.c_str(),
               static_cast<unsigned long long>(row.size), static_cast<long long>(row.count),
               row.type.c_str(), row.reduce.c_str(), row.time_s * 1e6, row.algbw, row.busbw,
@@ -170,6 +177,53 @@ std::shared_ptr<comm::Communicator> groupFor(const runtime::Worker& worker,
   return comm::Communicator::create(worker.store(), worker.rank(), worker.worldSize(), options);
 }
 
+// The groups of the hierarchical and 2-D forms (collective when grouping by host).
+comm::Topology topologyFor(const runtime::Worker& worker, comm::Communicator& comm,
+                           const BenchCommArgs& args) {
+  const int group_size = args.group_size;
+  bool grouped = false;
+  for (const std::string& algorithm : args.algorithms) grouped |= algorithm != "flat";
+  if (!grouped) return comm::Topology::singletons(comm.size());  // the flat form ignores it
+  if (group_size <= 0) {
+    comm::RankDescriptor self;
+    self.host_id = worker.identity().host_id;
+    return comm::Topology::discover(comm, self, comm::GroupBy::kHost);
+  }
+  std::vector<std::vector<int>> groups;
+  for (int rank = 0; rank < comm.size(); ++rank) {
+    if (rank % group_size == 0) groups.emplace_back();
+    groups.back().push_back(rank);
+  }
+  return comm::Topology::fromGroups(std::move(groups));
+}
+
+// The all-reduce rows of one transport: every algorithm, codec and size that exists.
+void measureAllReduce(const runtime::Worker& worker, std::shared_ptr<comm::Communicator> comm,
+                      const BenchCommArgs& args, MeasureSpec spec, std::vector<BenchRow>& rows) {
+  comm::Topology topology = topologyFor(worker, *comm, args);
+  if (worker.rank() == 0 && !args.json && !topology.isFlat())
+    std::printf("# %s topology: %s\n", comm->cpuTransport(), topology.describe().c_str());
+  AllReduceBench bench(comm, std::move(topology));
+  spec.op = "all_reduce";
+  for (const std::string& algorithm : args.algorithms)
+    for (const std::string& codec : args.codecs) {
+      if (!supportedVariant({algorithm, codec})) continue;
+      for (std::uint64_t bytes : sizesOf(args)) {
+        spec.bytes = bytes;
+        rows.push_back(bench.measure({algorithm, codec}, spec));
+        if (worker.rank() == 0 && !args.json) printRow(rows.back());
+      }
+    }
+}
+
+// Lossy codecs encode float32 gradients and sum them: refuse other types and reductions up front.
+void checkCodecs(const BenchCommArgs& args) {
+  checkVariantNames(args.algorithms, args.codecs);
+  for (const std::string& codec : args.codecs)
+    if (codec != "none" && (args.dtype != "float32" || args.reduce != "sum"))
+      CHORUS_THROW(ConfigError, "bench comm: codec ", codec, " needs -d float32 and -o sum");
+}
+
 // One rank of the job: every transport, operation and size, in the same order on every rank.
 int runRank(const BenchCommArgs& args) {
   MeasureSpec spec;
@@ -190,6 +244,10 @@ int runRank(const BenchCommArgs& args) {
   for (const std::string& transport : args.transports) {
     auto comm = groupFor(*worker, transport, args);
     for (const std::string& op : ops) {
+      if (op == "all_reduce") {
+        measureAllReduce(*worker, comm, args, spec, rows);
+        continue;
+      }
       spec.op = op;
       for (std::uint64_t bytes : sizes) {
         spec.bytes = bytes;
@@ -209,6 +267,7 @@ int runBenchComm(const BenchCommArgs& args, const std::string& log_level) {
     if (transport != "gloo" && transport != "shm")
       CHORUS_THROW(ConfigError, "bench comm: unknown transport '", transport,
                    "'; expected gloo or shm");
+  checkCodecs(args);
   const runtime::WorkerIdentity identity =
       runtime::identityFromEnvironment(runtime::processEnvironment());
   if (identity.launcher == "none" && args.ranks > 1) return startRanks(args, log_level);

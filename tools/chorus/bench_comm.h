@@ -1,5 +1,6 @@
 // `chorus bench comm`: collective benchmarks in the manner of nccl-tests, over each CPU transport
-// (Gloo, shared memory), with results checked against the known answer.
+// (Gloo, shared memory), with results checked against the known answer; all-reduce also for each
+// algorithm (flat, hierarchical, 2-D) and gradient codec, lossy ones checked against their bounds.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,16 @@ struct BenchCommArgs {
                                   "all_to_all"};
   // Transports of CPU collectives to measure, each in its own group. Default: gloo and shm.
   std::vector<std::string> transports = {"gloo", "shm"};
+  // All-reduce algorithms: flat (the transport's own all-reduce), hierarchical, 2d (comm/
+  // hierarchical_all_reduce.h, over the topology below). Default: flat.
+  std::vector<std::string> algorithms = {"flat"};
+  // All-reduce codecs: none, fp16, bf16, int8, topk, powersgd (parallel/compression.h, default
+  // options); lossy ones need float32 and sum, and run with flat or hierarchical (a 2d row with a
+  // lossy codec is skipped). Default: none.
+  std::vector<std::string> codecs = {"none"};
+  // Groups of the hierarchical and 2-D forms: 0 groups the ranks by host; k > 0 makes groups of k
+  // consecutive ranks (emulated hosts). Default: 0.
+  int group_size = 0;
   // Smallest and largest size, and the factor between sizes. Default: 1K to 64M, x2.
   std::string min_bytes = "1K";
   std::string max_bytes = "64M";

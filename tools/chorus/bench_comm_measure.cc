@@ -21,34 +21,6 @@ struct Setup {
   std::string algorithm;
 };
 
-// Rank r's value at index i: small integers, exact in every type and in sums of a few ranks.
-at::Tensor pattern(int rank, int64_t first, int64_t count, c10::ScalarType type) {
-  at::Tensor index = at::arange(first, first + count, at::kDouble);
-  return (at::remainder(index * 7 + rank * 3, 11) - 5 + rank).to(type);
-}
-
-at::Tensor reduced(const comm::Communicator& comm, int64_t first, int64_t count,
-                   c10::ScalarType type, ReduceOp op) {
-  std::vector<at::Tensor> all;
-  for (int rank = 0; rank < comm.size(); ++rank)
-    all.push_back(pattern(rank, first, count, at::kDouble));
-  at::Tensor stacked = at::stack(all);
-  switch (op) {
-    case ReduceOp::kSum:
-      return stacked.sum(0).to(type);
-    case ReduceOp::kAvg:
-      return stacked.sum(0)
-          .to(type == at::kDouble ? at::kDouble : at::kFloat)
-          .div(comm.size())
-          .to(type);
-    case ReduceOp::kMax:
-      return std::get<0>(stacked.max(0)).to(type);
-    case ReduceOp::kMin:
-      return std::get<0>(stacked.min(0)).to(type);
-  }
-  return {};
-}
-
 std::string algorithmOf(const std::string& transport, const std::string& op) {
   if (transport == "shm") {
     if (op == "all_reduce") return "rs+ag";
@@ -108,31 +80,55 @@ at::Tensor prepareCheck(comm::Communicator& comm, const MeasureSpec& spec, Setup
   const int rank = comm.rank();
   const int n = comm.size();
   const int64_t block = count / n;
-  setup.input.copy_(pattern(rank, 0, setup.input.numel(), spec.type));
-  if (spec.op == "all_reduce") return reduced(comm, 0, count, spec.type, spec.reduce);
+  setup.input.copy_(benchPattern(rank, 0, setup.input.numel(), spec.type));
+  if (spec.op == "all_reduce") return expectedReduction(n, 0, count, spec.type, spec.reduce);
   if (spec.op == "reduce_scatter")
-    return reduced(comm, rank * block, block, spec.type, spec.reduce);
-  if (spec.op == "broadcast") return pattern(0, 0, count, spec.type);
+    return expectedReduction(n, rank * block, block, spec.type, spec.reduce);
+  if (spec.op == "broadcast") return benchPattern(0, 0, count, spec.type);
   std::vector<at::Tensor> pieces;
   for (int peer = 0; peer < n; ++peer)
-    pieces.push_back(spec.op == "all_gather" ? pattern(peer, 0, block, spec.type)
-                                             : pattern(peer, rank * block, block, spec.type));
+    pieces.push_back(spec.op == "all_gather" ? benchPattern(peer, 0, block, spec.type)
+                                             : benchPattern(peer, rank * block, block, spec.type));
   return at::cat(pieces);
 }
 
-double slowest(comm::Communicator& comm, double seconds) {
+}  // namespace
+
+at::Tensor benchPattern(int rank, int64_t first, int64_t count, c10::ScalarType type) {
+  at::Tensor index = at::arange(first, first + count, at::kDouble);
+  return (at::remainder(index * 7 + rank * 3, 11) - 5 + rank).to(type);
+}
+
+at::Tensor expectedReduction(int ranks, int64_t first, int64_t count, c10::ScalarType type,
+                             ReduceOp op) {
+  std::vector<at::Tensor> all;
+  for (int rank = 0; rank < ranks; ++rank)
+    all.push_back(benchPattern(rank, first, count, at::kDouble));
+  at::Tensor stacked = at::stack(all);
+  switch (op) {
+    case ReduceOp::kSum:
+      return stacked.sum(0).to(type);
+    case ReduceOp::kAvg:
+      return stacked.sum(0).to(type == at::kDouble ? at::kDouble : at::kFloat).div(ranks).to(type);
+    case ReduceOp::kMax:
+      return std::get<0>(stacked.max(0)).to(type);
+    case ReduceOp::kMin:
+      return std::get<0>(stacked.min(0)).to(type);
+  }
+  return {};
+}
+
+double slowestRank(comm::Communicator& comm, double seconds) {
   at::Tensor value = at::full({1}, seconds, at::kDouble);
   comm.allReduce(value, ReduceOp::kMax).wait();
   return value.item<double>();
 }
 
-int64_t totalWrong(comm::Communicator& comm, int64_t wrong) {
-  at::Tensor value = at::full({1}, wrong, at::kLong);
+int64_t sumOverRanks(comm::Communicator& comm, int64_t count) {
+  at::Tensor value = at::full({1}, count, at::kLong);
   comm.allReduce(value, ReduceOp::kSum).wait();
   return value.item<int64_t>();
 }
-
-}  // namespace
 
 bool knownBenchOp(const std::string& op) {
   return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" ||
@@ -162,10 +158,10 @@ BenchRow measureCollective(comm::Communicator& comm, const MeasureSpec& spec) {
   row.type = spec.type_name;
   row.reduce =
       spec.op == "all_reduce" || spec.op == "reduce_scatter" ? comm::toString(spec.reduce) : "none";
-  row.time_s = slowest(comm, local);
+  row.time_s = slowestRank(comm, local);
   row.algbw = row.time_s > 0 ? static_cast<double>(row.size) / row.time_s / 1e9 : 0.0;
   row.busbw = row.algbw * setup.bus_factor;
-  row.wrong = totalWrong(comm, wrong);
+  row.wrong = sumOverRanks(comm, wrong);
   row.backend = comm.cpuTransport();
   row.algorithm = setup.algorithm;
   row.codec = "none";

@@ -1,6 +1,7 @@
 // Private to `chorus bench comm`: one measured row (one operation at one size on one transport).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -22,8 +23,8 @@ struct BenchRow {
   double busbw;           // GB/s: algbw x the operation's bus factor
   std::int64_t wrong;     // elements that differ from the known answer (all ranks summed)
   std::string backend;    // the transport that ran it: "gloo" or "shm"
-  std::string algorithm;  // how that transport runs the operation
-  std::string codec;      // gradient compression: "none" (codecs are not benchmarked yet)
+  std::string algorithm;  // all-reduce: flat, hierarchical, 2d; else how the transport runs it
+  std::string codec;      // gradient compression (all-reduce only; else "none")
 };
 
 struct MeasureSpec {
@@ -38,6 +39,18 @@ struct MeasureSpec {
 
 // True for the five operation names.
 bool knownBenchOp(const std::string& op);
+
+// Rank r's value at index i (i in [first, first + count)): small integers, exact in every type
+// and in sums of a few ranks.
+at::Tensor benchPattern(int rank, std::int64_t first, std::int64_t count, c10::ScalarType type);
+
+// What every rank holds after reducing the ranks' patterns at [first, first + count) with `op`.
+at::Tensor expectedReduction(int ranks, std::int64_t first, std::int64_t count,
+                             c10::ScalarType type, comm::ReduceOp op);
+
+// Collective over `comm`: the largest `seconds` of all ranks, and the sum of `count` over ranks.
+double slowestRank(comm::Communicator& comm, double seconds);
+std::int64_t sumOverRanks(comm::Communicator& comm, std::int64_t count);
 
 // Measures `spec` on `comm`: warm-up, timed iterations (time of the slowest rank), then one
 // checked run whose result is compared with the known answer (rank r contributes values from r).

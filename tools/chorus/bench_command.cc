@@ -13,6 +13,8 @@ void addBenchComm(CLI::App& bench, Action& action, CLI::App& app) {
       "Examples: chorus bench comm\n"
       "          chorus bench comm --ops all_reduce -b 1M -e 64M -f 4 --transports gloo,shm "
       "--json\n"
+      "          chorus bench comm --ops all_reduce --ranks 4 --group-size 2 "
+      "--algorithms flat,hierarchical,2d --codecs none,fp16,powersgd\n"
       "          chorus run --devices cpu,cpu -- chorus bench comm --ops broadcast");
   auto args = std::make_shared<BenchCommArgs>();
   comm->add_option("--ops", args->ops,
@@ -21,6 +23,18 @@ void addBenchComm(CLI::App& bench, Action& action, CLI::App& app) {
       ->capture_default_str();
   comm->add_option("--transports", args->transports, "CPU transports: gloo, shm")
       ->delimiter(',')
+      ->capture_default_str();
+  comm->add_option("--algorithms", args->algorithms,
+                   "All-reduce algorithms: flat, hierarchical, 2d")
+      ->delimiter(',')
+      ->capture_default_str();
+  comm->add_option("--codecs", args->codecs,
+                   "All-reduce codecs: none, fp16, bf16, int8, topk, powersgd (lossy ones checked "
+                   "against their error bounds)")
+      ->delimiter(',')
+      ->capture_default_str();
+  comm->add_option("--group-size", args->group_size,
+                   "Ranks per group of the hierarchical and 2d forms (0: one group per host)")
       ->capture_default_str();
   comm->add_option("-b,--min-bytes", args->min_bytes, "Smallest size (1K, 4M, ...)")
       ->capture_default_str();
