@@ -115,6 +115,12 @@ CommSection readComm(const Config& config) {
   comm.algorithm = config.getString("comm.algorithm", comm.algorithm);
   comm.compression = config.getString("comm.compression", comm.compression);
   comm.powersgd_rank = config.getInt("comm.powersgd_rank", comm.powersgd_rank);
+  comm.powersgd_iterations = config.getInt("comm.powersgd_iterations", comm.powersgd_iterations);
+  comm.powersgd_bf16_factors =
+      config.getBool("comm.powersgd_bf16_factors", comm.powersgd_bf16_factors);
+  comm.powersgd_min_compression_rate =
+      config.getDouble("comm.powersgd_min_compression_rate", comm.powersgd_min_compression_rate);
+  comm.powersgd_start_step = config.getInt("comm.powersgd_start_step", comm.powersgd_start_step);
   comm.topk_ratio = config.getDouble("comm.topk_ratio", comm.topk_ratio);
   comm.error_feedback = config.getBool("comm.error_feedback", comm.error_feedback);
   comm.sync_every = config.getInt("comm.sync_every", comm.sync_every);
@@ -124,6 +130,10 @@ CommSection readComm(const Config& config) {
                {"none", "fp16", "bf16", "int8", "topk", "powersgd"});
   requireOneOf(comm.cpu_transport, "comm.cpu_transport", {"auto", "gloo", "shm"});
   require(comm.powersgd_rank >= 1, "comm.powersgd_rank", "must be at least 1");
+  require(comm.powersgd_iterations >= 1, "comm.powersgd_iterations", "must be at least 1");
+  require(comm.powersgd_min_compression_rate >= 1, "comm.powersgd_min_compression_rate",
+          "must be at least 1");
+  require(comm.powersgd_start_step >= 0, "comm.powersgd_start_step", "must be >= 0");
   require(comm.topk_ratio > 0 && comm.topk_ratio <= 1, "comm.topk_ratio", "must be in (0, 1]");
   require(comm.sync_every >= 1, "comm.sync_every", "must be at least 1");
   require(comm.bucket_mb > 0, "comm.bucket_mb", "must be positive");

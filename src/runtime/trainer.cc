@@ -173,6 +173,10 @@ parallel::ReducerOptions reducerOptions(Trainer::State& s) {
     parallel::CodecOptions codec;
     codec.kind = parallel::parseCodecKind(section.compression);
     codec.powersgd_rank = static_cast<int>(section.powersgd_rank);
+    codec.powersgd_iterations = static_cast<int>(section.powersgd_iterations);
+    codec.powersgd_bf16_factors = section.powersgd_bf16_factors;
+    codec.powersgd_min_compression_rate = section.powersgd_min_compression_rate;
+    codec.powersgd_start_step = static_cast<int>(section.powersgd_start_step);
     codec.topk_ratio = section.topk_ratio;
     codec.error_feedback = section.error_feedback;
     codec.seed = s.job.seed;

@@ -88,6 +88,7 @@ TEST(JobConfig, BadConfigsGetTheirOwnClearMessages) {
       {{"data.dataset=imagenet"}, "data.dataset"},
       {{"train.target_accuracy=2"}, "train.target_accuracy"},
       {{"comm.bucket_mb=0"}, "comm.bucket_mb"},
+      {{"comm.powersgd_iterations=0"}, "comm.powersgd_iterations"},
       {{"balancer.shares=[1,2]"}, "balancer.shares"},
       {{"balancer.initial_shares=[60,3]"}, "'balancer.initial_shares': must sum to"},
       {{"balancer.shares=[32,32]", "balancer.initial_shares=[32,32]"}, "cannot be combined"},

@@ -74,8 +74,14 @@ struct CommSection {
   // Default: "none".
   std::string compression = "none";
   std::int64_t powersgd_rank = 4;  // Default: 4
-  double topk_ratio = 0.01;        // Default: 1% of each bucket
-  bool error_feedback = true;      // Default: true (lossy codecs carry what they dropped)
+  // PowerSGD's other knobs (parallel::CodecOptions has the why of each). Two iterations with bf16
+  // factors send the same bytes as one in fp32 and follow the gradient more closely.
+  std::int64_t powersgd_iterations = 1;        // Default: 1 (the paper's)
+  bool powersgd_bf16_factors = false;          // Default: false
+  double powersgd_min_compression_rate = 2.0;  // Default: 2 (PyTorch's)
+  std::int64_t powersgd_start_step = 0;        // Default: 0 (compressed from the first step)
+  double topk_ratio = 0.01;                    // Default: 1% of each bucket
+  bool error_feedback = true;  // Default: true (lossy codecs carry what they dropped)
   // Synchronize every N steps (local SGD: in between each rank steps on its own gradients, then
   // parameters are averaged weighted by samples). Default: 1 = every step.
   std::int64_t sync_every = 1;
