@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Intra-host CPU all-reduce: chorus over Gloo, chorus over shared memory, OpenMPI's MPI_Allreduce.
 
-One run measures 2-process all-reduce of float32 (sum, in place) at 1, 16 and 64 MiB with
+One run measures 2-process all-reduce of float32 (sum, in place) at 1, 4, 16 and 64 MiB with
 
   gloo   `chorus bench comm --transports gloo` (c10d's ProcessGroupGloo over loopback TCP)
   shm    `chorus bench comm --transports shm`  (chorus's shared-memory transport)
@@ -10,7 +10,8 @@ One run measures 2-process all-reduce of float32 (sum, in place) at 1, 16 and 64
 
 Each measurement is the slowest rank's mean over the timed iterations (after warm-up), the way
 nccl-tests time; the whole set is repeated --repeats times, interleaved, and the median is kept,
-because this machine is shared. Every run also checks its result against the known answer.
+because this machine is shared (the load average before each repetition is recorded too).
+Every run also checks its result against the known answer.
 Writes bench/results/comm_intrahost.json and prints a table with ratios (target: shm >= mpi).
 
     python3 bench/comm_intrahost.py                  # ~1 minute on a 2-core machine
@@ -31,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CHORUS = os.path.join(REPO, "build", "chorus")
 MPI_SOURCE = os.path.join(REPO, "bench", "mpi_allreduce.c")
 DEFAULT_JSON = os.path.join(REPO, "bench", "results", "comm_intrahost.json")
-SIZES = [1 << 20, 16 << 20, 64 << 20]
+SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 BACKENDS = ["gloo", "shm", "mpi"]
 
 
@@ -119,11 +120,13 @@ def main(argv=None):
     samples = {(b, s): [] for b in BACKENDS for s in SIZES}
     wrong = {(b, s): 0 for b in BACKENDS for s in SIZES}
     commands = {}
+    loads = []  # 1-minute load average before each repetition
     host = machine()  # before the runs: the load average says how busy the machine was
     with tempfile.TemporaryDirectory() as workdir:
         exe = build_mpi(workdir)
         transport = mpi_transport(exe, args)
         for repeat in range(args.repeats):
+            loads.append(os.getloadavg()[0])
             for backend in BACKENDS:
                 if backend == "mpi":
                     rows, commands[backend] = run_mpi(exe, args)
@@ -149,7 +152,8 @@ def main(argv=None):
         results.append(entry)
 
     print(f"2-process all-reduce, float32 sum, algbw in GB/s (median of {args.repeats}; "
-          f"OpenMPI pml {','.join(transport['pml'])}, on-host btl {transport['on_host_btl']})")
+          f"OpenMPI pml {','.join(transport['pml'])}, on-host btl {transport['on_host_btl']}; "
+          f"load average {min(loads):.1f}-{max(loads):.1f})")
     print(f"{'size':>6} {'gloo':>8} {'shm':>8} {'mpi':>8} {'shm/mpi':>8} {'shm/gloo':>9} {'#wrong':>7}")
     for entry in results:
         errors = sum(entry[b]["wrong"] for b in BACKENDS)
@@ -157,7 +161,7 @@ def main(argv=None):
               f"{entry['mpi']['algbw']:8.2f} {entry['shm_over_mpi']:8.2f} "
               f"{entry['shm_over_gloo']:9.2f} {errors:>7}")
     report = {"benchmark": "comm_intrahost", "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "machine": dict(host, load_average_at_end=os.getloadavg()), "ranks": 2, "type": "float32", "reduction": "sum",
+              "machine": dict(host, load_average_at_end=os.getloadavg(), load_average_per_repeat=loads), "ranks": 2, "type": "float32", "reduction": "sum",
               "warmup": args.warmup, "iters": args.iters, "repeats": args.repeats,
               "mpi_transport": transport, "commands": commands, "results": results,
               "target_met": all(e["shm_over_mpi"] >= 1.0 for e in results)}

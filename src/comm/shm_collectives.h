@@ -31,7 +31,8 @@
 
 namespace chorus::comm {
 
-// The algorithms of one rank. Used by the rank's transport thread only; not thread-safe.
+// The algorithms of one rank. Not thread-safe: used by one thread at a time, whichever runs the
+// rank's operations (the caller's or the transport's; ShmWorkQueue hands them over in order).
 // REQUIRES: contiguous CPU tensors whose sizes the Communicator validated.
 class ShmCollectives {
  public:

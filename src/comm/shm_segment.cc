@@ -102,6 +102,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int size
       new ShmSegment(mapShared(fd.get(), bytes, name), bytes, size, chunk_bytes));
   for (int rank = 0; rank < size; ++rank) {
     ShmRankControl* control = new (&segment->control(rank)) ShmRankControl{};
+    control->cpu.store(kShmUnknownCpu);
     initRobustMutex(&control->alive);
   }
   auto* header = reinterpret_cast<ShmHeader*>(segment->base_);

@@ -19,6 +19,7 @@ namespace chorus::comm {
 
 // What a rank's control block says about it.
 enum ShmStatus : std::uint32_t { kShmActive = 0, kShmLeft = 1, kShmFailed = 2 };
+constexpr std::uint32_t kShmUnknownCpu = ~std::uint32_t{0};
 
 // One rank's control block. Lives in shared memory: only lock-free atomics and a process-shared
 // robust mutex, so it means the same in every process that maps it.
@@ -29,7 +30,9 @@ struct ShmRankControl {
   std::atomic<std::uint32_t> sleepers;
   // ShmStatus: a rank that failed an operation or left the group says so, so peers stop waiting.
   std::atomic<std::uint32_t> status;
-  std::uint32_t reserved;
+  // The CPU this rank ran on when it last arrived (kShmUnknownCpu before): a waiter on the same
+  // CPU knows the rank cannot arrive while it spins.
+  std::atomic<std::uint32_t> cpu;
   // The operation this rank is executing: sequence number and a digest of kind, type and size,
   // compared by peers so that ranks that disagree fail instead of mixing data. Two entries, by
   // parity of the shm operation count: a rank may write the next operation's entry while a peer

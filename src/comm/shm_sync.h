@@ -2,10 +2,11 @@
 //
 // A barrier step is one counter per rank: a rank arrives by storing its step number, and waits
 // until every peer's counter reached it. Waiting spins briefly (peers on SMT siblings arrive
-// within microseconds), then sleeps on the peer's counter with a futex, waking at least every few
-// milliseconds to check the deadline, cancellation and whether the peer is still alive (its robust
-// mutex) or said it failed. Every wait ends in time: TimeoutError naming the ranks that did not
-// arrive, PeerFailure naming the ranks that died or left, or CommError.
+// within microseconds) unless the peer last ran on the waiter's CPU (then it cannot arrive while
+// the waiter spins), then sleeps on the peer's counter with a futex, waking at least every few
+// milliseconds to check the deadline, cancellation and whether the peer is still alive (its
+// robust mutex) or said it failed. Every wait ends in time: TimeoutError naming the ranks that
+// did not arrive, PeerFailure naming the ranks that died or left, or CommError.
 #pragma once
 
 #include <atomic>
@@ -35,13 +36,14 @@ inline void cpuRelax() {
 #endif
 }
 
-// Spins with cpuRelax() while `ready()` is false, for at most `limit`; returns ready().
+// Spins with cpuRelax() while `ready()` is false, for at most `limit` (the clock is read every
+// 16 spins); returns ready().
 template <typename Ready>
-bool spinFor(std::chrono::microseconds limit, Ready ready) {
+bool spinFor(std::chrono::nanoseconds limit, Ready ready) {
   const auto until = Clock::now() + limit;
   for (int spins = 1;; ++spins) {
     if (ready()) return true;
-    if ((spins & 63) == 0 && Clock::now() >= until) return ready();
+    if ((spins & 15) == 0 && Clock::now() >= until) return ready();
     cpuRelax();
   }
 }
@@ -55,8 +57,9 @@ struct ShmWaitContext {
   const std::atomic<bool>* cancel = nullptr;  // set by abort(); may be null
 };
 
-// One rank's side of the barriers. Used by the rank's transport thread only (not thread-safe),
-// except holdAlive()/releaseAlive() which that same thread calls at its start and end.
+// One rank's side of the barriers. Not thread-safe: used by one thread at a time, whichever runs
+// the rank's operations (see ShmWorkQueue), except holdAlive()/releaseAlive() which the
+// transport's own thread calls at its start and end.
 class ShmSync {
  public:
   ShmSync(const ShmSegment& segment, int rank, std::shared_ptr<GroupContext> group);

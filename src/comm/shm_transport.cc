@@ -6,30 +6,13 @@
 #include "work_state.h"
 
 namespace chorus::comm {
-namespace {
-
-// How long a thread spins before it blocks, waiting for an operation to finish (the caller) or to
-// arrive (the transport thread). Back-to-back operations (gradient buckets, benchmarks) then pass
-// without a wake-up; 50 µs is too short to matter to a peer that needs the core.
-constexpr std::chrono::microseconds kHandoffSpin{50};
-
-}  // namespace
-
-void ShmWork::complete(std::exception_ptr error) {
-  finish(std::move(error));
-  done_.store(true, std::memory_order_release);
-}
-
-bool ShmWork::wait(std::chrono::milliseconds timeout) {
-  spinFor(kHandoffSpin, [this] { return done_.load(std::memory_order_acquire); });
-  return c10d::Work::wait(timeout);
-}
 
 ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, int rank,
                            std::shared_ptr<GroupContext> group)
     : segment_(std::move(segment)),
       sync_(*segment_, rank, std::move(group)),
-      collectives_(*segment_, sync_, rank) {
+      collectives_(*segment_, sync_, rank),
+      queue_(std::make_shared<ShmWorkQueue>([this](ShmWorkQueue::Job& job) { execute(job); })) {
   auto ready = std::make_shared<std::promise<void>>();
   std::future<void> started = ready->get_future();
   thread_ = std::thread([this, ready] {
@@ -40,7 +23,8 @@ ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, int rank,
       ready->set_exception(std::current_exception());
       return;
     }
-    serve();
+    queue_->serve();
+    sync_.releaseAlive();
   });
   try {
     started.get();  // the thread's first action: locking a mutex nobody else holds
@@ -51,56 +35,17 @@ ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, int rank,
 }
 
 ShmTransport::~ShmTransport() {
-  std::deque<Job> pending;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-    if (running_) running_->abort();
-    pending.swap(queue_);
-  }
-  wake_.notify_all();
+  queue_->stop();
   if (thread_.joinable()) thread_.join();
-  for (Job& job : pending)
-    job.work->complete(std::make_exception_ptr(
-        CommError(detail::concat(job.context.operation, " #", job.context.sequence,
-                                 ": the communicator was destroyed before the operation ran"),
-                  __FILE__, __LINE__)));
 }
 
 c10::intrusive_ptr<c10d::Work> ShmTransport::submit(const ShmWaitContext& ticket, Body body) {
-  auto work = c10::make_intrusive<ShmWork>();
-  Job job{ticket, std::move(body), work};
-  job.context.cancel = &work->cancel;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(job));
-    queued_.fetch_add(1, std::memory_order_release);
-  }
-  wake_.notify_one();
-  return work;
+  return queue_->submit(ticket, [this, body = std::move(body)](const ShmWaitContext& context) {
+    body(collectives_, context);
+  });
 }
 
-void ShmTransport::serve() {
-  for (;;) {
-    Job job;
-    spinFor(kHandoffSpin, [this] { return queued_.load(std::memory_order_acquire) > 0; });
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (stop_) break;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-      running_ = job.work;
-    }
-    execute(job);
-    std::lock_guard<std::mutex> lock(mutex_);
-    running_.reset();
-  }
-  sync_.releaseAlive();
-}
-
-void ShmTransport::execute(Job& job) {
+void ShmTransport::execute(ShmWorkQueue::Job& job) {
   if (!failure_.empty()) {
     job.work->complete(std::make_exception_ptr(
         CommError(detail::concat(job.context.operation, " #", job.context.sequence,
@@ -109,7 +54,7 @@ void ShmTransport::execute(Job& job) {
     return;
   }
   try {
-    job.body(collectives_, job.context);
+    job.body(job.context);
     job.work->complete(nullptr);
   } catch (const std::exception& error) {
     // The ranks are now at different steps of the segment: no later operation can run on it.

@@ -1,21 +1,19 @@
 // Private to comm: the shared-memory transport for CPU collectives among the ranks of one host.
 //
 // A Communicator whose members all run on one host (see connectShm) issues its CPU collectives
-// here instead of to Gloo. Each operation is queued to the transport's own thread, which executes
-// them in issue order (the order all ranks agree on) and completes the returned c10d::Work; the
-// caller's thread returns at once, as with Gloo, so gradient buckets launched from autograd hooks
-// overlap with the backward pass. The thread holds the rank's "alive" mutex in the segment for its
-// whole life, which is how peers notice a rank that died or left.
+// here instead of to Gloo. Each operation is queued (shm_work_queue.h) and runs in issue order
+// (the order all ranks agree on), either on the caller's thread when it waits for it at once, or
+// on the transport's own thread; the caller returns at once, as with Gloo, so gradient buckets
+// launched from autograd hooks overlap with the backward pass. The thread holds the rank's
+// "alive" mutex in the segment for its whole life, which is how peers notice a rank that died or
+// left.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -24,30 +22,15 @@
 #include "shm_collectives.h"
 #include "shm_segment.h"
 #include "shm_sync.h"
+#include "shm_work_queue.h"
 
 namespace chorus::comm {
 
 struct GroupContext;
 
-// The c10d handle of one shm operation: completed by the transport thread; abort() (called by
-// Work::wait when the caller gave up) makes the operation's waits stop at their next check.
-class ShmWork : public c10d::Work {
- public:
-  ShmWork() : c10d::Work(-1, c10d::OpType::UNKNOWN) {}
-  void complete(std::exception_ptr error);
-  // Spins briefly before blocking: a small operation finishes within microseconds, sooner than a
-  // sleeping thread would be woken.
-  bool wait(std::chrono::milliseconds timeout) override;
-  void abort() override { cancel.store(true); }
-  std::atomic<bool> cancel{false};
-
- private:
-  std::atomic<bool> done_{false};
-};
-
-// Owns the segment mapping and the transport thread. The operation methods may be called from
-// one thread at a time (the Communicator's rule); the returned Work from any thread. On
-// destruction, queued operations fail with CommError and the running one is cancelled.
+// Owns the segment mapping, the job queue and the transport thread. The operation methods may be
+// called from one thread at a time (the Communicator's rule); the returned Work waited from any
+// thread. On destruction, queued operations fail with CommError and the running one is cancelled.
 class ShmTransport {
  public:
   ShmTransport(std::unique_ptr<ShmSegment> segment, int rank, std::shared_ptr<GroupContext> group);
@@ -74,25 +57,15 @@ class ShmTransport {
 
  private:
   using Body = std::function<void(ShmCollectives&, const ShmWaitContext&)>;
-  struct Job {
-    ShmWaitContext context;
-    Body body;
-    c10::intrusive_ptr<ShmWork> work;
-  };
 
   c10::intrusive_ptr<c10d::Work> submit(const ShmWaitContext& ticket, Body body);
-  void serve();
-  void execute(Job& job);
+  // Runs one job on whichever thread the queue chose; one at a time.
+  void execute(ShmWorkQueue::Job& job);
 
   std::unique_ptr<ShmSegment> segment_;
   ShmSync sync_;
   ShmCollectives collectives_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<Job> queue_;
-  std::atomic<int> queued_{0};  // queue_.size(), readable without the mutex (for spinning)
-  c10::intrusive_ptr<ShmWork> running_;
-  bool stop_ = false;
+  std::shared_ptr<ShmWorkQueue> queue_;
   std::string failure_;  // the first failure; every later operation fails with it
   std::thread thread_;
 };
