@@ -40,6 +40,23 @@ std::vector<int64_t> effectiveCaps(const std::vector<int64_t>& caps, size_t rank
   return effective;
 }
 
+void checkInitialShares(const std::vector<int64_t>& shares, int world_size, int64_t global_batch,
+                        const std::vector<int64_t>& caps) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(shares.size()) == world_size,
+                      "balancer initial shares: ", shares.size(), " shares for ", world_size,
+                      " ranks");
+  int64_t total = 0;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    CHORUS_CHECK_CONFIG(shares[i] >= 0, "balancer initial shares: rank ", i, " has ", shares[i]);
+    CHORUS_CHECK_CONFIG(caps.empty() || caps[i] <= 0 || shares[i] <= caps[i],
+                        "balancer initial shares: rank ", i, " takes ", shares[i],
+                        " samples, more than its cap of ", caps[i]);
+    total += shares[i];
+  }
+  CHORUS_CHECK_CONFIG(total == global_batch, "balancer initial shares sum to ", total,
+                      ", not to the global batch ", global_batch);
+}
+
 }  // namespace
 
 std::vector<int64_t> balanceShares(const std::vector<RankTiming>& timings, int64_t global_batch,
@@ -162,27 +179,6 @@ const char* toString(BalancerMode mode) {
   }
   return "?";
 }
-
-namespace {
-
-void checkInitialShares(const std::vector<int64_t>& shares, int world_size, int64_t global_batch,
-                        const std::vector<int64_t>& caps) {
-  CHORUS_CHECK_CONFIG(static_cast<int>(shares.size()) == world_size,
-                      "balancer initial shares: ", shares.size(), " shares for ", world_size,
-                      " ranks");
-  int64_t total = 0;
-  for (size_t i = 0; i < shares.size(); ++i) {
-    CHORUS_CHECK_CONFIG(shares[i] >= 0, "balancer initial shares: rank ", i, " has ", shares[i]);
-    CHORUS_CHECK_CONFIG(caps.empty() || caps[i] <= 0 || shares[i] <= caps[i],
-                        "balancer initial shares: rank ", i, " takes ", shares[i],
-                        " samples, more than its cap of ", caps[i]);
-    total += shares[i];
-  }
-  CHORUS_CHECK_CONFIG(total == global_batch, "balancer initial shares sum to ", total,
-                      ", not to the global batch ", global_batch);
-}
-
-}  // namespace
 
 LoadBalancer::LoadBalancer(const BalancerOptions& options, int world_size, int64_t global_batch,
                            const std::vector<int64_t>& caps)

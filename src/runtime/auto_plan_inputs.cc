@@ -22,8 +22,10 @@ device::MeasureOptions planningMeasurement() {
   return options;
 }
 
-plan::MeasuredDevice measuredOf(const device::DeviceInfo& info,
-                                const device::DeviceMeasurement& figures) {
+}  // namespace
+
+plan::MeasuredDevice toMeasuredDevice(const device::DeviceInfo& info,
+                                      const device::DeviceMeasurement& figures) {
   plan::MeasuredDevice device;
   device.name = info.kind == DeviceKind::kCpu ? "cpu" : "cuda:" + std::to_string(info.index);
   device.description = info.name;
@@ -37,8 +39,6 @@ plan::MeasuredDevice measuredOf(const device::DeviceInfo& info,
   device.memory_bandwidth_gbs = figures.mem_bandwidth_gbs;
   return device;
 }
-
-}  // namespace
 
 model::ModelConfig trainedModelConfig(const JobConfig& job) {
   model::ModelConfig config = job.model;
@@ -65,7 +65,7 @@ std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec
       for (const auto& candidate : found)
         if (candidate.kind == spec.kind && candidate.index == spec.index) info = &candidate;
       CHORUS_CHECK_CONFIG(info, "device spec '", spec.toString(), "' matches no local device");
-      measured[key] = measuredOf(*info, device::measureDevice(*info, planningMeasurement()));
+      measured[key] = toMeasuredDevice(*info, device::measureDevice(*info, planningMeasurement()));
     }
     result.push_back(measured[key]);
   }

@@ -17,6 +17,7 @@
 #include "chorus/device/discovery.h"
 #include "chorus/device/microbench.h"
 #include "chorus/plan/local_cluster.h"
+#include "chorus/runtime/job_config.h"
 #include "commands.h"
 
 namespace chorus::cli {
@@ -113,19 +114,12 @@ void printTable(const std::vector<Measured>& rows, const device::MeasureOptions&
   }
 }
 
+// As plan = "auto" sees the device, described with the BLAS and threads it was measured on.
 plan::MeasuredDevice measuredOf(const Measured& row) {
-  plan::MeasuredDevice device;
+  plan::MeasuredDevice device = runtime::toMeasuredDevice(row.info, row.figures);
   device.description =
       row.info.name + ", " + row.blas + ", " +
       (row.figures.threads > 0 ? std::to_string(row.figures.threads) + " thread(s)" : "GPU");
-  device.vendor = row.info.vendor.empty() ? "custom" : row.info.vendor;
-  device.device_class =
-      row.info.kind == DeviceKind::kCpu ? plan::DeviceClass::kCpu : plan::DeviceClass::kGpu;
-  device.memory_bytes = row.info.memory_bytes;
-  device.gflops[static_cast<int>(plan::Dtype::kFp32)] = row.figures.matmul_gflops_fp32;
-  device.gflops[static_cast<int>(plan::Dtype::kBf16)] = row.figures.matmul_gflops_bf16.value_or(0);
-  device.gflops[static_cast<int>(plan::Dtype::kFp16)] = row.figures.matmul_gflops_fp16.value_or(0);
-  device.memory_bandwidth_gbs = row.figures.mem_bandwidth_gbs;
   return device;
 }
 

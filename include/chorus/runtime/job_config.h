@@ -30,6 +30,11 @@
 #include "chorus/plan/model_profile.h"
 #include "chorus/plan/plan.h"
 
+namespace chorus::device {
+struct DeviceInfo;
+struct DeviceMeasurement;
+}  // namespace chorus::device
+
 namespace chorus::runtime {
 
 struct TrainSection {
@@ -202,6 +207,11 @@ struct PlannedJob {
 // speed or budget. REQUIRES: no "auto" left in `devices` (device::expandAuto). Throws
 // DeviceError when a measurement fails.
 std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices);
+
+// One local device and its measured figures in the planner's terms (description = the device's
+// name), as plan = "auto" and `chorus devices --cluster-toml` both describe this node.
+plan::MeasuredDevice toMeasuredDevice(const device::DeviceInfo& info,
+                                      const device::DeviceMeasurement& figures);
 
 // The model `job` trains, completed from its data set as the trainer does (Fashion-MNIST's shape
 // and classes, the text corpus's vocabulary), as the planner's per-layer profile named `name`.
