@@ -47,6 +47,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_JSON = os.path.join(REPO, "bench", "results", "plan_validation.json")
 TARGET = 0.15  # issue 7: within 15%
 TEXT = "/var/lib/chorus/data/mobydick.txt"
+# The figures calibrate() measures and every calibrated prediction uses.
+CALIBRATED = ("efficiency", "host_s", "host_per_sample_s", "layer_overhead_s")
+# Contention calibration: per worker count, workers of this equal speed (together about the core
+# that the validated sets of that size keep busy).
+CONTENTION_SPEEDS = {2: 0.5, 3: 0.35}
 # Emulated speed of the calibration runs (step 2): padding absorbs descheduling by the host's load.
 CALIBRATION_SPEED = 0.5
 
@@ -121,12 +126,15 @@ def train(args, job, warmup):
 
 
 def predict(args, cluster, job, batch, fixed, calibration):
-    """The cost model's and the simulator's step time of the fixed plan; `calibration` is
-    (efficiency, host seconds per step) or None."""
+    """The cost model's and the simulator's step time of the fixed plan; `calibration` is None
+    (the cost model's defaults) or a dict of the figures calibrate() measured: efficiency,
+    host_s (per step), host_per_sample_s, layer_overhead_s."""
     extra = []
     if calibration:
-        extra = [f"--calibration=*={calibration[0]:.4f}",
-                 f"--step-overhead-ms={1e3 * calibration[1]:.4f}"]
+        extra = [f"--calibration=*={calibration['efficiency']:.4f}",
+                 f"--step-overhead-ms={1e3 * calibration['host_s']:.4f}",
+                 f"--host-us-per-sample={1e6 * calibration.get('host_per_sample_s', 0):.4f}",
+                 f"--layer-overhead-us={1e6 * calibration.get('layer_overhead_s', 30e-6):.4f}"]
     plan_file = job.replace(".toml", f"-plan{'-cal' if calibration else ''}.json")
     answer = json.loads(run([args.chorus, "plan", "--cluster", cluster, "--model", job,
                              "--global-batch", str(batch), "--precision", "fp32", "--json",
@@ -136,6 +144,7 @@ def predict(args, cluster, job, batch, fixed, calibration):
                                 plan_file, "--json"] + extra))
     return {"cost_model_s": predicted["step_seconds"], "compute_s": predicted["compute_seconds"],
             "exposed_comm_s": predicted["exposed_comm_seconds"],
+            "optimizer_s": predicted["optimizer_seconds"],
             "simulated_s": simulated["simulated_step_seconds"]}
 
 
@@ -160,12 +169,15 @@ def base_rate(path):
     return float(re.search(r"^fp32_tflops = ([\d.e+-]+)", text, re.M).group(1)) / speed
 
 
-def scaled(calibration, cluster, reference):
-    """(efficiency, host seconds) for `cluster`: the efficiency against its own measured rate,
-    so that the model's rate stays the one calibrated against `reference`."""
+def scaled(calibration, cluster, reference, **override):
+    """`calibration` for `cluster`: the efficiency against its own measured rate, so that the
+    model's rate stays the one calibrated against `reference`; `override` replaces figures."""
     if not calibration:
         return None
-    return (calibration[0] * base_rate(reference) / base_rate(cluster), calibration[1])
+    figures = {key: calibration[key] for key in CALIBRATED}
+    figures["efficiency"] *= base_rate(reference) / base_rate(cluster)
+    figures.update(override)
+    return figures
 
 
 def link_latency_us(args):
@@ -192,54 +204,82 @@ def with_contention(text, contention, latency_us):
 
 
 def contended_cluster(args, workdir, speeds, name, calibration, latency=True):
-    """The cluster file of `speeds` with `name`'s measured contention (and link latency)."""
+    """The cluster file of `speeds` with `name`'s contention measured for as many workers (and
+    the measured link latency)."""
     path = describe(args, workdir, speeds)
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     out = path.replace(".toml", f"-{name}{'' if latency else '-nolat'}.toml")
     with open(out, "w", encoding="utf-8") as handle:
-        handle.write(with_contention(text, calibration["core_contention"],
+        handle.write(with_contention(text, calibration["core_contention"][str(len(speeds))],
                                      calibration["latency_us"] if latency else None))
     return out
 
 
-def calibrate_pair(args, workdir, name, model, data, batch, single):
-    """Two full-speed workers with equal shares: the host's core contention."""
-    job = os.path.join(workdir, f"pair-{name}.toml")
-    half = [batch - batch // 2, batch // 2]
-    write_job(job, "cpu@0.5,cpu@0.5", model, data, batch, args.warmup + args.steps, half)
-    pair = train(args, job, args.warmup)
-    cluster = describe(args, workdir, [CALIBRATION_SPEED, CALIBRATION_SPEED])
-    plan = predict(args, cluster, job, batch, ["--shares", ",".join(map(str, half))],
-                   scaled((single["efficiency"], single["host_s"]), cluster, args.reference))
-    # Each worker keeps half a core busy: each computes 1 + c / 2 times slower than alone.
-    contention = max(0.0, pair["max_compute_s"] / plan["compute_s"] - 1) / CALIBRATION_SPEED
-    return {"pair_step_s": pair["step_s"], "pair_max_compute_s": pair["max_compute_s"],
-            "pair_host_s": pair["host_s"], "pair_predicted_compute_s": plan["compute_s"],
-            "core_contention": contention, "latency_us": args.latency_us}
+def calibrate_group(args, workdir, name, model, data, batch, single, workers):
+    """`workers` workers of equal speed (together about one core, like the validated sets) on
+    equal shares: how much this host slows each one's compute when that many share its cores
+    (more workers than cores also means switching between them, and their caches with them)."""
+    speed = CONTENTION_SPEEDS[workers]
+    job = os.path.join(workdir, f"group{workers}-{name}.toml")
+    shares = balanced_shares([speed] * workers, batch)
+    write_job(job, ",".join([f"cpu@{speed:g}"] * workers), model, data, batch,
+              args.warmup + args.steps, shares)
+    group = train(args, job, args.warmup)
+    cluster = describe(args, workdir, [speed] * workers)
+    plan = predict(args, cluster, job, batch, ["--shares", ",".join(map(str, shares))],
+                   scaled(single, cluster, args.reference))
+    # Each worker computes 1 + c x min(1, the others' core fractions) times slower than alone.
+    others = min(1.0, (workers - 1) * speed)
+    contention = max(0.0, group["max_compute_s"] / plan["compute_s"] - 1) / others
+    return {"step_s": group["step_s"], "max_compute_s": group["max_compute_s"],
+            "host_s": group["host_s"], "predicted_compute_s": plan["compute_s"],
+            "speed": speed, "core_contention": contention}
+
+
+def alone_run(args, workdir, name, model, data, batch):
+    """One worker at CALIBRATION_SPEED on `batch` samples; train()'s figures."""
+    job = os.path.join(workdir, f"calibrate-{name}-{batch}.toml")
+    write_job(job, f"cpu@{CALIBRATION_SPEED:g}", model, data, batch, args.warmup + args.steps,
+              None)
+    return job, train(args, job, args.warmup)
 
 
 def calibrate(args, workdir, name, model, data, batch):
-    """The model on this host, from one worker alone on the whole batch (half speed, no peers).
+    """The model on this host, from one worker alone (half speed, no peers) on the whole batch B
+    and on a quarter of it, b: two points of a line per figure, none of them a validated run.
 
-    efficiency: of the layers against the measured matmul rate. The cost model's compute of a
-    one-worker step is 3 (L o + F B / (rate e)); with e = 1 it predicts p1, and the run measured
-    m, so e = (p1 - 3 L o) / (m - 3 L o), o = 30 us.
-    host_s: per-step host work outside compute (data, optimizer, bookkeeping): step - compute."""
-    job = os.path.join(workdir, f"calibrate-{name}.toml")
-    write_job(job, f"cpu@{CALIBRATION_SPEED:g}", model, data, batch, args.warmup + args.steps,
-              None)
-    alone = train(args, job, args.warmup)
-    measured = alone["max_compute_s"]
+    efficiency and layer overhead: the cost model's compute of a one-worker step at core fraction
+    f is 3 L o / f + 3 F x / (rate e) for x samples. Its flop term at e = 1 predicts P(B) - P(b)
+    for the measured compute difference m(B) - m(b), so e = (P(B) - P(b)) / (m(B) - m(b)); what
+    the line leaves at x = 0 is the fixed part, 3 L o / f.
+    host: the step outside compute (data, optimizer, bookkeeping) is h0 + h1 x: h1 per sample,
+    which every data-parallel rank pays on its own share, and h0 per step."""
+    small = max(1, batch // 4)
+    job, alone = alone_run(args, workdir, name, model, data, batch)
+    _, few = alone_run(args, workdir, name, model, data, small)
     cluster = describe(args, workdir, [CALIBRATION_SPEED])
     args.reference = cluster  # every efficiency is relative to this measured matmul rate
-    plan = predict(args, cluster, job, batch, ["--shares", str(batch)], None)
-    with open(job.replace(".toml", "-plan.json"), encoding="utf-8") as handle:
+    flops_only = {"efficiency": 1.0, "host_s": 0.0, "layer_overhead_s": 0.0}
+    plan = predict(args, cluster, job, batch, ["--shares", str(batch)], flops_only)
+    plan_small = predict(args, cluster, job, small, ["--shares", str(small)], flops_only)
+    with open(job.replace(".toml", "-plan-cal.json"), encoding="utf-8") as handle:
         layers = json.load(handle)["replicas"][0]["stages"][0]["last_layer"]
-    overhead = 3 * layers * 30e-6
-    efficiency = (plan["compute_s"] - overhead) / max(1e-9, measured - overhead)
-    return {"measured_compute_s": measured, "predicted_compute_s": plan["compute_s"],
-            "efficiency": min(4.0, max(0.01, efficiency)), "host_s": alone["host_s"]}
+    slope = (alone["max_compute_s"] - few["max_compute_s"]) / (batch - small)
+    efficiency = (plan["compute_s"] - plan_small["compute_s"]) / (batch - small) / max(1e-12,
+                                                                                       slope)
+    fixed = max(0.0, few["max_compute_s"] - slope * small)
+    host_per_sample = max(0.0, (alone["host_s"] - few["host_s"]) / (batch - small))
+    # The step outside compute includes the optimizer step, which the cost model prices itself.
+    optimizer = plan["optimizer_s"]
+    return {"measured_compute_s": alone["max_compute_s"],
+            "measured_compute_small_s": few["max_compute_s"], "small_batch": small,
+            "predicted_compute_s": plan["compute_s"],
+            "efficiency": min(4.0, max(0.01, efficiency)),
+            "layer_overhead_s": fixed * CALIBRATION_SPEED / (3 * layers),
+            "host_s": max(0.0, alone["host_s"] - host_per_sample * batch - optimizer),
+            "optimizer_s": optimizer,
+            "host_per_sample_s": host_per_sample}
 
 
 def error(predicted, measured):
@@ -271,12 +311,13 @@ def pipeline_case(args, workdir, gpt):
         raw = predict(args, cluster, job, 32, fixed, None)
         # The bench's threads run no data loader or trainer bookkeeping: efficiency only.
         cal = predict(args, cluster, job, 32, fixed,
-                      scaled((gpt["efficiency"], 0.0), cluster, args.reference))
+                      scaled(gpt, cluster, args.reference, host_s=0.0, host_per_sample_s=0.0))
         # The bench's stages are threads of one process: contention applies, the latency of the
         # trainer's inter-process collectives does not.
         contended = predict(args, contended_cluster(args, workdir, speeds, "gpt", gpt, False),
                             job, 32, fixed,
-                            scaled((gpt["efficiency"], 0.0), cluster, args.reference))
+                            scaled(gpt, cluster, args.reference, host_s=0.0,
+                                   host_per_sample_s=0.0))
         rows.append(row(f"pipeline {cut} cuts {cuts}", "gpt (8 layers)", speeds,
                         measured[cut]["step_seconds"], raw, cal, source, contended))
     return rows
@@ -316,9 +357,14 @@ def main():
         for name in args.models.split(","):
             model, data, batch = MODELS[name]
             calibrations[name] = calibrate(args, workdir, name, model, data, batch)
-            calibrations[name].update(calibrate_pair(args, workdir, name, model, data, batch,
-                                                     calibrations[name]))
-            calibration = (calibrations[name]["efficiency"], calibrations[name]["host_s"])
+            groups = {str(n): calibrate_group(args, workdir, name, model, data, batch,
+                                              calibrations[name], n)
+                      for n in sorted({len(speeds) for speeds in DEVICE_SETS})}
+            calibrations[name]["groups"] = groups
+            calibrations[name]["core_contention"] = {n: g["core_contention"]
+                                                     for n, g in groups.items()}
+            calibrations[name]["latency_us"] = args.latency_us
+            calibration = calibrations[name]
             for speeds in DEVICE_SETS:
                 cluster = describe(args, workdir, speeds)
                 shares = balanced_shares(speeds, batch)
@@ -355,10 +401,18 @@ def main():
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
-    print(f"wrote {args.json}; load average {os.getloadavg()}; calibrations: " +
-          ", ".join(f"{k} efficiency {v['efficiency']:.2f} host {1e3 * v['host_s']:.1f} ms "
-                    f"contention {v['core_contention']:.2f} latency {v['latency_us']:.0f} us"
-                    for k, v in calibrations.items()))
+    print(f"wrote {args.json}; load average {os.getloadavg()}; calibrations:")
+    for name, figures in calibrations.items():
+        print(f"  {name}: " + describe_calibration(figures))
+
+
+def describe_calibration(figures):
+    """One model's calibrated figures in a line."""
+    contention = ", ".join(f"{n} workers {c:.2f}" for n, c in figures["core_contention"].items())
+    return (f"efficiency {figures['efficiency']:.2f}, layer overhead "
+            f"{1e6 * figures['layer_overhead_s']:.1f} us, host {1e3 * figures['host_s']:.2f} ms "
+            f"+ {1e6 * figures['host_per_sample_s']:.2f} us/sample, contention {contention}, "
+            f"latency {figures['latency_us']:.2f} us")
 
 
 def print_row(line):

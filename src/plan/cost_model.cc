@@ -138,9 +138,16 @@ double CostModel::forwardSeconds(const DeviceType& type, Dtype dtype, int first,
   const double bytes = params(first, last) * bytesOf(dtype) +
                        (prefix_activation_[last] - prefix_activation_[first]) * micro_batch * scale;
   const double streaming = bytes / (type.memory_bandwidth * options_.memory_efficiency);
-  const double seconds =
-      (last - first) * options_.layer_overhead_seconds + std::max(math, streaming);
+  const double seconds = (last - first) * layerOverhead(type) + std::max(math, streaming);
   return slowdown_.empty() ? seconds : seconds * coreSlowdown(type);
+}
+
+double CostModel::layerOverhead(const DeviceType& type) const {
+  // A CPU worker with part of a core (an emulated one sleeps the rest) is that much slower at the
+  // framework's per-operator work too; a GPU's launch overhead is the host's, not the device's.
+  if (type.device_class != DeviceClass::kCpu || type.core_fraction <= 0)
+    return options_.layer_overhead_seconds;
+  return options_.layer_overhead_seconds / std::min(1.0, type.core_fraction);
 }
 
 double CostModel::microBatchSeconds(const DeviceType& type, Dtype dtype, int first, int last,

@@ -36,7 +36,8 @@ RankBest bestForShare(const CostModel& model, const PlanOptions& options, const 
           model.capacity(type))
         continue;
       double backward = 0;
-      const double cost = detail::accumulateSeconds(model, type, dtype, 1.0, layers, share, mb,
+      const double cost = detail::hostSeconds(model, share) +
+                          detail::accumulateSeconds(model, type, dtype, 1.0, layers, share, mb,
                                                     checkpoint, &backward) +
                           detail::tailSeconds(sync, backward, optimizer);
       if (best.cost < 0 || cost < best.cost) best = {cost, mb, static_cast<bool>(checkpoint)};

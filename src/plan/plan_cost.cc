@@ -143,7 +143,7 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
                                          model_.layerCount(), replica.share, stage.micro_batch,
                                          stage.checkpoint, &backward);
         cost.compute[stage.rank] = busy;
-        pipeline = busy;
+        pipeline = detail::hostSeconds(*this, replica.share) + busy;
         tail = detail::tailSeconds(sync[0], backward, optimizer[0]);
         continue;
       }
@@ -169,7 +169,8 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
       tail = std::max(tail, detail::tailSeconds(sync[s], compute - forward, optimizer[s]));
     }
     if (stages > 1) {
-      pipeline = sum + (plan.micro_batches - 1) * slowest;
+      pipeline =
+          detail::hostSeconds(*this, replica.share) + sum + (plan.micro_batches - 1) * slowest;
       double work = 0;
       for (const auto& stage : replica.stages) work += cost.compute[stage.rank];
       replica_bubble[r] = 1 - work / (stages * pipeline);

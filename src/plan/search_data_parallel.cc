@@ -56,7 +56,7 @@ std::optional<RankChoices> dataParallelChoices(const CostModel& model, const Pla
       double backward = 0;
       const double compute =
           accumulateSeconds(model, type, dtype, 1.0, layers, b, mb, checkpoint, &backward);
-      const double cost = compute + tailSeconds(sync, backward, optimizer);
+      const double cost = hostSeconds(model, b) + compute + tailSeconds(sync, backward, optimizer);
       if (best_mb == 0 || cost < best) {
         best = cost;
         best_mb = mb;

@@ -97,6 +97,12 @@ class StepGraph {
             engine_.add({"B" + std::to_string(m), "compute", stage.rank, all - f, {}}));
       }
       order_[stage.rank] = scheduleOrder(forward, backward, s, stages);
+      const double host = detail::hostSeconds(model_, replica.share);
+      if (s == 0 && host > 0 && !order_[stage.rank].empty()) {
+        // Loading the replica's samples precedes its first forward.
+        const int data = engine_.add({"data", "host", stage.rank, host, {}});
+        engine_.depend(order_[stage.rank].front(), data);
+      }
       forward_[r].push_back(std::move(forward));
       backward_[r].push_back(std::move(backward));
     }

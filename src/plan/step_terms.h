@@ -30,6 +30,11 @@ double accumulateSeconds(const CostModel& model, const DeviceType& type, Dtype d
                          int layers, int share, int micro_batch, bool checkpoint,
                          double* backward_last);
 
+// Host work outside compute for a replica's `share` samples (CostOptions::host_seconds_per_sample).
+inline double hostSeconds(const CostModel& model, int share) {
+  return model.options().host_seconds_per_sample * share;
+}
+
 // Exposed synchronization plus optimizer after a backward of `backward` seconds.
 inline double tailSeconds(const BucketedAllReduce& sync, double backward, double optimizer) {
   return exposedSeconds(sync, backward) + optimizer;

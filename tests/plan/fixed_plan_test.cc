@@ -93,5 +93,40 @@ TEST(FixedPlan, StepOverheadAddsToTheCostModelAndTheSimulator) {
                    simulate(plain, a, {false}).step_seconds + 0.25);
 }
 
+TEST(FixedPlan, HostWorkPerSampleFallsOnEachRanksOwnShare) {
+  // 0.03 s of compute per sample on the full-speed worker, 0.06 s on the half-speed one: shares
+  // {10, 5} finish their compute together, but the first loads twice the samples.
+  const Cluster cluster = halfSpeedHost();
+  const ModelProfile model = testing::uniformModel(4, 100, 1e8, 64, 64);
+  const CostModel plain(cluster, model, noOverhead());
+  CostOptions options = noOverhead();
+  options.host_seconds_per_sample = 0.01;
+  const CostModel loaded(cluster, model, options);
+  const Plan a = fixedDataParallelPlan(plain, {10, 5}, 0, PrecisionPolicy::kFp32);
+  const Plan b = fixedDataParallelPlan(loaded, {10, 5}, 0, PrecisionPolicy::kFp32);
+  EXPECT_NEAR(b.predicted.step_seconds, a.predicted.step_seconds + 10 * 0.01, 1e-12);
+  EXPECT_NEAR(simulate(loaded, b, {false}).step_seconds,
+              simulate(plain, a, {false}).step_seconds + 10 * 0.01, 1e-12);
+  // Compute alone is unchanged: the host work is not the device's.
+  EXPECT_DOUBLE_EQ(b.predicted.compute_seconds, a.predicted.compute_seconds);
+}
+
+TEST(FixedPlan, AWorkerWithPartOfACorePaysItsLayerOverheadAtThatSpeed) {
+  const Cluster cluster = halfSpeedHost();
+  const ModelProfile model = testing::uniformModel(4, 100, 1e8, 64, 64);
+  CostOptions options = noOverhead();
+  options.layer_overhead_seconds = 1e-3;
+  const CostModel cost(cluster, model, options);
+  const DeviceType& full = cluster.device(0).type;
+  const DeviceType& half = cluster.device(1).type;
+  ASSERT_DOUBLE_EQ(half.core_fraction, 0.5);
+  EXPECT_NEAR(cost.forwardSeconds(full, Dtype::kFp32, 0, 4, 1), 4e-3 + 4e8 / 40e9, 1e-15);
+  EXPECT_NEAR(cost.forwardSeconds(half, Dtype::kFp32, 0, 4, 1), 8e-3 + 4e8 / 20e9, 1e-15);
+  // A GPU's launch overhead is the host's: its core fraction does not apply.
+  DeviceType gpu = *findDeviceType("A100-80");
+  gpu.core_fraction = 0.5;
+  EXPECT_DOUBLE_EQ(cost.layerOverhead(gpu), 1e-3);
+}
+
 }  // namespace
 }  // namespace chorus::plan

@@ -24,6 +24,8 @@ PlanOptions smallOptions(std::mt19937& random) {
   options.max_zero_stage = static_cast<int>(random() % 4);
   if (random() % 3 == 0) options.schedules = {Schedule::kGpipe, Schedule::kOneFOneB};
   options.allow_checkpointing = random() % 4 != 0;
+  // Host work per sample falls on each replica's own share: it moves data-parallel shares.
+  if (random() % 2 == 0) options.cost.host_seconds_per_sample = 1e-3 * (random() % 100) / 100;
   return options;
 }
 

@@ -36,6 +36,8 @@ struct PlanArgs {
   bool gpipe = false;
   std::vector<std::string> calibrations;
   double step_overhead_ms = 0;
+  double layer_overhead_us = 30;
+  double host_us_per_sample = 0;
   // A plan fixed by hand: data-parallel shares, or pipeline cuts with micro-batches and schedule.
   std::vector<int> shares;
   int micro_batch = 0;
@@ -169,6 +171,8 @@ int runPlan(const PlanArgs& args) {
   if (args.gpipe) options.schedules = {plan::Schedule::kGpipe, plan::Schedule::kOneFOneB};
   options.cost.calibrations = parseCalibrations(args.calibrations, cluster);
   options.cost.step_overhead_seconds = args.step_overhead_ms / 1e3;
+  options.cost.layer_overhead_seconds = args.layer_overhead_us / 1e6;
+  options.cost.host_seconds_per_sample = args.host_us_per_sample / 1e6;
   const bool fixed = !args.shares.empty() || !args.cuts.empty();
   const plan::PlanResult result = fixed ? fixedResult(args, cluster, model, options)
                                         : plan::planCluster(cluster, model, options);
@@ -215,6 +219,17 @@ void addPlanCommand(CLI::App& app, Action& action) {
   command
       ->add_option("--step-overhead-ms", args->step_overhead_ms,
                    "Fixed host work per step (data, bookkeeping) measured on a real run")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--layer-overhead-us", args->layer_overhead_us,
+                   "Fixed cost per layer and forward pass (backward: twice), measured on a real "
+                   "run; a CPU worker with part of a core (cpu@S) pays it / core_fraction")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--host-us-per-sample", args->host_us_per_sample,
+                   "Host work per sample outside compute (loading it), on each rank's own share")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command

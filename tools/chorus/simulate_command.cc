@@ -28,6 +28,8 @@ struct SimulateArgs {
   bool json = false;
   std::vector<std::string> calibrations;
   double step_overhead_ms = 0;
+  double layer_overhead_us = 30;
+  double host_us_per_sample = 0;
 };
 
 // A plan file, or the answer of `chorus plan --json` (then plans[index]).
@@ -63,6 +65,8 @@ int runSimulate(const SimulateArgs& args) {
   plan::CostOptions options;
   options.calibrations = parseCalibrations(args.calibrations, cluster);
   options.step_overhead_seconds = args.step_overhead_ms / 1e3;
+  options.layer_overhead_seconds = args.layer_overhead_us / 1e6;
+  options.host_seconds_per_sample = args.host_us_per_sample / 1e6;
   const plan::CostModel cost(cluster, model, options);
   const plan::PlanCost predicted = cost.evaluate(plan);
   const plan::SimResult result = plan::simulate(cost, plan, {!args.trace.empty()});
@@ -132,6 +136,16 @@ void addSimulateCommand(CLI::App& app, Action& action) {
   command
       ->add_option("--step-overhead-ms", args->step_overhead_ms,
                    "Fixed host work per step, as for chorus plan")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--layer-overhead-us", args->layer_overhead_us,
+                   "Fixed cost per layer and forward pass, as for chorus plan")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--host-us-per-sample", args->host_us_per_sample,
+                   "Host work per sample outside compute, as for chorus plan")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command->callback([args, &action] { action = [args] { return runSimulate(*args); }; });

@@ -58,7 +58,10 @@ struct CostOptions {
   // Achievable fraction of peak memory bandwidth. Default: 0.8.
   double memory_efficiency = 0.8;
   // Fixed cost per layer and forward pass (kernel launches, framework overhead); backward costs
-  // twice it. Default: 30 us.
+  // twice it. A CPU worker that keeps only part of a core (DeviceType::core_fraction < 1, e.g. an
+  // emulated `cpu@0.25`) runs this overhead on that part too, so it takes overhead / fraction.
+  // Measure it on a real run: a worker's compute at two batch sizes (bench/plan_validation.py).
+  // Default: 30 us.
   double layer_overhead_seconds = 30e-6;
   // Memory a GPU process cannot use for the model (CUDA/ROCm context, allocator fragmentation,
   // workspaces). Default: 1.5 GiB.
@@ -71,6 +74,11 @@ struct CostOptions {
   // trainer's bookkeeping and its small collectives. Added to every step; measure it on a real
   // run (step time minus compute, bench/plan_validation.py). Default: 0.
   double step_overhead_seconds = 0;
+  // Host work per training sample outside compute (loading and collating it): every data-parallel
+  // rank does it for its own share before it computes, so it adds to each rank's path, not once
+  // to the step; a pipeline's first stage does it for the replica's share. Measure it like the
+  // layer overhead: the host time of two batch sizes. Default: 0.
+  double host_seconds_per_sample = 0;
   // Gradient bucket size for overlapped synchronization. Default: 25 MiB (PyTorch DDP).
   double bucket_bytes = 25.0 * (1 << 20);
   // Optimizer state bytes per parameter besides weights and gradients: Adam's m and v in fp32.
@@ -115,6 +123,8 @@ class CostModel {
   // priced a little high); a type on several such nodes takes its largest. 1 without contention.
   double coreSlowdown(const DeviceType& type) const;
 
+  // Fixed seconds per layer and forward pass on `type` (CostOptions::layer_overhead_seconds).
+  double layerOverhead(const DeviceType& type) const;
   // Forward seconds of layers [first, last) on `micro_batch` samples.
   double forwardSeconds(const DeviceType& type, Dtype dtype, int first, int last,
                         double micro_batch) const;
