@@ -14,7 +14,10 @@ phase lasts cpu_time / speed.  DDP's all-reduce is left as it is (launched from 
 overlapping backward); the sleep comes after backward returns and before the optimizer step.  Only
 compute is padded, never the time spent waiting for peers: the phase's wall time, which the sleep
 tops up, ends when the last gradient is ready (GradientClock), not when backward returns after
-DDP has waited for its all-reduce.
+DDP has waited for its all-reduce.  When the ranks outnumber the cores they take turns within a
+step exactly as chorus's do (device::staggerOffsets, SpeedEmulator::beginStep): a rank with a step
+offset sleeps that fraction of its previous step's emulated compute first and counts it against
+this step's padding.
 
 Every rank r writes one JSON object per step to PREFIX.rank<r>.jsonl (no extra collective in the
 loop): ``step``, ``step_s`` (its own wall time of the whole step), ``loss`` (mean over its samples),
@@ -128,13 +131,33 @@ class GradientClock:
         self.last = time.perf_counter()
 
 
-def pad_compute(cpu_seconds, wall_seconds, speed, overshoot):
+def stagger_offsets(speeds, cores):
+    """device::staggerOffsets: where each emulated worker computes within a step, as the fraction
+    of its emulated compute time it sleeps first (0 for all when no more workers than cores)."""
+    offsets = [0.0] * len(speeds)
+    if cores < 1 or len(speeds) <= cores:
+        return offsets
+    filled = []  # per core in use: where its last worker's compute ends
+    for worker in sorted(range(len(speeds)), key=lambda i: -speeds[i]):  # stable, as in C++
+        speed = min(1.0, max(0.0, speeds[worker]))
+        if len(filled) < cores:
+            filled.append(speed)
+            continue
+        core = min(range(len(filled)), key=lambda c: filled[c])  # the most room; first on ties
+        if filled[core] + speed <= 1 + 1e-9:
+            offsets[worker] = filled[core]
+            filled[core] += speed
+    return offsets
+
+
+def pad_compute(cpu_seconds, wall_seconds, speed, overshoot, credit=0.0):
     """Sleep so that a compute phase of cpu_seconds lasts cpu_seconds / speed in all.
 
     wall_seconds is how long the phase already lasted, *excluding* waits for peers; like chorus,
-    late wake-ups are repaid from the next phase.  Returns the new overshoot.
+    late wake-ups are repaid from the next phase, and `credit` (sleep taken before the step)
+    counts against what is owed.  Returns the new overshoot.
     """
-    owed = max(0.0, cpu_seconds / speed - wall_seconds) - overshoot
+    owed = max(0.0, cpu_seconds / speed - wall_seconds - credit) - overshoot
     if owed <= 0:
         return -owed
     start = time.perf_counter()
@@ -153,6 +176,7 @@ def train(args):
         raise SystemExit(f"global batch {args.global_batch} is not divisible by {world} ranks")
     speed = speeds[rank]
     per_rank = args.global_batch // world
+    offset = stagger_offsets(speeds, len(os.sched_getaffinity(0)))[rank]
 
     torch.manual_seed(args.seed)  # same initial parameters everywhere (DDP broadcasts anyway)
     net = ResidualCNN(args.channels, args.blocks, args.groups)
@@ -166,14 +190,20 @@ def train(args):
 
     with open(f"{args.log_prefix}.rank{rank}.jsonl", "w", encoding="utf-8") as log:
         dist.barrier()
-        run_steps(args, model, optimizer, data, clock, scale, speed, log)
+        run_steps(args, model, optimizer, data, clock, scale, (speed, offset), log)
 
 
-def run_steps(args, model, optimizer, data, clock, scale, speed, log):
-    """The timed training loop: forward, backward (DDP all-reduces), padding, optimizer step."""
-    overshoot = 0.0
+def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
+    """The timed training loop: forward, backward (DDP all-reduces), padding, optimizer step.
+    `emulation` is (speed, step offset)."""
+    speed, offset = emulation
+    overshoot, last_target = 0.0, 0.0
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
+        credit = 0.0
+        if offset > 0 and last_target > 0:  # take this rank's turn: compute later in the step
+            time.sleep(offset * last_target)
+            credit = time.perf_counter() - start
         inputs, targets = data[step % DATA_POOL]
         optimizer.zero_grad(set_to_none=True)
         cpu_start, phase_start = time.thread_time(), time.perf_counter()
@@ -181,7 +211,8 @@ def run_steps(args, model, optimizer, data, clock, scale, speed, log):
         (loss_sum * scale).backward()  # DDP's hooks all-reduce; it waits for them before returning
         backward_end = time.perf_counter()
         cpu = time.thread_time() - cpu_start  # blocked waits use no CPU: compute only
-        overshoot = pad_compute(cpu, clock.last - phase_start, speed, overshoot)
+        overshoot = pad_compute(cpu, clock.last - phase_start, speed, overshoot, credit)
+        last_target = cpu / speed
         optimizer.step()
         loss = loss_sum.item() / len(inputs)
         step_s = time.perf_counter() - start

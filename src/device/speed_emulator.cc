@@ -117,6 +117,26 @@ int SpeedEmulator::yieldCoreToFasterDevices() const {
   return nice;
 }
 
+void SpeedEmulator::setStepOffset(double fraction) {
+  CHORUS_CHECK_CONFIG(fraction >= 0 && fraction <= 1 - speed_ + 1e-9,
+                      "emulated step offset must be in [0, 1 - speed] = [0, ", 1 - speed_,
+                      "], got ", fraction);
+  step_offset_ = std::max(0.0, std::min(fraction, 1 - speed_));
+}
+
+void SpeedEmulator::beginStep() {
+  if (step_target_ns_ > 0) last_step_target_ns_ = step_target_ns_;
+  step_target_ns_ = 0;
+  credit_ns_ = 0;
+  if (step_offset_ <= 0 || last_step_target_ns_ <= 0) return;
+  const auto start = SteadyClock::now();
+  std::this_thread::sleep_for(std::chrono::nanoseconds(
+      static_cast<std::int64_t>(step_offset_ * static_cast<double>(last_step_target_ns_))));
+  credit_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
+  padded_ns_.fetch_add(credit_ns_, std::memory_order_relaxed);
+}
+
 EmulationTotals SpeedEmulator::totals() const {
   EmulationTotals totals;
   totals.compute_seconds = toSeconds(compute_ns_.load(std::memory_order_relaxed));
@@ -128,13 +148,18 @@ EmulationTotals SpeedEmulator::totals() const {
 double SpeedEmulator::finishPhase(double compute_seconds, double wall_seconds, bool pad) {
   compute_ns_.fetch_add(toNanos(compute_seconds), std::memory_order_relaxed);
   phases_.fetch_add(1, std::memory_order_relaxed);
+  const double target = compute_seconds / speed_;
+  step_target_ns_ += toNanos(target);
   if (!pad || !emulated()) return 0;
   // Sleep wakes late by tens of microseconds; repaying that from the next phase keeps the total
   // padding at (1/speed - 1) x compute even over thousands of millisecond-long phases.
   // The phase should last compute / speed; it already lasted wall_seconds (equal to
-  // compute_seconds in the wall basis, so this is paddingFor(compute_seconds) there).
-  const double target = compute_seconds / speed_;
-  const std::int64_t owed = toNanos(std::max(0.0, target - wall_seconds)) - overshoot_ns_;
+  // compute_seconds in the wall basis, so this is paddingFor(compute_seconds) there). Sleep
+  // taken before the step (beginStep) is part of what is owed.
+  std::int64_t owed = toNanos(std::max(0.0, target - wall_seconds));
+  const std::int64_t credit = std::min(credit_ns_, owed);
+  credit_ns_ -= credit;
+  owed -= credit + overshoot_ns_;
   if (owed <= 0) {
     overshoot_ns_ = -owed;
     return 0;
@@ -146,6 +171,30 @@ double SpeedEmulator::finishPhase(double compute_seconds, double wall_seconds, b
   overshoot_ns_ = std::max<std::int64_t>(0, slept - owed);
   padded_ns_.fetch_add(slept, std::memory_order_relaxed);
   return toSeconds(slept);
+}
+
+std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores) {
+  constexpr double kSlack = 1e-9;
+  std::vector<double> offsets(speeds.size(), 0.0);
+  if (cores < 1 || static_cast<int>(speeds.size()) <= cores) return offsets;
+  std::vector<size_t> order(speeds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&speeds](size_t a, size_t b) { return speeds[a] > speeds[b]; });
+  std::vector<double> filled;  // per core in use: where its last worker's compute ends
+  for (size_t worker : order) {
+    const double speed = std::clamp(speeds[worker], 0.0, 1.0);
+    if (static_cast<int>(filled.size()) < cores) {
+      filled.push_back(speed);
+      continue;
+    }
+    // The core with the most room left, so that turns spread over the cores.
+    auto emptiest = std::min_element(filled.begin(), filled.end());
+    if (*emptiest + speed > 1 + kSlack) continue;
+    offsets[worker] = *emptiest;
+    *emptiest += speed;
+  }
+  return offsets;
 }
 
 }  // namespace chorus::device

@@ -8,6 +8,7 @@
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/device/discovery.h"
+#include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/identity.h"
 #include "chorus/runtime/supervisor.h"
 #include "node_rendezvous.h"
@@ -68,14 +69,39 @@ std::string workerMallocTunables(const AgentOptions& options) {
   return options.malloc_tunables;
 }
 
+// Step offsets of this node's emulated CPU workers (device::staggerOffsets), by local index: when
+// they outnumber the cores they take turns within a step rather than all computing at once.
+std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int cores) {
+  std::vector<size_t> cpus;
+  std::vector<double> speeds;
+  for (size_t local = 0; local < devices.size(); ++local) {
+    if (devices[local].kind != DeviceKind::kCpu) continue;
+    cpus.push_back(local);
+    speeds.push_back(devices[local].speed);
+  }
+  const std::vector<double> staggered = device::staggerOffsets(speeds, cores);
+  std::vector<double> offsets(devices.size(), 0.0);
+  for (size_t i = 0; i < cpus.size(); ++i) offsets[cpus[i]] = staggered[i];
+  return offsets;
+}
+
 std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
-                                          const std::vector<DeviceSpec>& devices,
+                                          const std::vector<DeviceSpec>& devices, int cores,
                                           const NodeSlot& slot, const StoreConnection& store,
                                           const comm::JobSecret& secret) {
   const auto [store_host, store_port] = parseEndpoint(store.endpoint);
   const std::string bind =
       options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
   const std::string malloc_tunables = workerMallocTunables(options);
+  const std::vector<double> offsets = emulationOffsets(devices, cores);
+  std::string staggered;
+  for (size_t local = 0; local < devices.size(); ++local)
+    if (offsets[local] > 0)
+      staggered += detail::concat(staggered.empty() ? "" : ", ", devices[local].toString(), " at ",
+                                  offsets[local]);
+  if (!staggered.empty())
+    logInfo("chorus run: ", devices.size(), " workers on ", cores,
+            " cores take turns within a step: ", staggered, " of its emulated compute time");
   std::vector<WorkerLaunch> workers;
   for (size_t local = 0; local < devices.size(); ++local) {
     WorkerLaunch worker;
@@ -98,6 +124,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
         {env::kLogLevel, options.log_level},
     };
     if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
+    if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
     workers.push_back(std::move(worker));
   }
   return workers;
@@ -147,7 +174,7 @@ int runAgent(const AgentOptions& options) {
   supervision.log_dir = options.log_dir;
   supervision.grace = options.grace;
   Supervisor supervisor(supervision);
-  supervisor.start(describeWorkers(options, devices, slot, store, secret));
+  supervisor.start(describeWorkers(options, devices, found.front().cores, slot, store, secret));
   std::function<std::optional<std::string>()> remote_failure;
   if (options.nnodes > 1) remote_failure = [&] { return jobFailure(*store.client); };
   const SupervisorOutcome outcome = supervisor.run(remote_failure);

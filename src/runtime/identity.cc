@@ -27,6 +27,19 @@ int readInt(const Environment& environment, const char* name, int fallback) {
                "' is not a non-negative integer");
 }
 
+double readFraction(const Environment& environment, const char* name, double fallback) {
+  const std::string* text = find(environment, name);
+  if (!text) return fallback;
+  try {
+    size_t used = 0;
+    const double value = std::stod(*text, &used);
+    if (used == text->size() && value >= 0 && value < 1) return value;
+  } catch (const std::logic_error&) {
+  }
+  CHORUS_THROW(ConfigError, "environment variable ", name, "='", *text,
+               "' is not a fraction in [0, 1)");
+}
+
 std::string readString(const Environment& environment, const char* name, std::string fallback) {
   const std::string* text = find(environment, name);
   return text ? *text : fallback;
@@ -123,6 +136,7 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.timeout_ms = readInt(environment, env::kTimeoutMs, identity.timeout_ms);
   identity.cpu_transport = readString(environment, env::kCpuTransport, identity.cpu_transport);
   identity.log_level = readString(environment, env::kLogLevel, identity.log_level);
+  identity.emulation_offset = readFraction(environment, env::kEmulationOffset, 0);
   validate(identity);
   return identity;
 }

@@ -82,6 +82,7 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
   s.optimizer->zero_grad(/*set_to_none=*/true);
   s.model->train();
   if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
+  s.emulator->beginStep();
   ShareResult result;
   for (size_t k = 0; k < micro.size(); ++k) {
     const data::Batch batch = s.data.train->get(micro[k]);

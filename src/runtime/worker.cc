@@ -70,6 +70,8 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
 
   worker->emulator_ = worker->makeEmulator(identity.device.speed);
+  if (identity.emulation_offset > 0 && identity.device.kind == DeviceKind::kCpu)
+    worker->emulator_->setStepOffset(identity.emulation_offset);
   // Before the communicator starts its threads, so that they inherit the priority.
   worker->emulator_->yieldCoreToFasterDevices();
 

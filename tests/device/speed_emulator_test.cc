@@ -205,6 +205,57 @@ TEST(SpeedEmulatorTest, YieldLowersTheCallingThreadsPriorityOnlyInTheCpuBasis) {
   EXPECT_EQ(::getpriority(PRIO_PROCESS, 0), main_nice);
 }
 
+TEST(SpeedEmulatorTest, AStepOffsetMovesTheComputeLaterButNotTheStepsEnd) {
+  // Quarter speed, offset 0.5: the first step computes first (nothing to predict from); the
+  // second sleeps half of the first's 200 ms window first, computes 50 ms, and pads only what is
+  // left, so it still takes 200 ms and its compute starts 100 ms in.
+  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu);
+  emulator.setStepOffset(0.5);
+  for (int step = 0; step < 2; ++step) {
+    Stopwatch watch;
+    emulator.beginStep();
+    const double compute_starts = watch.seconds();
+    auto phase = emulator.compute();
+    busyForCpu(0.050);
+    phase.end();
+    const double total = watch.seconds();
+    EXPECT_GE(total, 0.200 - 0.002) << "step " << step;
+    EXPECT_LE(total, 0.200 + kTolerance) << "step " << step;
+    EXPECT_GE(phase.deviceSeconds(), 0.200 - 0.002);
+    EXPECT_LE(phase.deviceSeconds(), 0.200 + kTolerance);
+    if (step == 0) {
+      EXPECT_LT(compute_starts, 0.002);
+    } else {
+      EXPECT_GE(compute_starts, 0.100 - 0.001);
+      EXPECT_LE(compute_starts, 0.100 + kTolerance);
+    }
+  }
+}
+
+TEST(SpeedEmulatorTest, AStepOffsetMustLeaveRoomForTheCompute) {
+  SpeedEmulator emulator(0.25);
+  EXPECT_THROW(emulator.setStepOffset(0.8), ConfigError);
+  EXPECT_THROW(emulator.setStepOffset(-0.1), ConfigError);
+  emulator.setStepOffset(0.75);
+  EXPECT_DOUBLE_EQ(emulator.stepOffset(), 0.75);
+  SpeedEmulator full(1.0);
+  EXPECT_THROW(full.setStepOffset(0.1), ConfigError);
+}
+
+TEST(StaggerOffsets, WorkersBeyondTheCoresTakeTurnsOnACore) {
+  // Enough cores: nobody waits.
+  EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 3), (std::vector<double>{0, 0, 0}));
+  // cpu@1 has a core; cpu@0.5 the other, and cpu@0.25 computes after it, whatever the order.
+  EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 2), (std::vector<double>{0, 0, 0.5}));
+  EXPECT_EQ(staggerOffsets({0.25, 1.0, 0.5}, 2), (std::vector<double>{0.5, 0, 0}));
+  EXPECT_EQ(staggerOffsets({0.6, 0.3, 0.15}, 2), (std::vector<double>{0, 0, 0.3}));
+  // Four half-speed workers on two cores: two turns per core.
+  EXPECT_EQ(staggerOffsets({0.5, 0.5, 0.5, 0.5}, 2), (std::vector<double>{0, 0, 0.5, 0.5}));
+  // No room anywhere: computes at once, as without staggering.
+  EXPECT_EQ(staggerOffsets({1.0, 1.0, 0.5}, 2), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(staggerOffsets({1.0, 1.0, 0.5}, 1), (std::vector<double>{0, 0, 0}));
+}
+
 TEST(SpeedEmulatorTest, RejectsSpeedOutsideZeroOne) {
   EXPECT_THROW(SpeedEmulator(0.0), ConfigError);
   EXPECT_THROW(SpeedEmulator(1.5), ConfigError);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 namespace chorus::device {
 
@@ -116,6 +117,20 @@ class SpeedEmulator {
   int yieldCoreToFasterDevices() const;
   // The nice value yieldCoreToFasterDevices() asks for at `speed`.
   static int niceFor(double speed);
+
+  // Where in each training step this device does its real compute, as the fraction of the step's
+  // emulated compute time it sleeps *before* computing (the rest of the padding follows the
+  // compute as usual). Default 0: compute first, then pad. See staggerOffsets() for why.
+  // REQUIRES: 0 <= fraction <= 1 - speed (throws ConfigError): the compute must fit the window.
+  void setStepOffset(double fraction);
+  double stepOffset() const { return step_offset_; }
+  // Marks the start of a training step, before its first compute phase: with a step offset, sleeps
+  // offset x the previous step's emulated compute time and counts that sleep against the padding
+  // of this step's phases, so the step's phases still end at compute / speed in all (when the
+  // step computes at least as long as the previous one; a shorter step ends late by the
+  // difference times the offset, and its phases' deviceSeconds() do not include that). Unused
+  // credit is dropped at the next beginStep(). Training thread only.
+  void beginStep();
   EmulationTotals totals() const;
 
  private:
@@ -128,9 +143,30 @@ class SpeedEmulator {
   // Sleep overshoot carried into the next phase, in nanoseconds (training thread only), so that
   // padding stays exact over many short phases even though each sleep wakes late.
   std::int64_t overshoot_ns_ = 0;
+  // Staggering (training thread only): the step offset; the emulated compute (compute / speed)
+  // of this step's phases so far and of the previous step; sleep taken before this step's
+  // phases and not yet counted against their padding.
+  double step_offset_ = 0;
+  std::int64_t step_target_ns_ = 0;
+  std::int64_t last_step_target_ns_ = 0;
+  std::int64_t credit_ns_ = 0;
   std::atomic<std::int64_t> compute_ns_{0};
   std::atomic<std::int64_t> padded_ns_{0};
   std::atomic<std::int64_t> phases_{0};
 };
+
+// Step offsets (SpeedEmulator::setStepOffset) for emulated CPU workers of the given speeds on a
+// host with `cores` cores, in the order given. Why: emulated devices stand for devices that share
+// nothing, but here they share the host's cores, and in data parallelism every worker starts its
+// compute at the same moment (right after the previous step's all-reduce). With more workers
+// than cores they then all compute at once: they are switched in and out of the cores and, more
+// costly, evict each other's caches (measured on a 2-core host, cpu@1,cpu@0.5,cpu@0.25: each
+// worker's CPU time per sample rose 7-25% over the same worker alone). A padded worker may do its
+// compute anywhere in its emulated window, so the workers take turns instead: each core is a bin
+// of capacity 1 (one step's window); workers in descending speed take an empty core if one is
+// left (offset 0), else the core with the most room, starting where the workers before them on
+// that core finish (cpu@1 | cpu@0.5 at 0, cpu@0.25 at 0.5). A worker that fits nowhere gets 0.
+// With no more workers than cores every offset is 0.
+std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores);
 
 }  // namespace chorus::device

@@ -34,6 +34,8 @@ constexpr const char* kHostId = "CHORUS_HOST_ID";
 constexpr const char* kTimeoutMs = "CHORUS_TIMEOUT_MS";
 constexpr const char* kCpuTransport = "CHORUS_CPU_TRANSPORT";
 constexpr const char* kLogLevel = "CHORUS_LOG_LEVEL";
+// Where an emulated CPU worker computes within a step (device::staggerOffsets); set by the agent.
+constexpr const char* kEmulationOffset = "CHORUS_EMULATION_OFFSET";
 }  // namespace env
 
 // Value type.
@@ -54,6 +56,8 @@ struct WorkerIdentity {
   int timeout_ms = 60000;  // default deadline of communication; Default: 60 s
   std::string cpu_transport = "auto";  // CommOptions::cpu_transport; Default: "auto"
   std::string log_level = "info";
+  // SpeedEmulator::setStepOffset for an emulated CPU device; Default: 0 (compute, then pad).
+  double emulation_offset = 0;
   std::string launcher = "none";  // "chorus", "mpirun", "srun" or "none"
 
   bool hasStore() const { return !store_host.empty(); }
