@@ -137,16 +137,22 @@ def stagger_offsets(speeds, cores):
     offsets = [0.0] * len(speeds)
     if cores < 1 or len(speeds) <= cores:
         return offsets
-    filled = []  # per core in use: where its last worker's compute ends
+    used = []  # per core: [filled, workers]
     for worker in sorted(range(len(speeds)), key=lambda i: -speeds[i]):  # stable, as in C++
         speed = min(1.0, max(0.0, speeds[worker]))
-        if len(filled) < cores:
-            filled.append(speed)
+        if len(used) < cores:
+            used.append([speed, [worker]])
             continue
-        core = min(range(len(filled)), key=lambda c: filled[c])  # the most room; first on ties
-        if filled[core] + speed <= 1 + 1e-9:
-            offsets[worker] = filled[core]
-            filled[core] += speed
+        core = min(used, key=lambda c: c[0])  # the most room; the first on ties
+        if core[0] + speed <= 1 + 1e-9:
+            core[0] += speed
+            core[1].append(worker)
+    for filled, workers in used:  # spare time split after each turn
+        gap = max(0.0, 1 - filled) / len(workers)
+        start = 0.0
+        for worker in workers:
+            offsets[worker] = start
+            start += min(1.0, max(0.0, speeds[worker])) + gap
     return offsets
 
 

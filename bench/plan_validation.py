@@ -4,21 +4,24 @@
 One run:
   1. describes this node with `chorus devices --cluster-toml` for each device set (matmul GFLOP/s
      and copy bandwidth measured now, scaled by each worker's emulated speed);
-  2. calibrates, per model, the fraction of that matmul rate the model's layers reach and the
-     host's fixed work per step (data, optimizer, bookkeeping: step_s - compute_s), from a
-     separate single-worker run (`devices = "cpu@0.5"`, the whole batch, no all-reduce): a
-     "profile measured on a real run" (issue 7), never one of the runs validated below. At half
-     speed the emulator's sleep absorbs the worker being descheduled by other processes (its
-     compute is counted in thread CPU time), so step_s - compute_s is host work, not the load;
-  2b. calibrates, per model, how two workers on this host slow each other, from a second
-     separate run: two workers (`devices = "cpu@0.5,cpu@0.5"`, equal shares). Their compute
-     against step 2's prediction for half the batch gives the host's core contention (the cluster
-     file's [[node]] core_contention: a worker computes 1 + c x min(1, the others' core fraction)
-     times slower, here 1 + c / 2). And the link latency from `chorus bench comm` (2 shm ranks, 1 KiB
-     all-reduce: 2 latencies of the ring), for the [[link_type]]'s latency_us. Neither is one of
-     the validated runs. Every prediction takes the model's rate from step 2 (efficiency times
-     the calibration cluster's matmul rate), whatever matmul rate a later `chorus devices`
-     measured on the loaded host;
+  2. calibrates, per model, from separate single-worker runs (`devices = "cpu@0.5"`) on the
+     whole batch and on a quarter of it ("profiles measured on real runs", issue 7, never one of
+     the runs validated below): the fraction of that matmul rate the model's layers reach (from
+     the compute difference between the two batches), the fixed compute per layer and pass (what
+     the line leaves at zero samples), and the host's work outside compute per step and per
+     sample (step_s - compute_s at the two batches, less the optimizer step the cost model prices
+     itself). At half speed the emulator's sleep absorbs the worker being descheduled by other
+     processes (its compute is counted in thread CPU time), so step_s - compute_s is host work,
+     not the load;
+  2b. calibrates, per model and per number of workers in the device sets, how that many workers
+     on this host slow each other: workers of equal speed (together about one core, like the
+     validated sets) on equal shares. Their compute against step 2's prediction gives the node's
+     core contention (the cluster file's [[node]] core_contention: a worker computes
+     1 + c x min(1, the others' core fraction) times slower). And the link latency from
+     `chorus bench comm` (2 shm ranks, 1 KiB all-reduce: 2 latencies of the ring), for the
+     [[link_type]]'s latency_us. None of these is one of the validated runs. Every prediction
+     takes the model's rate from step 2 (efficiency times the calibration cluster's matmul rate),
+     whatever matmul rate a later `chorus devices` measured;
   3. runs `chorus train --log-json` for every (model, device set) case with the shares fixed in
      proportion to the speeds (`balancer.shares`), and takes the median step_s after warm-up;
   4. asks the cost model (`chorus plan --shares ... --json`) and the simulator (`chorus simulate`)
@@ -30,7 +33,8 @@ One run:
      predicts it with `chorus plan --cuts`.
 Prints a table and writes bench/results/plan_validation.json (predicted, measured, error %).
 
-    python3 bench/plan_validation.py --chorus build/chorus      # ~3 minutes on 2 cores
+    python3 bench/plan_validation.py --chorus build/chorus      # ~5 minutes on 2 cores
+    python3 bench/plan_validation.py --repeats 3                # the median of 3 runs per job
 """
 
 import argparse
@@ -113,16 +117,23 @@ def balanced_shares(speeds, batch):
 
 
 def train(args, job, warmup):
-    """Runs a job; median step_s and median slowest compute_s over the steps after warm-up."""
+    """Runs a job --repeats times; per run the median step_s, slowest compute_s and step - slowest
+    compute over the steps after warm-up; returns the median of each over the runs."""
     log = job.replace(".toml", ".jsonl")
-    run([args.chorus, "train", job, "--log-json", log])
-    with open(log, encoding="utf-8") as handle:
-        steps = [json.loads(line) for line in handle if line.strip()]
-    timed = [s for s in steps if s["step"] >= warmup]
-    return {"step_s": statistics.median(s["step_s"] for s in timed),
-            "max_compute_s": statistics.median(max(s["compute_s"]) for s in timed),
-            "host_s": statistics.median(s["step_s"] - max(s["compute_s"]) for s in timed),
-            "steps": len(timed)}
+    runs = []
+    for _ in range(args.repeats):
+        run([args.chorus, "train", job, "--log-json", log])
+        with open(log, encoding="utf-8") as handle:
+            steps = [json.loads(line) for line in handle if line.strip()]
+        timed = [s for s in steps if s["step"] >= warmup]
+        runs.append({"step_s": statistics.median(s["step_s"] for s in timed),
+                     "max_compute_s": statistics.median(max(s["compute_s"]) for s in timed),
+                     "host_s": statistics.median(s["step_s"] - max(s["compute_s"])
+                                                 for s in timed)})
+    result = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    result["steps"] = len(timed)
+    result["runs"] = len(runs)
+    return result
 
 
 def predict(args, cluster, job, batch, fixed, calibration):
@@ -345,6 +356,8 @@ def main():
                         help="default: bench/pipeline_bench next to --chorus")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=5, help="steps dropped first")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per job (calibrations and validated cases); the median counts")
     parser.add_argument("--models", default="cnn,mlp,gpt")
     parser.add_argument("--json", default=DEFAULT_JSON)
     args = parser.parse_args()
@@ -397,6 +410,7 @@ def main():
                           "load_average": os.getloadavg(),
                           "date": datetime.date.today().isoformat()},
               "target_pct": 100 * TARGET, "steps": args.steps, "warmup": args.warmup,
+              "repeats": args.repeats,
               "calibrations": calibrations, "rows": rows, "clusters": args.clusters}
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:

@@ -181,18 +181,33 @@ std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores)
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&speeds](size_t a, size_t b) { return speeds[a] > speeds[b]; });
-  std::vector<double> filled;  // per core in use: where its last worker's compute ends
+  const auto speedOf = [&speeds](size_t worker) { return std::clamp(speeds[worker], 0.0, 1.0); };
+  struct Core {
+    double filled = 0;
+    std::vector<size_t> workers;
+  };
+  std::vector<Core> used;
   for (size_t worker : order) {
-    const double speed = std::clamp(speeds[worker], 0.0, 1.0);
-    if (static_cast<int>(filled.size()) < cores) {
-      filled.push_back(speed);
+    if (static_cast<int>(used.size()) < cores) {
+      used.push_back({speedOf(worker), {worker}});
       continue;
     }
     // The core with the most room left, so that turns spread over the cores.
-    auto emptiest = std::min_element(filled.begin(), filled.end());
-    if (*emptiest + speed > 1 + kSlack) continue;
-    offsets[worker] = *emptiest;
-    *emptiest += speed;
+    auto emptiest = std::min_element(
+        used.begin(), used.end(), [](const Core& a, const Core& b) { return a.filled < b.filled; });
+    if (emptiest->filled + speedOf(worker) > 1 + kSlack) continue;  // no room: computes at once
+    emptiest->filled += speedOf(worker);
+    emptiest->workers.push_back(worker);
+  }
+  // The room a core has left goes between its turns and after the last, so that a turn that runs
+  // a little long (shares change, the host is noisy) does not reach the next.
+  for (const Core& core : used) {
+    const double gap = std::max(0.0, 1 - core.filled) / static_cast<double>(core.workers.size());
+    double start = 0;
+    for (size_t worker : core.workers) {
+      offsets[worker] = start;
+      start += speedOf(worker) + gap;
+    }
   }
   return offsets;
 }

@@ -245,15 +245,24 @@ TEST(SpeedEmulatorTest, AStepOffsetMustLeaveRoomForTheCompute) {
 TEST(StaggerOffsets, WorkersBeyondTheCoresTakeTurnsOnACore) {
   // Enough cores: nobody waits.
   EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 3), (std::vector<double>{0, 0, 0}));
-  // cpu@1 has a core; cpu@0.5 the other, and cpu@0.25 computes after it, whatever the order.
-  EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 2), (std::vector<double>{0, 0, 0.5}));
-  EXPECT_EQ(staggerOffsets({0.25, 1.0, 0.5}, 2), (std::vector<double>{0.5, 0, 0}));
-  EXPECT_EQ(staggerOffsets({0.6, 0.3, 0.15}, 2), (std::vector<double>{0, 0, 0.3}));
-  // Four half-speed workers on two cores: two turns per core.
+  // cpu@1 has a core; cpu@0.5 the other, and cpu@0.25 computes after it, whatever the order,
+  // the core's spare quarter split between the two turns' ends: [0, 0.5) and [0.625, 0.875).
+  EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 2), (std::vector<double>{0, 0, 0.625}));
+  EXPECT_EQ(staggerOffsets({0.25, 1.0, 0.5}, 2), (std::vector<double>{0.625, 0, 0}));
+  // The core with more room takes the third: 0.3 + (1 - 0.45) / 2.
+  const std::vector<double> thirds = staggerOffsets({0.6, 0.3, 0.15}, 2);
+  EXPECT_EQ(thirds[0], 0);
+  EXPECT_EQ(thirds[1], 0);
+  EXPECT_NEAR(thirds[2], 0.575, 1e-12);
+  // Four half-speed workers on two cores: two turns per core, no room to spare.
   EXPECT_EQ(staggerOffsets({0.5, 0.5, 0.5, 0.5}, 2), (std::vector<double>{0, 0, 0.5, 0.5}));
   // No room anywhere: computes at once, as without staggering.
   EXPECT_EQ(staggerOffsets({1.0, 1.0, 0.5}, 2), (std::vector<double>{0, 0, 0}));
   EXPECT_EQ(staggerOffsets({1.0, 1.0, 0.5}, 1), (std::vector<double>{0, 0, 0}));
+  // Every turn ends inside its window.
+  const std::vector<double> speeds = {0.35, 0.35, 0.35, 0.2, 0.1};
+  const std::vector<double> offsets = staggerOffsets(speeds, 2);
+  for (size_t i = 0; i < speeds.size(); ++i) EXPECT_LE(offsets[i] + speeds[i], 1 + 1e-12) << i;
 }
 
 TEST(SpeedEmulatorTest, RejectsSpeedOutsideZeroOne) {

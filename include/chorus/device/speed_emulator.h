@@ -164,9 +164,10 @@ class SpeedEmulator {
 // worker's CPU time per sample rose 7-25% over the same worker alone). A padded worker may do its
 // compute anywhere in its emulated window, so the workers take turns instead: each core is a bin
 // of capacity 1 (one step's window); workers in descending speed take an empty core if one is
-// left (offset 0), else the core with the most room, starting where the workers before them on
-// that core finish (cpu@1 | cpu@0.5 at 0, cpu@0.25 at 0.5). A worker that fits nowhere gets 0.
-// With no more workers than cores every offset is 0.
+// left (offset 0), else the core with the most room; a core's spare time is split evenly after
+// each of its turns, so that a turn that runs a little long does not reach the next (cpu@1 |
+// cpu@0.5 at 0, cpu@0.25 at 0.625). A worker that fits nowhere gets 0. With no more workers than
+// cores every offset is 0.
 std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores);
 
 }  // namespace chorus::device
