@@ -203,13 +203,14 @@ def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
     """The timed training loop: forward, backward (DDP all-reduces), padding, optimizer step.
     `emulation` is (speed, step offset)."""
     speed, offset = emulation
-    overshoot, last_target = 0.0, 0.0
+    overshoot, last_target, last_start = 0.0, 0.0, None
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
         credit = 0.0
-        if offset > 0 and last_target > 0:  # take this rank's turn: compute later in the step
-            time.sleep(offset * last_target)
+        if offset > 0 and last_start is not None:  # this rank's turn: later in the step
+            time.sleep(offset * min(start - last_start, 2 * last_target))
             credit = time.perf_counter() - start
+        last_start = start
         inputs, targets = data[step % DATA_POOL]
         optimizer.zero_grad(set_to_none=True)
         cpu_start, phase_start = time.thread_time(), time.perf_counter()

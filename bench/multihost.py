@@ -38,8 +38,9 @@ def in_host(host, command, output):
         return subprocess.run(line, stdout=out, stderr=subprocess.STDOUT, timeout=900).returncode
 
 
-def run_allreduce(args, rate, work, extra):
-    """One job of 2 hosts x 2 ranks with host 0's link at `rate` ("none": unshaped)."""
+def run_allreduce(args, rate, work, extra, devices="cpu,cpu"):
+    """One job of 2 hosts x 2 ranks (or `devices` per host) with host 0's link at `rate`
+    ("none": unshaped)."""
     hosts("create", "2", "--rate", rate if rate != "none" else "1gbit",
           "--shaped", "0" if rate != "none" else "none")
     try:
@@ -53,7 +54,7 @@ def run_allreduce(args, rate, work, extra):
         program = [bench, "--bytes", args.bytes, "--iters", str(args.iters), "--out", rows, *extra]
 
         def agent(node):
-            return [chorus, "run", "--devices", "cpu,cpu", "--nnodes", "2", "--node-rank",
+            return [chorus, "run", "--devices", devices, "--nnodes", "2", "--node-rank",
                     str(node), "--rdzv-endpoint", f"10.77.0.1:{PORT}", "--secret-file", secret,
                     "--timeout", "600", "--", *program]
 

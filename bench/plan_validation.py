@@ -39,6 +39,7 @@ Prints a table and writes bench/results/plan_validation.json (predicted, measure
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -334,6 +335,94 @@ def pipeline_case(args, workdir, gpt):
     return rows
 
 
+def load_multihost():
+    """bench/multihost.py as a module: its network-namespace hosts and all-reduce runs."""
+    spec = importlib.util.spec_from_file_location("multihost", os.path.join(REPO, "bench",
+                                                                           "multihost.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def two_host_cluster(args, workdir, link):
+    """This host's two CPU workers (`chorus devices --cluster-toml`) as two nodes of a cluster
+    joined by the measured shaped link: `link` is (latency s, seconds per byte)."""
+    with open(describe(args, workdir, [1.0, 1.0]), encoding="utf-8") as handle:
+        text = handle.read()
+    head = text[:text.index("[[node]]")]
+    intra = re.search(r'^intra_node_link = "([^"]+)"', text, re.M).group(1)
+    head = re.sub(r'^(name = "[^"]*")$', r'\1\ninter_node_link = "shaped"', head, count=1,
+                  flags=re.M)
+    latency, per_byte = link
+    lines = [head.rstrip(), "", "[[link_type]]", 'name = "shaped"  # measured: 1 rank per host',
+             f"bandwidth_gbs = {1e-9 / per_byte:.6f}", "efficiency = 1",
+             f"latency_us = {1e6 * latency:.3f}"]
+    for node in (0, 1):
+        lines += ["", "[[node]]", f'name = "host{node}"', f'intra_node_link = "{intra}"',
+                  'devices = [{ type = "cpu", count = 2 }]']
+    path = os.path.join(workdir, "two-hosts.toml")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return path
+
+
+def codec_ns_per_byte(args, size):
+    """The fp16 codec's own cost on this host: a 2-rank shared-memory all-reduce of `size` with
+    the codec minus without (the links are fast here, so the difference is encode + decode)."""
+    rows = json.loads(run([args.chorus, "bench", "comm", "--ranks", "2", "--transports", "shm",
+                           "--ops", "all_reduce", "--codecs", "none,fp16", "-b", size, "-e", size,
+                           "-w", "1", "-n", "5", "--json"]))
+    times = {r["codec"]: r["time_s"] for r in rows}
+    return max(0.0, times["fp16"] - times["none"]) / rows[0]["size"] * 1e9
+
+
+def multihost_cases(args, workdir):
+    """The shaped two-host all-reduce (bench/multihost.py: 2 hosts x 2 ranks, host 0's link shaped
+    to 1 Gbit/s, 64 MiB): measured flat, hierarchical and hierarchical + fp16 against `chorus
+    plan --allreduce` on a cluster file whose link was measured separately (one rank per host,
+    flat, 64 KiB and 64 MiB: 2 latencies + S per byte) and the codec's cost measured on one host."""
+    multihost = load_multihost()
+    setup = argparse.Namespace(build=os.path.dirname(os.path.abspath(args.chorus)), iters=3)
+    timed = {}
+    for size in ("64K", "64M"):
+        setup.bytes = size
+        rows = multihost.run_allreduce(setup, "1gbit", workdir, ["--modes", "flat"], devices="cpu")
+        timed[rows[0]["bytes"]] = rows[0]["time_s"]
+    (small, t_small), (big, t_big) = sorted(timed.items())
+    per_byte = (t_big - t_small) / (big - small)
+    link = (max(0.0, (t_small - small * per_byte) / 2), per_byte)
+    codec = codec_ns_per_byte(args, "64M")
+    cluster = two_host_cluster(args, workdir, link)
+    setup.bytes = "64M"
+    measured = multihost.run_allreduce(setup, "1gbit", workdir,
+                                       ["--modes", "flat,hierarchical,hierarchical+fp16"])
+    rows = []
+    for line in measured:
+        algorithm = "ring" if line["mode"] == "flat" else "hierarchical"
+        compression = "fp16" if line["mode"].endswith("fp16") else "none"
+        price = json.loads(run([args.chorus, "plan", "--cluster", cluster, "--allreduce",
+                                str(line["bytes"]), "--algorithm", algorithm, "--compression",
+                                compression, "--codec-ns-per-byte", f"{codec:.4f}", "--json"]))
+        predicted = {"cost_model_s": price["seconds"], "simulated_s": price["seconds"],
+                     "compute_s": 0.0}
+        rows.append({"case": f"2 hosts x 2, 1 Gbit/s: {line['mode']} all-reduce 64 MiB",
+                     "model": "all-reduce", "speeds": [1.0] * 4, "measured_s": line["time_s"],
+                     "measured_by": "bench/multihost.py's setup (this run)",
+                     "uncalibrated": predicted, "calibrated": predicted,
+                     "contended": predicted,
+                     "error_contended_pct": error(price["seconds"], line["time_s"]),
+                     "error_contended_simulated_pct": error(price["seconds"], line["time_s"]),
+                     "within_target_contended":
+                         abs(error(price["seconds"], line["time_s"])) <= 100 * TARGET,
+                     "error_pct": error(price["seconds"], line["time_s"]),
+                     "error_uncalibrated_pct": error(price["seconds"], line["time_s"]),
+                     "error_simulated_pct": error(price["seconds"], line["time_s"]),
+                     "within_target": abs(error(price["seconds"], line["time_s"])) <= 100 * TARGET,
+                     "link": {"latency_s": link[0], "bandwidth_gbs": 1e-9 / per_byte,
+                              "codec_ns_per_byte": codec}})
+    return rows
+
+
 def row(case, model, speeds, measured, raw, cal, source, contended):
     """One line of the table."""
     return {"case": case, "model": model, "speeds": speeds, "measured_s": measured,
@@ -359,6 +448,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs per job (calibrations and validated cases); the median counts")
     parser.add_argument("--models", default="cnn,mlp,gpt")
+    parser.add_argument("--multihost", action="store_true",
+                        help="also the shaped two-host all-reduce (needs root: network namespaces)")
     parser.add_argument("--json", default=DEFAULT_JSON)
     args = parser.parse_args()
     if args.pipeline_bench is None:
@@ -403,6 +494,10 @@ def main():
                 print_row(rows[-1])
         if "gpt" in calibrations:
             for line in pipeline_case(args, workdir, calibrations["gpt"]):
+                rows.append(line)
+                print_row(line)
+        if args.multihost:
+            for line in multihost_cases(args, workdir):
                 rows.append(line)
                 print_row(line)
     result = {"machine": {"cpus": os.cpu_count(), "processor": platform.processor() or "?",

@@ -125,13 +125,26 @@ void SpeedEmulator::setStepOffset(double fraction) {
 }
 
 void SpeedEmulator::beginStep() {
+  const auto start = SteadyClock::now();
+  std::int64_t window = 0;
+  if (step_began_) {
+    // The turns are fractions of the step, so the previous step's length places this one, not
+    // this device's own compute: a device with a small share would otherwise take its turn
+    // early, inside the turn before it, be slowed by sharing the core, look slower still to the
+    // balancer and lose more of its share. At most twice its own emulated compute, so that a
+    // pause between steps (an evaluation, a checkpoint) does not become a sleep.
+    const std::int64_t interval =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start - last_step_began_).count();
+    window = std::min(interval, 2 * std::max(step_target_ns_, last_step_target_ns_));
+  }
   if (step_target_ns_ > 0) last_step_target_ns_ = step_target_ns_;
   step_target_ns_ = 0;
   credit_ns_ = 0;
-  if (step_offset_ <= 0 || last_step_target_ns_ <= 0) return;
-  const auto start = SteadyClock::now();
+  step_began_ = true;
+  last_step_began_ = start;
+  if (step_offset_ <= 0 || window <= 0) return;
   std::this_thread::sleep_for(std::chrono::nanoseconds(
-      static_cast<std::int64_t>(step_offset_ * static_cast<double>(last_step_target_ns_))));
+      static_cast<std::int64_t>(step_offset_ * static_cast<double>(window))));
   credit_ns_ =
       std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
   padded_ns_.fetch_add(credit_ns_, std::memory_order_relaxed);

@@ -71,6 +71,20 @@ LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
   return cost;
 }
 
+LinearCost gradientAllReduceCost(const Cluster& cluster, const std::vector<int>& group,
+                                 AllReduceAlgorithm algorithm, Codec codec, int element_bytes,
+                                 double codec_seconds_per_byte) {
+  LinearCost cost =
+      allReduceCost(cluster, group, algorithm, compressionRatio(codec, element_bytes));
+  if (codec == Codec::kNone || group.empty()) return cost;
+  for (int device : group)
+    if (!cluster.sameNode(device, group.front())) {
+      cost.per_byte += codec_seconds_per_byte;
+      break;
+    }
+  return cost;
+}
+
 double compressionRatio(Codec codec, int element_bytes) {
   switch (codec) {
     case Codec::kNone:

@@ -17,8 +17,9 @@ int gradElementBytes(const std::vector<Dtype>& dtypes) {
 
 LinearCost stageSyncCost(const CostModel& model, const std::vector<int>& devices, int element_bytes,
                          const CommPlan& comm, int zero_stage) {
-  const double ratio = compressionRatio(comm.inter_node_codec, element_bytes);
-  LinearCost cost = allReduceCost(model.cluster(), devices, comm.algorithm, ratio);
+  LinearCost cost =
+      gradientAllReduceCost(model.cluster(), devices, comm.algorithm, comm.inter_node_codec,
+                            element_bytes, model.options().codec_seconds_per_byte);
   if (zero_stage >= 3) {
     cost.latency *= 1.5;
     cost.per_byte *= 1.5;

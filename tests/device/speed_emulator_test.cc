@@ -232,6 +232,24 @@ TEST(SpeedEmulatorTest, AStepOffsetMovesTheComputeLaterButNotTheStepsEnd) {
   }
 }
 
+TEST(SpeedEmulatorTest, APauseBetweenStepsIsNotSleptAgain) {
+  // A 20 ms compute at quarter speed is an 80 ms step; after a 400 ms pause (an evaluation) the
+  // head start is half of at most twice that, 80 ms, not half of the 480 ms since the last step.
+  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu);
+  emulator.setStepOffset(0.5);
+  emulator.beginStep();
+  {
+    auto phase = emulator.compute();
+    busyForCpu(0.020);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  Stopwatch watch;
+  emulator.beginStep();
+  const double head_start = watch.seconds();
+  EXPECT_GE(head_start, 0.080 - 0.001);
+  EXPECT_LE(head_start, 0.080 + kTolerance);
+}
+
 TEST(SpeedEmulatorTest, AStepOffsetMustLeaveRoomForTheCompute) {
   SpeedEmulator emulator(0.25);
   EXPECT_THROW(emulator.setStepOffset(0.8), ConfigError);

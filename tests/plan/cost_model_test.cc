@@ -42,6 +42,30 @@ TEST(CommCost, HierarchicalBeatsARingThroughASlowNetwork) {
   EXPECT_DOUBLE_EQ(compressionRatio(Codec::kFp16, 2), 1);
 }
 
+TEST(CommCost, ACodecsOwnCostCountsOnlyWhereItCompresses) {
+  const Cluster two_nodes =
+      makeCluster({{"A100-80", "A100-80"}, {"A100-80", "A100-80"}}, "nvswitch-a100", "eth-10g");
+  const std::vector<int> all = {0, 1, 2, 3};
+  const LinearCost plain = gradientAllReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical,
+                                                 Codec::kNone, 4, 1e-9);
+  const LinearCost fp16 = gradientAllReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical,
+                                                Codec::kFp16, 4, 1e-9);
+  const LinearCost free_codec =
+      gradientAllReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical, Codec::kFp16, 4, 0);
+  // No codec, no codec cost; fp16 halves the network's bytes and adds its 1 ns per byte.
+  EXPECT_DOUBLE_EQ(plain.per_byte,
+                   allReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical).per_byte);
+  EXPECT_DOUBLE_EQ(free_codec.per_byte,
+                   allReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical, 0.5).per_byte);
+  EXPECT_DOUBLE_EQ(fp16.per_byte, free_codec.per_byte + 1e-9);
+  EXPECT_DOUBLE_EQ(fp16.latency, free_codec.latency);
+  // Inside one node nothing is compressed, so nothing is charged.
+  const LinearCost inside =
+      gradientAllReduceCost(two_nodes, {0, 1}, AllReduceAlgorithm::kRing, Codec::kFp16, 4, 1e-9);
+  EXPECT_DOUBLE_EQ(inside.per_byte,
+                   allReduceCost(two_nodes, {0, 1}, AllReduceAlgorithm::kRing).per_byte);
+}
+
 TEST(CommCost, BucketsOverlapTheBackwardPass) {
   const BucketedAllReduce sync = bucketedAllReduce({1e-3, 1e-9}, 100e6, 25e6);
   EXPECT_EQ(sync.buckets, 4);

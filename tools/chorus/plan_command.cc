@@ -3,7 +3,8 @@
 // few with predicted step time, throughput, memory and why each wins or loses, next to the best
 // uniform plans (equal shares, equal cuts) for the gain. `--shares` or `--cuts` price one plan
 // fixed by hand instead (the split of a measured run, for validation); `--model JOB.toml` plans
-// the zoo model a `chorus train` job trains.
+// the zoo model a `chorus train` job trains. `--allreduce SIZE` prices one gradient all-reduce
+// over the whole cluster instead (no model needed).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "chorus/core/units.h"
 #include "chorus/plan/cluster_file.h"
+#include "chorus/plan/comm_cost.h"
 #include "chorus/plan/fixed_plan.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/planner.h"
@@ -38,6 +40,11 @@ struct PlanArgs {
   double step_overhead_ms = 0;
   double layer_overhead_us = 30;
   double host_us_per_sample = 0;
+  double codec_ns_per_byte = 0;
+  // One all-reduce priced alone: its size ("" = plan a model), algorithm and codec.
+  std::string allreduce;
+  std::string algorithm = "hierarchical";
+  std::string compression = "none";
   // A plan fixed by hand: data-parallel shares, or pipeline cuts with micro-batches and schedule.
   std::vector<int> shares;
   int micro_batch = 0;
@@ -159,8 +166,41 @@ plan::PlanResult fixedResult(const PlanArgs& args, const plan::Cluster& cluster,
   return result;
 }
 
+// `--allreduce SIZE`: one fp32 all-reduce of SIZE bytes per device over every device of the
+// cluster, as the cost model prices a data-parallel group's gradient synchronization.
+int runAllReducePrice(const PlanArgs& args, const plan::Cluster& cluster) {
+  const std::uint64_t bytes = parseBytes(args.allreduce);
+  std::vector<int> group(static_cast<size_t>(cluster.size()));
+  for (int d = 0; d < cluster.size(); ++d) group[d] = d;
+  const plan::AllReduceAlgorithm algorithm = plan::parseAllReduceAlgorithm(args.algorithm);
+  const plan::Codec codec = plan::parseCodec(args.compression);
+  const plan::LinearCost cost = plan::gradientAllReduceCost(
+      cluster, group, algorithm, codec, /*element_bytes=*/4, args.codec_ns_per_byte * 1e-9);
+  const double total = cost.seconds(static_cast<double>(bytes));
+  if (args.json) {
+    const nlohmann::json answer = {{"devices", cluster.size()},
+                                   {"bytes", bytes},
+                                   {"algorithm", plan::toString(algorithm)},
+                                   {"compression", plan::toString(codec)},
+                                   {"seconds", total},
+                                   {"latency_seconds", cost.latency},
+                                   {"seconds_per_byte", cost.per_byte}};
+    std::cout << answer.dump(2) << std::endl;
+  } else {
+    std::cout << "all-reduce of " << formatBytes(bytes) << " over " << cluster.size()
+              << " devices (" << plan::toString(algorithm) << ", " << plan::toString(codec)
+              << " across nodes): " << seconds(total) << " (latency " << seconds(cost.latency)
+              << " + " << fixed(cost.per_byte * 1e9, "%.3f") << " ns/B)\n";
+  }
+  return kExitOk;
+}
+
 int runPlan(const PlanArgs& args) {
   const plan::Cluster cluster = plan::loadClusterFile(args.cluster);
+  if (!args.allreduce.empty()) return runAllReducePrice(args, cluster);
+  CHORUS_CHECK_CONFIG(!args.model.empty() && args.global_batch > 0,
+                      "chorus plan: --model and --global-batch are required (or --allreduce SIZE "
+                      "to price one all-reduce)");
   const plan::ModelProfile model = resolvePlanModel(args.model);
   plan::PlanOptions options;
   options.global_batch = args.global_batch;
@@ -173,6 +213,7 @@ int runPlan(const PlanArgs& args) {
   options.cost.step_overhead_seconds = args.step_overhead_ms / 1e3;
   options.cost.layer_overhead_seconds = args.layer_overhead_us / 1e6;
   options.cost.host_seconds_per_sample = args.host_us_per_sample / 1e6;
+  options.cost.codec_seconds_per_byte = args.codec_ns_per_byte / 1e9;
   const bool fixed = !args.shares.empty() || !args.cuts.empty();
   const plan::PlanResult result = fixed ? fixedResult(args, cluster, model, options)
                                         : plan::planCluster(cluster, model, options);
@@ -195,13 +236,11 @@ void addPlanCommand(CLI::App& app, Action& action) {
   CLI::App* command = app.add_subcommand(
       "plan", "Search parallel plans for a model on a described cluster (docs/planner.md)");
   command->add_option("--cluster", args->cluster, "Cluster description (TOML)")->required();
-  command
-      ->add_option("--model", args->model,
-                   "A named shape (" + plan::knownModelNames() +
-                       "), a JSON profile file, or a chorus train job file (*.toml)")
-      ->required();
-  command->add_option("--global-batch", args->global_batch, "Samples per step")
-      ->required()
+  command->add_option("--model", args->model,
+                      "A named shape (" + plan::knownModelNames() +
+                          "), a JSON profile file, or a chorus train job file (*.toml); required "
+                          "unless --allreduce");
+  command->add_option("--global-batch", args->global_batch, "Samples per step (with --model)")
       ->check(CLI::Range(1, 1 << 30));
   command->add_option("--top", args->top, "Plans to show")
       ->check(CLI::Range(1, 100))
@@ -231,6 +270,21 @@ void addPlanCommand(CLI::App& app, Action& action) {
       ->add_option("--host-us-per-sample", args->host_us_per_sample,
                    "Host work per sample outside compute (loading it), on each rank's own share")
       ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--codec-ns-per-byte", args->codec_ns_per_byte,
+                   "Encoding + decoding of a lossy codec per gradient byte, measured with "
+                   "chorus bench comm --codecs")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command->add_option("--allreduce", args->allreduce,
+                      "Price one fp32 all-reduce of SIZE bytes per device (e.g. 64M) over the "
+                      "whole cluster instead of planning a model");
+  command->add_option("--algorithm", args->algorithm, "With --allreduce: ring or hierarchical")
+      ->capture_default_str();
+  command
+      ->add_option("--compression", args->compression,
+                   "With --allreduce: none, fp16 or int8 where it crosses nodes")
       ->capture_default_str();
   command
       ->add_option("--shares", args->shares,

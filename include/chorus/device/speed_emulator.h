@@ -125,11 +125,12 @@ class SpeedEmulator {
   void setStepOffset(double fraction);
   double stepOffset() const { return step_offset_; }
   // Marks the start of a training step, before its first compute phase: with a step offset, sleeps
-  // offset x the previous step's emulated compute time and counts that sleep against the padding
-  // of this step's phases, so the step's phases still end at compute / speed in all (when the
-  // step computes at least as long as the previous one; a shorter step ends late by the
-  // difference times the offset, and its phases' deviceSeconds() do not include that). Unused
-  // credit is dropped at the next beginStep(). Training thread only.
+  // offset x the previous step's length (from beginStep() to beginStep(), at most twice this
+  // device's emulated compute in it) and counts that sleep against the padding of this step's
+  // phases, so they still end at compute / speed in all when the turn fits the window. A turn
+  // that does not (the step grew shorter, or this device computes much less than the step
+  // lasts) ends late, but its phases' deviceSeconds() never include the sleep before them.
+  // Unused credit is dropped at the next beginStep(). Training thread only.
   void beginStep();
   EmulationTotals totals() const;
 
@@ -150,6 +151,8 @@ class SpeedEmulator {
   std::int64_t step_target_ns_ = 0;
   std::int64_t last_step_target_ns_ = 0;
   std::int64_t credit_ns_ = 0;
+  bool step_began_ = false;
+  std::chrono::steady_clock::time_point last_step_began_;
   std::atomic<std::int64_t> compute_ns_{0};
   std::atomic<std::int64_t> padded_ns_{0};
   std::atomic<std::int64_t> phases_{0};

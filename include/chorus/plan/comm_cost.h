@@ -40,6 +40,14 @@ LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
 // (plus a negligible scale per bucket); never more than 1.
 double compressionRatio(Codec codec, int element_bytes);
 
+// A gradient all-reduce of `element_bytes`-byte elements over `group` with `codec` where it
+// crosses nodes: allReduceCost at the codec's ratio, plus `codec_seconds_per_byte` (encoding and
+// decoding, per byte of the uncompressed buffer; CostOptions::codec_seconds_per_byte) when the
+// codec is lossy and the group spans nodes.
+LinearCost gradientAllReduceCost(const Cluster& cluster, const std::vector<int>& group,
+                                 AllReduceAlgorithm algorithm, Codec codec, int element_bytes,
+                                 double codec_seconds_per_byte = 0);
+
 // Gradient synchronization split into buckets that start as the backward pass produces them
 // (PyTorch DDP: 25 MiB buckets). `total` is all buckets back to back, `last` the final bucket,
 // which cannot overlap with anything.

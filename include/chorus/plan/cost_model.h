@@ -79,6 +79,10 @@ struct CostOptions {
   // to the step; a pipeline's first stage does it for the replica's share. Measure it like the
   // layer overhead: the host time of two batch sizes. Default: 0.
   double host_seconds_per_sample = 0;
+  // Encoding and decoding of a lossy gradient codec where gradients cross nodes, per byte of the
+  // uncompressed gradient (measure it: `chorus bench comm --codecs none,fp16` on one host, where
+  // the links are fast and the difference is the codec). Default: 0.
+  double codec_seconds_per_byte = 0;
   // Gradient bucket size for overlapped synchronization. Default: 25 MiB (PyTorch DDP).
   double bucket_bytes = 25.0 * (1 << 20);
   // Optimizer state bytes per parameter besides weights and gradients: Adam's m and v in fp32.
