@@ -130,7 +130,9 @@ class SpeedEmulator {
   // phases, so they still end at compute / speed in all when the turn fits the window. A turn
   // that does not (the step grew shorter, or this device computes much less than the step
   // lasts) ends late, but its phases' deviceSeconds() never include the sleep before them.
-  // Unused credit is dropped at the next beginStep(). Training thread only.
+  // Steps shorter than 20 ms are not staggered: turns shorter than the scheduler's time slices
+  // cannot be kept apart, and the sleep would only add a wake-up. Unused credit is dropped at the
+  // next beginStep(). Training thread only.
   void beginStep();
   EmulationTotals totals() const;
 
