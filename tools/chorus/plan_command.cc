@@ -36,11 +36,7 @@ struct PlanArgs {
   bool allow_compression = false;
   bool no_pipelines = false;
   bool gpipe = false;
-  std::vector<std::string> calibrations;
-  double step_overhead_ms = 0;
-  double layer_overhead_us = 30;
-  double host_us_per_sample = 0;
-  double codec_ns_per_byte = 0;
+  CostFlags cost;
   // One all-reduce priced alone: its size ("" = plan a model), algorithm and codec.
   std::string allreduce;
   std::string algorithm = "hierarchical";
@@ -175,7 +171,7 @@ int runAllReducePrice(const PlanArgs& args, const plan::Cluster& cluster) {
   const plan::AllReduceAlgorithm algorithm = plan::parseAllReduceAlgorithm(args.algorithm);
   const plan::Codec codec = plan::parseCodec(args.compression);
   const plan::LinearCost cost = plan::gradientAllReduceCost(
-      cluster, group, algorithm, codec, /*element_bytes=*/4, args.codec_ns_per_byte * 1e-9);
+      cluster, group, algorithm, codec, /*element_bytes=*/4, args.cost.codec_ns_per_byte * 1e-9);
   const double total = cost.seconds(static_cast<double>(bytes));
   if (args.json) {
     const nlohmann::json answer = {{"devices", cluster.size()},
@@ -209,11 +205,7 @@ int runPlan(const PlanArgs& args) {
   options.allow_compression = args.allow_compression;
   options.allow_pipelines = !args.no_pipelines;
   if (args.gpipe) options.schedules = {plan::Schedule::kGpipe, plan::Schedule::kOneFOneB};
-  options.cost.calibrations = parseCalibrations(args.calibrations, cluster);
-  options.cost.step_overhead_seconds = args.step_overhead_ms / 1e3;
-  options.cost.layer_overhead_seconds = args.layer_overhead_us / 1e6;
-  options.cost.host_seconds_per_sample = args.host_us_per_sample / 1e6;
-  options.cost.codec_seconds_per_byte = args.codec_ns_per_byte / 1e9;
+  options.cost = costOptions(args.cost, cluster);
   const bool fixed = !args.shares.empty() || !args.cuts.empty();
   const plan::PlanResult result = fixed ? fixedResult(args, cluster, model, options)
                                         : plan::planCluster(cluster, model, options);
@@ -252,31 +244,7 @@ void addPlanCommand(CLI::App& app, Action& action) {
                     "Consider lossy fp16/int8 gradient compression across nodes");
   command->add_flag("--no-pipelines", args->no_pipelines, "Data parallelism only");
   command->add_flag("--gpipe", args->gpipe, "Also consider the GPipe schedule");
-  command->add_option("--calibration", args->calibrations,
-                      "Measured efficiency TYPE[:DTYPE]=E overriding the cost model's (TYPE * = "
-                      "every type); repeatable");
-  command
-      ->add_option("--step-overhead-ms", args->step_overhead_ms,
-                   "Fixed host work per step (data, bookkeeping) measured on a real run")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  command
-      ->add_option("--layer-overhead-us", args->layer_overhead_us,
-                   "Fixed cost per layer and forward pass (backward: twice), measured on a real "
-                   "run; a CPU worker with part of a core (cpu@S) pays it / core_fraction")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  command
-      ->add_option("--host-us-per-sample", args->host_us_per_sample,
-                   "Host work per sample outside compute (loading it), on each rank's own share")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  command
-      ->add_option("--codec-ns-per-byte", args->codec_ns_per_byte,
-                   "Encoding + decoding of a lossy codec per gradient byte, measured with "
-                   "chorus bench comm --codecs")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
+  addCostFlags(*command, args->cost);
   command->add_option("--allreduce", args->allreduce,
                       "Price one fp32 all-reduce of SIZE bytes per device (e.g. 64M) over the "
                       "whole cluster instead of planning a model");

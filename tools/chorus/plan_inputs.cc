@@ -1,5 +1,6 @@
 #include "plan_inputs.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
 
@@ -61,6 +62,44 @@ std::vector<plan::Calibration> parseCalibrations(const std::vector<std::string>&
                         "'");
   }
   return calibrations;
+}
+
+void addCostFlags(CLI::App& command, CostFlags& flags) {
+  command.add_option("--calibration", flags.calibrations,
+                     "Measured efficiency TYPE[:DTYPE]=E overriding the cost model's (TYPE * = "
+                     "every type); repeatable");
+  command
+      .add_option("--step-overhead-ms", flags.step_overhead_ms,
+                  "Fixed host work per step (data, bookkeeping) measured on a real run")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      .add_option("--layer-overhead-us", flags.layer_overhead_us,
+                  "Fixed cost per layer and forward pass (backward: twice), measured on a real "
+                  "run; a CPU worker with part of a core (cpu@S) pays it / core_fraction")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      .add_option("--host-us-per-sample", flags.host_us_per_sample,
+                  "Host work per sample outside compute (loading it), on each rank's own share")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      .add_option("--codec-ns-per-byte", flags.codec_ns_per_byte,
+                  "Encoding + decoding of a lossy codec per gradient byte, measured with "
+                  "chorus bench comm --codecs")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+}
+
+plan::CostOptions costOptions(const CostFlags& flags, const plan::Cluster& cluster) {
+  plan::CostOptions options;
+  options.calibrations = parseCalibrations(flags.calibrations, cluster);
+  options.step_overhead_seconds = flags.step_overhead_ms / 1e3;
+  options.layer_overhead_seconds = flags.layer_overhead_us / 1e6;
+  options.host_seconds_per_sample = flags.host_us_per_sample / 1e6;
+  options.codec_seconds_per_byte = flags.codec_ns_per_byte / 1e9;
+  return options;
 }
 
 }  // namespace chorus::cli

@@ -10,7 +10,28 @@
 #include "chorus/plan/cost_model.h"
 #include "chorus/plan/model_profile.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace chorus::cli {
+
+// The measured figures `chorus plan` and `chorus simulate` both take for the cost model
+// (docs/planner.md, "The cost model"). Value type; defaults are the cost model's.
+struct CostFlags {
+  std::vector<std::string> calibrations;  // --calibration TYPE[:DTYPE]=E, repeatable
+  double step_overhead_ms = 0;            // --step-overhead-ms
+  double layer_overhead_us = 30;          // --layer-overhead-us
+  double host_us_per_sample = 0;          // --host-us-per-sample
+  double codec_ns_per_byte = 0;           // --codec-ns-per-byte
+};
+
+// Registers the CostFlags options on `command`; `flags` must outlive the parse.
+void addCostFlags(CLI::App& command, CostFlags& flags);
+
+// The cost model's options those flags describe, calibrations checked against `cluster`.
+// Throws ConfigError.
+plan::CostOptions costOptions(const CostFlags& flags, const plan::Cluster& cluster);
 
 // A named shape or `*.json` profile (plan::resolveModel), or a job file `*.toml` of `chorus
 // train`: its [model] completed from its [data] as the trainer does (input shape and classes of

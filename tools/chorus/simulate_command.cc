@@ -26,10 +26,7 @@ struct SimulateArgs {
   std::string trace;
   int index = 0;
   bool json = false;
-  std::vector<std::string> calibrations;
-  double step_overhead_ms = 0;
-  double layer_overhead_us = 30;
-  double host_us_per_sample = 0;
+  CostFlags cost;
 };
 
 // A plan file, or the answer of `chorus plan --json` (then plans[index]).
@@ -62,11 +59,7 @@ int runSimulate(const SimulateArgs& args) {
   CHORUS_CHECK_CONFIG(!model_name.empty(), args.plan, " names no model; pass --model");
   const plan::ModelProfile model = resolvePlanModel(model_name);
   plan::checkPlanAgainstCluster(plan, cluster);
-  plan::CostOptions options;
-  options.calibrations = parseCalibrations(args.calibrations, cluster);
-  options.step_overhead_seconds = args.step_overhead_ms / 1e3;
-  options.layer_overhead_seconds = args.layer_overhead_us / 1e6;
-  options.host_seconds_per_sample = args.host_us_per_sample / 1e6;
+  const plan::CostOptions options = costOptions(args.cost, cluster);
   const plan::CostModel cost(cluster, model, options);
   const plan::PlanCost predicted = cost.evaluate(plan);
   const plan::SimResult result = plan::simulate(cost, plan, {!args.trace.empty()});
@@ -131,23 +124,7 @@ void addSimulateCommand(CLI::App& app, Action& action) {
                       "names");
   command->add_option("--trace", args->trace, "Write a Chrome-trace timeline (Perfetto) here");
   command->add_flag("--json", args->json, "Print JSON");
-  command->add_option("--calibration", args->calibrations,
-                      "Measured efficiency TYPE[:DTYPE]=E, as for chorus plan; repeatable");
-  command
-      ->add_option("--step-overhead-ms", args->step_overhead_ms,
-                   "Fixed host work per step, as for chorus plan")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  command
-      ->add_option("--layer-overhead-us", args->layer_overhead_us,
-                   "Fixed cost per layer and forward pass, as for chorus plan")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  command
-      ->add_option("--host-us-per-sample", args->host_us_per_sample,
-                   "Host work per sample outside compute, as for chorus plan")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
+  addCostFlags(*command, args->cost);
   command->callback([args, &action] { action = [args] { return runSimulate(*args); }; });
 }
 
