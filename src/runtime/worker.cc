@@ -47,9 +47,13 @@ std::shared_ptr<device::MemoryBudget> Worker::enforceMemoryBudget() {
 }
 
 std::unique_ptr<device::SpeedEmulator> Worker::makeEmulator(double speed) const {
-  return std::make_unique<device::SpeedEmulator>(speed, identity_.device.kind == DeviceKind::kCuda
-                                                            ? device::TimeBasis::kWall
-                                                            : device::TimeBasis::kThreadCpu);
+  const bool cuda = identity_.device.kind == DeviceKind::kCuda;
+  auto emulator = std::make_unique<device::SpeedEmulator>(
+      speed, cuda ? device::TimeBasis::kWall : device::TimeBasis::kThreadCpu);
+  // The worker keeps its turn on the shared cores while it still fits its window.
+  if (!cuda && identity_.emulation_offset > 0 && identity_.emulation_offset <= 1 - speed)
+    emulator->setStepOffset(identity_.emulation_offset);
+  return emulator;
 }
 
 c10::Device Worker::device() const {
@@ -70,8 +74,6 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
 
   worker->emulator_ = worker->makeEmulator(identity.device.speed);
-  if (identity.emulation_offset > 0 && identity.device.kind == DeviceKind::kCpu)
-    worker->emulator_->setStepOffset(identity.emulation_offset);
   // Before the communicator starts its threads, so that they inherit the priority.
   worker->emulator_->yieldCoreToFasterDevices();
 

@@ -56,8 +56,9 @@ class Worker {
   std::shared_ptr<comm::Communicator> world() const { return world_; }
   device::SpeedEmulator& emulator() const { return *emulator_; }
   // A new emulator at `speed` measuring compute the way this worker's device needs (thread CPU
-  // time on a CPU, wall time on a GPU; see device::TimeBasis). emulator() is one at the spec's
-  // speed; this is for callers that change the speed (test hooks).
+  // time on a CPU, wall time on a GPU; see device::TimeBasis), with the worker's turn on shared
+  // cores (WorkerIdentity::emulation_offset) while it still fits the window. emulator() is one at
+  // the spec's speed; this is for callers that change the speed (test hooks).
   std::unique_ptr<device::SpeedEmulator> makeEmulator(double speed) const;
   // Starts enforcing the device spec's memory budget (a no-op without one) and returns it. Done
   // on request, not in init(): what the worker allocated before (its dataset, say) is the host's,
