@@ -15,10 +15,10 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-std::int64_t toNanos(double seconds) { return static_cast<std::int64_t>(seconds * 1e9); }
-
 // The shortest step whose turns are staggered (SpeedEmulator::beginStep).
 constexpr std::chrono::nanoseconds kMinStaggeredStep = std::chrono::milliseconds(20);
+
+std::int64_t toNanos(double seconds) { return static_cast<std::int64_t>(seconds * 1e9); }
 double toSeconds(std::int64_t nanos) { return static_cast<double>(nanos) * 1e-9; }
 
 std::int64_t threadCpuNanos() {
