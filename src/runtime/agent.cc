@@ -70,7 +70,8 @@ std::string workerMallocTunables(const AgentOptions& options) {
 }
 
 // Step offsets of this node's emulated CPU workers (device::staggerOffsets), by local index: when
-// they outnumber the cores they take turns within a step rather than all computing at once.
+// they outnumber the cores they take turns within a data-parallel step rather than all computing
+// at once (the trainer's SpeedEmulator::beginStep; pipeline stages do not stagger). Logs them.
 std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int cores) {
   std::vector<size_t> cpus;
   std::vector<double> speeds;
@@ -81,7 +82,17 @@ std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int
   }
   const std::vector<double> staggered = device::staggerOffsets(speeds, cores);
   std::vector<double> offsets(devices.size(), 0.0);
-  for (size_t i = 0; i < cpus.size(); ++i) offsets[cpus[i]] = staggered[i];
+  std::string described;
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    offsets[cpus[i]] = staggered[i];
+    if (staggered[i] > 0)
+      described += detail::concat(described.empty() ? "" : ", ", devices[cpus[i]].toString(),
+                                  " at ", staggered[i]);
+  }
+  if (!described.empty())
+    logInfo("chorus run: ", devices.size(), " workers on ", cores,
+            " cores take turns within a data-parallel step: ", described,
+            " of its emulated compute time");
   return offsets;
 }
 
@@ -94,14 +105,6 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
       options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
   const std::string malloc_tunables = workerMallocTunables(options);
   const std::vector<double> offsets = emulationOffsets(devices, cores);
-  std::string staggered;
-  for (size_t local = 0; local < devices.size(); ++local)
-    if (offsets[local] > 0)
-      staggered += detail::concat(staggered.empty() ? "" : ", ", devices[local].toString(), " at ",
-                                  offsets[local]);
-  if (!staggered.empty())
-    logInfo("chorus run: ", devices.size(), " workers on ", cores,
-            " cores take turns within a step: ", staggered, " of its emulated compute time");
   std::vector<WorkerLaunch> workers;
   for (size_t local = 0; local < devices.size(); ++local) {
     WorkerLaunch worker;
