@@ -151,14 +151,52 @@ std::vector<double> medianCompute(const std::vector<std::vector<double>>& comput
   return medians;
 }
 
+// The first step from `first` on at which some rank's compute per sample is more than
+// kHostSlowdown times its median over those steps: the host took its core away (another process,
+// the hypervisor), a real speed change the test did not ask for, which the balancer must follow.
+// A rank's time per sample is its device's, whatever its share, so a balancer that moves shares
+// badly does not show here. -1 when none.
+constexpr double kHostSlowdown = 1.35;
+int hostSlowdownStep(const std::vector<std::vector<std::int64_t>>& shares,
+                     const std::vector<std::vector<double>>& compute, size_t first) {
+  for (size_t rank = 0; rank < compute.front().size(); ++rank) {
+    std::vector<double> per_sample;
+    for (size_t step = first; step < compute.size(); ++step)
+      if (shares[step][rank] > 0)
+        per_sample.push_back(compute[step][rank] / static_cast<double>(shares[step][rank]));
+    if (per_sample.empty()) continue;
+    std::vector<double> sorted = per_sample;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    for (size_t k = 0; k < per_sample.size(); ++k)
+      if (per_sample[k] > kHostSlowdown * median) return static_cast<int>(first + k);
+  }
+  return -1;
+}
+
 TEST(BalancerMultiproc, SharesFollowEmulatedSpeedsAndStayPut) {
   const std::vector<double> speeds{kScale * 1.0, kScale * 0.5, kScale * 0.25};
   std::vector<std::vector<double>> compute;
   // Three workers on this host's cores take turns, as under `chorus run`.
   const auto offsets = device::staggerOffsets(speeds, device::discoverDevices().front().cores);
-  const auto shares = sharesOverRun(
-      3, [&](int rank, std::int64_t) { return speeds[rank]; }, &compute, offsets);
-  ASSERT_EQ(shares.size(), 45u);
+  std::vector<std::vector<std::int64_t>> shares;
+  // The claim is about the emulated speeds: a run in which the host changed them is run again
+  // (at most three runs; the assertions below hold for the last one, disturbed or not).
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    compute.clear();
+    shares = sharesOverRun(
+        3, [&](int rank, std::int64_t) { return speeds[rank]; }, &compute, offsets);
+    ASSERT_EQ(shares.size(), 45u);
+    // From the step after the first fit's (step 4, the first at the new shares, pays for new
+    // buffer sizes): a slowdown before step 22 still sits in the balancer's window of 16
+    // observations at step 22, and rightly moves the shares.
+    const int disturbed = hostSlowdownStep(shares, compute, 5);
+    if (disturbed < 0) break;
+    std::printf(
+        "run %d: the host slowed a rank at step %d (compute per sample > %.2fx its "
+        "median); running again\n",
+        attempt, disturbed, kHostSlowdown);
+  }
   // The first fit (after 3 profiling steps) already orders the ranks by speed.
   EXPECT_GT(shares[6][0], shares[6][1]) << describe(shares);
   EXPECT_GT(shares[6][1], shares[6][2]) << describe(shares);
