@@ -17,7 +17,8 @@ tops up, ends when the last gradient is ready (GradientClock), not when backward
 DDP has waited for its all-reduce.  When the ranks outnumber the cores they take turns within a
 step exactly as chorus's do (device::staggerOffsets, SpeedEmulator::beginStep): a rank with a step
 offset sleeps that fraction of its previous step's emulated compute first and counts it against
-this step's padding.
+this step's padding, and a padded rank gets back the time it waited for a core between its
+phases (the kernel's run delay), also exactly as chorus's do.
 
 Every rank r writes one JSON object per step to PREFIX.rank<r>.jsonl (no extra collective in the
 loop): ``step``, ``step_s`` (its own wall time of the whole step), ``loss`` (mean over its samples),
@@ -199,17 +200,31 @@ def train(args):
         run_steps(args, model, optimizer, data, clock, scale, (speed, offset), log)
 
 
+def run_delay():
+    """Seconds this thread has waited runnable for a CPU (/proc/thread-self/schedstat), or None."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as stats:
+            return int(stats.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
     """The timed training loop: forward, backward (DDP all-reduces), padding, optimizer step.
     `emulation` is (speed, step offset)."""
     speed, offset = emulation
-    overshoot, last_target, last_start = 0.0, 0.0, None
+    overshoot, last_target, last_start, delay_mark = 0.0, 0.0, None, None
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
-        credit = 0.0
+        # As chorus (SpeedEmulator::beginStep): a padded rank gets back the time it waited for a
+        # core since its last phase ended, from its head start and then from its padding.
+        now_delay = run_delay() if delay_mark is not None else None
+        credit = max(0.0, now_delay - delay_mark) if now_delay is not None else 0.0
         if offset > 0 and last_start is not None:  # this rank's turn: later in the step
-            time.sleep(offset * min(start - last_start, 2 * last_target))
-            credit = time.perf_counter() - start
+            head = offset * min(start - last_start, 2 * last_target) - credit
+            if head > 0:
+                time.sleep(head)
+                credit += time.perf_counter() - start
         last_start = start
         inputs, targets = data[step % DATA_POOL]
         optimizer.zero_grad(set_to_none=True)
@@ -219,6 +234,7 @@ def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
         backward_end = time.perf_counter()
         cpu = time.thread_time() - cpu_start  # blocked waits use no CPU: compute only
         overshoot = pad_compute(cpu, clock.last - phase_start, speed, overshoot, credit)
+        delay_mark = run_delay() if speed < 1 else None
         last_target = cpu / speed
         optimizer.step()
         loss = loss_sum.item() / len(inputs)

@@ -1,10 +1,13 @@
 #include "chorus/device/speed_emulator.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <thread>
 
@@ -25,6 +28,21 @@ std::int64_t threadCpuNanos() {
   timespec now{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// Nanoseconds the calling thread has spent runnable but waiting for a CPU: the second field of
+// /proc/thread-self/schedstat (kernel sched_info). -1 where the kernel does not report it.
+std::int64_t threadRunDelayNanos() {
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[128];
+  const ssize_t got = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (got <= 0) return -1;
+  text[got] = '\0';
+  unsigned long long on_cpu = 0, waiting = 0;
+  if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2) return -1;
+  return static_cast<std::int64_t>(waiting);
 }
 
 }  // namespace
@@ -129,6 +147,7 @@ void SpeedEmulator::setStepOffset(double fraction) {
 
 void SpeedEmulator::beginStep() {
   const auto start = SteadyClock::now();
+  const std::int64_t delay = takeHostDelay();
   std::int64_t window = 0;
   if (step_began_) {
     // The turns are fractions of the step, so the previous step's length places this one, not
@@ -142,17 +161,34 @@ void SpeedEmulator::beginStep() {
   }
   if (step_target_ns_ > 0) last_step_target_ns_ = step_target_ns_;
   step_target_ns_ = 0;
-  credit_ns_ = 0;
+  credit_ns_ = delay;
   step_began_ = true;
   last_step_began_ = start;
   // Turns much shorter than the scheduler's time slices (a few milliseconds) cannot be kept apart:
   // the head start only adds a wake-up to each step (a 5 ms MLP step grew 40%).
   if (step_offset_ <= 0 || window < kMinStaggeredStep.count()) return;
-  std::this_thread::sleep_for(std::chrono::nanoseconds(
-      static_cast<std::int64_t>(step_offset_ * static_cast<double>(window))));
-  credit_ns_ =
+  // A worker that waited for a core before this step has had that much of its head start.
+  const auto head = static_cast<std::int64_t>(step_offset_ * static_cast<double>(window)) - delay;
+  if (head <= 0) return;
+  std::this_thread::sleep_for(std::chrono::nanoseconds(head));
+  const std::int64_t slept =
       std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
-  padded_ns_.fetch_add(credit_ns_, std::memory_order_relaxed);
+  credit_ns_ += slept;
+  padded_ns_.fetch_add(slept, std::memory_order_relaxed);
+}
+
+std::int64_t SpeedEmulator::takeHostDelay() {
+  if (delay_mark_ns_ < 0) return 0;
+  const std::int64_t now = threadRunDelayNanos();
+  const std::int64_t delay = now < 0 ? 0 : std::max<std::int64_t>(0, now - delay_mark_ns_);
+  delay_mark_ns_ = -1;
+  delay_ns_.fetch_add(delay, std::memory_order_relaxed);
+  return delay;
+}
+
+void SpeedEmulator::markHostDelay() {
+  // Only a padded CPU worker can give back time it waited for a core: its padding is the slack.
+  if (basis_ == TimeBasis::kThreadCpu && emulated()) delay_mark_ns_ = threadRunDelayNanos();
 }
 
 EmulationTotals SpeedEmulator::totals() const {
@@ -160,10 +196,17 @@ EmulationTotals SpeedEmulator::totals() const {
   totals.compute_seconds = toSeconds(compute_ns_.load(std::memory_order_relaxed));
   totals.padded_seconds = toSeconds(padded_ns_.load(std::memory_order_relaxed));
   totals.phases = phases_.load(std::memory_order_relaxed);
+  totals.host_delay_seconds = toSeconds(delay_ns_.load(std::memory_order_relaxed));
   return totals;
 }
 
 double SpeedEmulator::finishPhase(double compute_seconds, double wall_seconds, bool pad) {
+  const double slept = padPhase(compute_seconds, wall_seconds, pad);
+  markHostDelay();
+  return slept;
+}
+
+double SpeedEmulator::padPhase(double compute_seconds, double wall_seconds, bool pad) {
   compute_ns_.fetch_add(toNanos(compute_seconds), std::memory_order_relaxed);
   phases_.fetch_add(1, std::memory_order_relaxed);
   const double target = compute_seconds / speed_;

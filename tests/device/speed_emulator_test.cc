@@ -1,10 +1,13 @@
 #include "chorus/device/speed_emulator.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <time.h>
 
+#include <atomic>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -258,6 +261,61 @@ TEST(SpeedEmulatorTest, AStepOffsetMustLeaveRoomForTheCompute) {
   EXPECT_DOUBLE_EQ(emulator.stepOffset(), 0.75);
   SpeedEmulator full(1.0);
   EXPECT_THROW(full.setStepOffset(0.1), ConfigError);
+}
+
+// Makes the calling thread wait for its CPU: pins it and a competitor at the same priority to one
+// CPU and burns `cpu_seconds` of the caller's CPU time while the competitor spins, so that the
+// caller is runnable about as long again without running. Restores the caller's affinity.
+void waitForACore(double cpu_seconds) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  std::atomic<bool> spinning{false}, done{false};
+  std::thread competitor([&] {
+    sched_setaffinity(0, sizeof one, &one);
+    spinning = true;
+    while (!done) {
+    }
+  });
+  while (!spinning) std::this_thread::yield();
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  busyForCpu(cpu_seconds);
+  done = true;
+  competitor.join();
+  sched_setaffinity(0, sizeof before, &before);
+}
+
+bool kernelReportsRunDelay() { return std::ifstream("/proc/thread-self/schedstat").good(); }
+
+TEST(SpeedEmulatorTest, TimeWaitingForACoreBetweenStepsComesOutOfThePadding) {
+  if (!kernelReportsRunDelay()) GTEST_SKIP() << "no /proc/thread-self/schedstat";
+  SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu);
+  SpeedEmulator full(1.0, TimeBasis::kThreadCpu);
+  SpeedEmulator gpu(0.25, TimeBasis::kWall);
+  for (SpeedEmulator* emulator : {&quarter, &full, &gpu}) {
+    emulator->beginStep();
+    auto phase = emulator->compute();
+    busyForCpu(0.002);
+  }
+  waitForACore(0.020);
+  for (SpeedEmulator* emulator : {&quarter, &full, &gpu}) emulator->beginStep();
+  // Only a padded CPU worker has slack to give the wait back from.
+  EXPECT_EQ(full.totals().host_delay_seconds, 0.0);
+  EXPECT_EQ(gpu.totals().host_delay_seconds, 0.0);
+  const double waited = quarter.totals().host_delay_seconds;
+  EXPECT_GE(waited, 0.005);
+  EXPECT_LE(waited, 0.200);
+  // 20 ms of CPU at a quarter speed is 80 ms on the device, counted from when it could have
+  // started: the phase lasts 80 ms less the wait.
+  Stopwatch watch;
+  auto phase = quarter.compute();
+  busyForCpu(0.020);
+  phase.end();
+  EXPECT_GE(watch.seconds(), 0.080 - waited - 0.002);
+  EXPECT_LE(watch.seconds(), 0.080 - waited + kTolerance);
+  EXPECT_GE(phase.deviceSeconds(), 0.080 - 0.002);  // what the balancer sees does not change
 }
 
 TEST(StaggerOffsets, WorkersBeyondTheCoresTakeTurnsOnACore) {

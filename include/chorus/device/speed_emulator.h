@@ -35,6 +35,9 @@ struct EmulationTotals {
   double padded_seconds = 0;
   // Compute phases ended.
   std::int64_t phases = 0;
+  // Time the worker waited for a core between steps and got back from its padding
+  // (SpeedEmulator::beginStep).
+  double host_delay_seconds = 0;
 };
 
 // Pads compute phases of one worker to 1/speed of their real time.
@@ -133,6 +136,16 @@ class SpeedEmulator {
   // Steps shorter than 20 ms are not staggered: turns shorter than the scheduler's time slices
   // cannot be kept apart, and the sleep would only add a wake-up. Unused credit is dropped at the
   // next beginStep(). Training thread only.
+  //
+  // A padded worker in the kThreadCpu basis also gets back the time it waited for a core since
+  // its last phase ended (runnable but not running: the kernel's per-thread run delay, from
+  // /proc/thread-self/schedstat; 0 where the kernel does not report it). Why: an emulated device
+  // stands for a device with a core of its own, whose step starts when the previous step's
+  // collectives end. On a shared host the slowest worker, at the lowest priority, arrives last at
+  // those collectives, wakes the others, and they take the cores from it: it left the previous
+  // step 2-3 ms after them (3 workers on 2 cores), and without this every step ended that much
+  // later. The wait shortens the head start and counts against the padding like it, so it never
+  // makes a step shorter than the worker's real compute.
   void beginStep();
   EmulationTotals totals() const;
 
@@ -140,6 +153,10 @@ class SpeedEmulator {
   // Records a finished phase and sleeps its padding; returns the seconds actually slept. The
   // padding brings the phase's wall time (`wall_seconds`, waits excluded) to compute / speed.
   double finishPhase(double compute_seconds, double wall_seconds, bool pad);
+  double padPhase(double compute_seconds, double wall_seconds, bool pad);
+  // The run delay (see beginStep) since markHostDelay(), once; 0 when nothing was marked.
+  std::int64_t takeHostDelay();
+  void markHostDelay();
 
   const double speed_;
   const TimeBasis basis_;
@@ -155,6 +172,9 @@ class SpeedEmulator {
   std::int64_t credit_ns_ = 0;
   bool step_began_ = false;
   std::chrono::steady_clock::time_point last_step_began_;
+  // The thread's run delay when its last phase ended, or -1 (training thread only).
+  std::int64_t delay_mark_ns_ = -1;
+  std::atomic<std::int64_t> delay_ns_{0};
   std::atomic<std::int64_t> compute_ns_{0};
   std::atomic<std::int64_t> padded_ns_{0};
   std::atomic<std::int64_t> phases_{0};
