@@ -52,6 +52,8 @@ MAX_SPEED_SUM = 1.8  # DESIGN.md: more would oversubscribe a 2-core machine
 # comparison is of the parallelism, not of malloc; --system-malloc runs every job without it.
 CHORUS_MALLOC = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296"
 TARGET_ADAPTIVE = 0.90  # issue 3: adaptive must reach 90% of the ideal
+# What the JSON keeps of every run besides the median one.
+RUN_KEYS = ("samples_per_s", "final_shares", "mean_compute_s", "overhead_s", "rebalances")
 
 
 def parse_args(argv=None):
@@ -266,12 +268,16 @@ def measure(args, workdir):
             runs[name].append(result)
             print(f"  {name:<12} run {repeat + 1}/{args.repeats}: "
                   f"{result['samples_per_s']:8.1f} samples/s ({result['job_wall_s']:.1f} s, "
-                  f"other work {result['foreign_cores']:.2f} cores)", flush=True)
+                  f"other work {result['foreign_cores']:.2f} cores), shares "
+                  f"{result['final_shares']}, compute ms {fmt_ms(result['mean_compute_s'])}",
+                  flush=True)
     results = {}
     for name, attempts in runs.items():
         ranked = sorted(attempts, key=lambda r: r["samples_per_s"])
+        # Every run's throughput, final shares and compute, so that an outlier can be explained.
         results[name] = dict(ranked[len(ranked) // 2],
-                             all_samples_per_s=[r["samples_per_s"] for r in attempts])
+                             all_samples_per_s=[r["samples_per_s"] for r in attempts],
+                             all_runs=[{key: r.get(key) for key in RUN_KEYS} for r in attempts])
     return results
 
 
