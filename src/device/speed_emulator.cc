@@ -149,6 +149,7 @@ void SpeedEmulator::beginStep() {
   const auto start = SteadyClock::now();
   const std::int64_t delay = takeHostDelay();
   std::int64_t window = 0;
+  bool paused = false;
   if (step_began_) {
     // The turns are fractions of the step, so the previous step's length places this one, not
     // this device's own compute: a device with a small share would otherwise take its turn
@@ -157,18 +158,24 @@ void SpeedEmulator::beginStep() {
     // pause between steps (an evaluation, a checkpoint) does not become a sleep.
     const std::int64_t interval =
         std::chrono::duration_cast<std::chrono::nanoseconds>(start - last_step_began_).count();
-    window = std::min(interval, 2 * std::max(step_target_ns_, last_step_target_ns_));
+    const std::int64_t longest = 2 * std::max(step_target_ns_, last_step_target_ns_);
+    window = std::min(interval, longest);
+    paused = interval > longest;
   }
   if (step_target_ns_ > 0) last_step_target_ns_ = step_target_ns_;
   step_target_ns_ = 0;
-  credit_ns_ = delay;
+  // Nor is a wait for a core during such a pause (an evaluation on every worker at once) owed
+  // back: it is not this step's.
+  credit_ns_ = paused ? 0 : delay;
+  delay_ns_.fetch_add(credit_ns_, std::memory_order_relaxed);
   step_began_ = true;
   last_step_began_ = start;
   // Turns much shorter than the scheduler's time slices (a few milliseconds) cannot be kept apart:
   // the head start only adds a wake-up to each step (a 5 ms MLP step grew 40%).
   if (step_offset_ <= 0 || window < kMinStaggeredStep.count()) return;
   // A worker that waited for a core before this step has had that much of its head start.
-  const auto head = static_cast<std::int64_t>(step_offset_ * static_cast<double>(window)) - delay;
+  const auto head =
+      static_cast<std::int64_t>(step_offset_ * static_cast<double>(window)) - credit_ns_;
   if (head <= 0) return;
   std::this_thread::sleep_for(std::chrono::nanoseconds(head));
   const std::int64_t slept =
@@ -182,7 +189,6 @@ std::int64_t SpeedEmulator::takeHostDelay() {
   const std::int64_t now = threadRunDelayNanos();
   const std::int64_t delay = now < 0 ? 0 : std::max<std::int64_t>(0, now - delay_mark_ns_);
   delay_mark_ns_ = -1;
-  delay_ns_.fetch_add(delay, std::memory_order_relaxed);
   return delay;
 }
 

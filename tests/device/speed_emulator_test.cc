@@ -294,19 +294,27 @@ TEST(SpeedEmulatorTest, TimeWaitingForACoreBetweenStepsComesOutOfThePadding) {
   SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu);
   SpeedEmulator full(1.0, TimeBasis::kThreadCpu);
   SpeedEmulator gpu(0.25, TimeBasis::kWall);
-  for (SpeedEmulator* emulator : {&quarter, &full, &gpu}) {
+  for (SpeedEmulator* emulator : {&full, &gpu}) {
     emulator->beginStep();
     auto phase = emulator->compute();
     busyForCpu(0.002);
   }
+  // A step of 100 ms on the device: the next one ~40 ms after it ends is no pause (< 200 ms).
+  Stopwatch since_step;
+  quarter.beginStep();
+  {
+    auto phase = quarter.compute();
+    busyForCpu(0.025);
+  }
   waitForACore(0.020);
   for (SpeedEmulator* emulator : {&quarter, &full, &gpu}) emulator->beginStep();
+  ASSERT_LT(since_step.seconds(), 0.200) << "the host was too slow to tell a step from a pause";
   // Only a padded CPU worker has slack to give the wait back from.
   EXPECT_EQ(full.totals().host_delay_seconds, 0.0);
   EXPECT_EQ(gpu.totals().host_delay_seconds, 0.0);
   const double waited = quarter.totals().host_delay_seconds;
   EXPECT_GE(waited, 0.005);
-  EXPECT_LE(waited, 0.200);
+  EXPECT_LE(waited, 0.060);
   // 20 ms of CPU at a quarter speed is 80 ms on the device, counted from when it could have
   // started: the phase lasts 80 ms less the wait.
   Stopwatch watch;
@@ -316,6 +324,12 @@ TEST(SpeedEmulatorTest, TimeWaitingForACoreBetweenStepsComesOutOfThePadding) {
   EXPECT_GE(watch.seconds(), 0.080 - waited - 0.002);
   EXPECT_LE(watch.seconds(), 0.080 - waited + kTolerance);
   EXPECT_GE(phase.deviceSeconds(), 0.080 - 0.002);  // what the balancer sees does not change
+
+  // A wait during a pause between steps (an evaluation) is not given back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  waitForACore(0.020);
+  quarter.beginStep();
+  EXPECT_EQ(quarter.totals().host_delay_seconds, waited);
 }
 
 TEST(StaggerOffsets, WorkersBeyondTheCoresTakeTurnsOnACore) {

@@ -145,7 +145,8 @@ class SpeedEmulator {
   // those collectives, wakes the others, and they take the cores from it: it left the previous
   // step 2-3 ms after them (3 workers on 2 cores), and without this every step ended that much
   // later. The wait shortens the head start and counts against the padding like it, so it never
-  // makes a step shorter than the worker's real compute.
+  // makes a step shorter than the worker's real compute. After a pause (see above) nothing is
+  // given back: a wait for a core during an evaluation on every worker is not the step's.
   void beginStep();
   EmulationTotals totals() const;
 
