@@ -157,6 +157,11 @@ void ShmSync::checkWaiting(const ShmWaitContext& context, int peer) {
       if (error == EOWNERDEAD) pthread_mutex_consistent(&theirs.alive);
     }
   }
+  // The caller saw the peer not arrived, then this read its status: a peer that arrived in
+  // between and then left (its last operation done) or failed a later operation is not missing
+  // here. It arrived before it changed its status (or released its mutex), so, having seen that
+  // change, this sees the arrival too.
+  if (status != kShmActive && reached(peer)) return;
   if (status == kShmLeft) {
     const std::vector<int> lost = globalRanks({peer});
     throw PeerFailure(detail::concat(where(context), " lost a peer: rank ", joinInts(lost),

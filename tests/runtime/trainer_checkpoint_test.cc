@@ -2,6 +2,7 @@
 // Ranks run as threads over one in-memory store.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 
 #include "chorus/runtime/checkpoint.h"
@@ -93,7 +94,10 @@ TEST(TrainerPrecision, OverflowOnOneRankMakesEveryRankSkipTheStep) {
   constexpr std::int64_t kBad = 3;
   std::vector<std::vector<at::Tensor>> before(3), after(3), final(3);
   std::vector<std::vector<double>> scales(3);
-  std::vector<bool> skipped(3, false), others_skipped(3, false);
+  // One bool object per rank: the ranks are threads and write their own entry at the same time,
+  // which std::vector<bool> (bits packed into one shared word, updated read-modify-write) would
+  // turn into a data race that loses another rank's write.
+  std::array<bool, 3> skipped{}, others_skipped{};
   const auto errors = runTrainers(
       kJob, {"precision.ranks=[\"fp16\", \"fp16\", \"fp32\"]", "precision.loss_scale.init=256"}, 3,
       [&](Trainer& t, int rank) {
