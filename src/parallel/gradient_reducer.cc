@@ -182,6 +182,12 @@ void GradientReducer::writeGradients(double scale) {
   }
 }
 
+bool GradientReducer::gradientsFinite() const {
+  for (const auto& bucket : buckets_)
+    if (!at::isfinite(bucket->flat).all().item<bool>()) return false;
+  return true;
+}
+
 void GradientReducer::finishLocal(std::int64_t local_batch) {
   if (local_batch < 0) CHORUS_THROW(ConfigError, "gradient reducer: local batch must be >= 0");
   for (auto& bucket : buckets_) {

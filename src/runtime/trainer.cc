@@ -60,13 +60,6 @@ StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kF
   return figures;
 }
 
-bool gradientsFinite(model::ZooModel& model) {
-  for (const auto& parameter : model.parameters())
-    if (parameter.grad().defined() && !at::isfinite(parameter.grad()).all().item<bool>())
-      return false;
-  return true;
-}
-
 struct ShareResult {
   double compute_seconds = 0;
   double loss_sum = 0;
@@ -315,7 +308,7 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
     reduce = s.reducer->finish(s.job.train.global_batch);
   // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
   // gathered flags add overflows that a lossy path could have hidden.
-  const bool local_overflow = share.overflow || !gradientsFinite(*s.model);
+  const bool local_overflow = share.overflow || !s.reducer->gradientsFinite();
   const bool stop = hooks.stop_requested && hooks.stop_requested();
   const StepFigures figures = gatherFigures(
       world, {share.compute_seconds, reduce.wait_seconds, share.loss_sum,

@@ -80,6 +80,11 @@ class GradientReducer {
   // fp32 all-reduce on the communicator, bucket by bucket. REQUIRES: no step in progress.
   void averageParameters(double weight = 1.0);
 
+  // Whether the gradients the last finish() or finishLocal() wrote are all finite: one check per
+  // bucket, whose flat buffer holds exactly what was written (cheaper than a check per parameter,
+  // which costs a small model a quarter of a millisecond per step).
+  bool gradientsFinite() const;
+
   int numBuckets() const;
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<int>> bucketLayout() const;
