@@ -224,9 +224,7 @@ bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_secon
       return maybeRebalance(step, /*settling=*/false);
     case Mode::kAdaptive: {
       if (settle_step_ != BalancerState::kNever && step >= settle_step_) {
-        // Looks recur: a fit that a passing slowdown of the host had skewed when one look came
-        // is corrected at the next, once the window holds only the shares as they are.
-        settle_step_ = step + settleInterval();
+        settle_step_ = BalancerState::kNever;
         return maybeRebalance(step, /*settling=*/true);
       }
       if (last_change_step_ != BalancerState::kNever &&
@@ -281,13 +279,11 @@ bool LoadBalancer::maybeRebalance(int64_t step, bool settling) {
   shares_ = std::move(proposal);
   last_change_step_ = step;
   // The change was judged mostly on observations at the old shares (and, for the first one, on
-  // only profile_steps of them); look again when a full window has been measured at the new ones.
-  if (options_.mode == Mode::kAdaptive) settle_step_ = step + settleInterval();
+  // only profile_steps of them); look once more when a full window has been measured at the new
+  // ones. A settling change does not ask for another, so churn stays bounded.
+  if (options_.mode == Mode::kAdaptive && !settling)
+    settle_step_ = step + std::max(options_.window, options_.cooldown_steps);
   return true;
-}
-
-int64_t LoadBalancer::settleInterval() const {
-  return std::max(options_.window, options_.cooldown_steps);
 }
 
 std::vector<RankTiming> LoadBalancer::timings() const {

@@ -173,13 +173,10 @@ struct BalancerState {
 // "Enough" is min_gain (the dead band) plus two standard errors of the noisiest rank's fit
 // (SpeedModel::relativeError), so that noise alone does not move samples. A dead band alone
 // leaves the shares wherever a first, rough fit put them as long as that is within min_gain of
-// the optimum; so kAdaptive takes another look ("settling") `window` steps after the first
-// change, when every rank has a full window measured at the new shares, and every `window`
-// steps from then on, and applies the balanced shares if they beat half the dead band plus the
-// noise term. The looks recur because one look can come while a passing slowdown of the host
-// still skews a rank's window (measured: a share 30% low, kept for the rest of the run). At the
-// optimum, noise moves nothing (tested over 200 steps of ±5%), and the looks add at most one
-// change per `window` steps.
+// the optimum; so kAdaptive takes one more look ("settling") `window` steps after each change,
+// when every rank has a full window measured at the new shares, and then applies the balanced
+// shares if they beat the noise term alone. A settling change arms no further look, so each
+// regular change brings at most one settling change after it.
 //
 // Value type, not thread-safe.
 class LoadBalancer {
@@ -225,8 +222,6 @@ class LoadBalancer {
 
  private:
   bool maybeRebalance(int64_t step, bool settling);
-  // Steps between settling looks: a window, and never less than the cooldown.
-  int64_t settleInterval() const;
 
   BalancerOptions options_;
   int64_t global_batch_;
