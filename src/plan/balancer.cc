@@ -221,16 +221,16 @@ bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_secon
     case Mode::kStatic:
       if (static_done_) return false;
       static_done_ = true;
-      return maybeRebalance(step, /*settling=*/false);
+      return maybeRebalance(step);
     case Mode::kAdaptive: {
-      if (settle_step_ != BalancerState::kNever && step >= settle_step_) {
-        settle_step_ = BalancerState::kNever;
-        return maybeRebalance(step, /*settling=*/true);
-      }
-      if (last_change_step_ != BalancerState::kNever &&
+      // A confirmed change of a rank's speed ends the cooldown: the shares it calls for are
+      // worth more than measuring the last move longer.
+      bool speed_changed = false;
+      for (const SpeedModel& model : models_) speed_changed = speed_changed || model.speedChanged();
+      if (!speed_changed && last_change_step_ != BalancerState::kNever &&
           step - last_change_step_ < options_.cooldown_steps)
         return false;
-      return maybeRebalance(step, /*settling=*/false);
+      return maybeRebalance(step);
     }
   }
   return false;
@@ -257,7 +257,7 @@ std::vector<int64_t> balanceWithFloor(const std::vector<RankTiming>& fitted, int
   return shares;
 }
 
-bool LoadBalancer::maybeRebalance(int64_t step, bool settling) {
+bool LoadBalancer::maybeRebalance(int64_t step) {
   const std::vector<RankTiming> fitted = timings();
   std::vector<int64_t> proposal = balanceWithFloor(fitted, global_batch_, caps_);
   if (proposal == shares_) return false;
@@ -265,11 +265,7 @@ bool LoadBalancer::maybeRebalance(int64_t step, bool settling) {
   const double next = plan::predictedStepSeconds(fitted, proposal);
   double error = 0;
   for (const SpeedModel& model : models_) error = std::max(error, model.relativeError());
-  // Settling halves the dead band: by then every rank's window was measured at the current
-  // shares, so the fit is as good as it gets; half the band still keeps timing noise from
-  // moving shares back and forth.
-  const double dead_band = settling ? options_.min_gain / 2 : options_.min_gain;
-  if (!(next < now * (1.0 - dead_band - kConfidence * error))) return false;
+  if (!(next < now * (1.0 - options_.min_gain - kConfidence * error))) return false;
 
   std::ostringstream line;
   line << "step " << step << ": shares " << joinShares(shares_) << " -> " << joinShares(proposal)
@@ -278,11 +274,6 @@ bool LoadBalancer::maybeRebalance(int64_t step, bool settling) {
   last_change_ = line.str();
   shares_ = std::move(proposal);
   last_change_step_ = step;
-  // The change was judged mostly on observations at the old shares (and, for the first one, on
-  // only profile_steps of them); look once more when a full window has been measured at the new
-  // ones. A settling change does not ask for another, so churn stays bounded.
-  if (options_.mode == Mode::kAdaptive && !settling)
-    settle_step_ = step + std::max(options_.window, options_.cooldown_steps);
   return true;
 }
 
@@ -312,20 +303,42 @@ double LoadBalancer::predictedStepSeconds(const std::vector<int64_t>& shares) co
   return plan::predictedStepSeconds(timings(), shares);
 }
 
+bool LoadBalancer::setCaps(const std::vector<int64_t>& caps) {
+  effectiveCaps(caps, shares_.size(), global_batch_);  // throws when they cannot hold the batch
+  caps_ = caps;
+  bool over = false;
+  for (size_t i = 0; i < caps_.size(); ++i) over = over || (caps_[i] > 0 && shares_[i] > caps_[i]);
+  if (!over) return false;
+  std::vector<int64_t> proposal = balanceWithFloor(timings(), global_batch_, caps_);
+  std::ostringstream line;
+  line << "caps " << joinShares(caps_) << ": shares " << joinShares(shares_) << " -> "
+       << joinShares(proposal);
+  last_change_ = line.str();
+  shares_ = std::move(proposal);
+  return true;
+}
+
 BalancerState LoadBalancer::exportState() const {
   BalancerState state;
   state.shares = shares_;
   state.steps_observed = steps_observed_;
   state.last_change_step = last_change_step_;
   state.static_done = static_done_;
-  state.settle_step = settle_step_;
   state.last_change = last_change_;
-  for (size_t rank = 0; rank < models_.size(); ++rank)
+  for (size_t rank = 0; rank < models_.size(); ++rank) {
     for (const SpeedModel::Observation& observation : models_[rank].observations()) {
       state.observation_rank.push_back(static_cast<int>(rank));
       state.observation_samples.push_back(observation.samples);
       state.observation_seconds.push_back(observation.seconds);
     }
+    for (const SpeedModel::Held& held : models_[rank].held()) {
+      state.held_rank.push_back(static_cast<int>(rank));
+      state.held_samples.push_back(held.observation.samples);
+      state.held_seconds.push_back(held.observation.seconds);
+      state.held_ratio.push_back(held.ratio);
+    }
+    state.fixed_seconds.push_back(models_[rank].fixedSeconds());
+  }
   return state;
 }
 
@@ -347,19 +360,36 @@ void LoadBalancer::importState(const BalancerState& state) {
   const size_t count = state.observation_rank.size();
   if (state.observation_samples.size() != count || state.observation_seconds.size() != count)
     fail("observation vectors differ in length");
-  for (int rank : state.observation_rank)
-    if (rank < 0 || static_cast<size_t>(rank) >= models_.size())
-      fail(detail::concat("observation for rank ", rank));
+  const size_t held = state.held_rank.size();
+  if (state.held_samples.size() != held || state.held_seconds.size() != held ||
+      state.held_ratio.size() != held)
+    fail("held observation vectors differ in length");
+  if (!state.fixed_seconds.empty() && state.fixed_seconds.size() != models_.size())
+    fail(detail::concat(state.fixed_seconds.size(), " fixed costs for ", models_.size(), " ranks"));
+  for (const std::vector<int>* ranks : {&state.observation_rank, &state.held_rank})
+    for (int rank : *ranks)
+      if (rank < 0 || static_cast<size_t>(rank) >= models_.size())
+        fail(detail::concat("observation for rank ", rank));
 
-  for (SpeedModel& model : models_) model.reset();
+  std::vector<std::vector<SpeedModel::Observation>> windows(models_.size());
+  std::vector<std::vector<SpeedModel::Held>> held_back(models_.size());
   for (size_t k = 0; k < count; ++k)
-    models_[state.observation_rank[k]].observe(state.observation_samples[k],
-                                               state.observation_seconds[k]);
+    windows[state.observation_rank[k]].push_back(
+        {state.observation_samples[k], state.observation_seconds[k]});
+  for (size_t k = 0; k < held; ++k)
+    held_back[state.held_rank[k]].push_back(
+        {{state.held_samples[k], state.held_seconds[k]}, state.held_ratio[k]});
+  for (size_t rank = 0; rank < models_.size(); ++rank) {
+    if (windows[rank].size() > static_cast<size_t>(models_[rank].window()))
+      fail(detail::concat("rank ", rank, " has ", windows[rank].size(),
+                          " observations for a window of ", models_[rank].window()));
+    const double fixed = state.fixed_seconds.empty() ? 0.0 : state.fixed_seconds[rank];
+    models_[rank].restore(std::move(windows[rank]), std::move(held_back[rank]), fixed);
+  }
   shares_ = state.shares;
   steps_observed_ = state.steps_observed;
   last_change_step_ = state.last_change_step;
   static_done_ = state.static_done;
-  settle_step_ = state.settle_step;
   last_change_ = state.last_change;
 }
 

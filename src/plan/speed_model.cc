@@ -1,6 +1,7 @@
 // SpeedModel: a robust online fit of t(b) = a + c·b over a window of observations.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "chorus/core/error.h"
@@ -20,6 +21,11 @@ constexpr double kOutlierFactor = 3.0;
 constexpr double kRelativeTolerance = 1e-9;
 // The median absolute deviation times this estimates σ for Gaussian noise.
 constexpr double kMadToSigma = 1.4826;
+// The largest share of a step's time taken for a fixed cost: a line whose intercept is more than
+// this of the typical step is not believed, and a remembered fixed cost is used for points at one
+// batch size only up to this share of their time. Fixed costs above it are then underrated, which
+// overrates the per-sample cost: moves fall short and take a step more, but never overshoot.
+constexpr double kMaxFixedShare = 0.5;
 
 double median(std::vector<double> values) {
   const size_t middle = values.size() / 2;
@@ -57,20 +63,26 @@ bool wideEnough(const Points& points) {
   return static_cast<double>(high - low) >= SpeedModel::kMinRelativeSpread * high && high > low;
 }
 
-// a = 0 and c = the mean of t/b over the ratios near their median. The median alone would do,
-// but once outliers are gone the mean is ~1.7× less noisy for uniform noise, 1.25× for Gaussian,
-// and noise in c is what the balancer's dead band has to absorb.
-RankTiming fitProportional(const Points& points) {
+// a = `fixed` (the device's fixed cost as last seen by a line fit, 0 if never) and c = the mean of
+// (t − a)/b over the points whose ratio is near the median. Points at one batch size cannot tell a
+// fixed cost from a per-sample one, and assuming a = 0 there would make every move from a
+// balanced point misjudge the cost of the samples it moves (the balancer would need a move and a
+// correction for each change). The median alone would do, but once outliers are gone the mean is
+// ~1.7× less noisy for uniform noise, 1.25× for Gaussian, and noise in c is what the balancer's
+// noise margin has to absorb.
+RankTiming fitProportional(const Points& points, double fixed) {
+  for (const auto& point : points) fixed = std::min(fixed, kMaxFixedShare * point.seconds);
+  fixed = std::max(0.0, fixed);
   std::vector<double> ratios;
-  for (const auto& point : points) ratios.push_back(point.seconds / point.samples);
+  for (const auto& point : points) ratios.push_back((point.seconds - fixed) / point.samples);
   const double center = median(ratios);
   std::vector<double> residuals;
   for (double ratio : ratios) residuals.push_back(ratio - center);
   const Points kept = inliers(points, residuals, center);
   double mean = 0;
-  for (const auto& point : kept) mean += point.seconds / point.samples;
+  for (const auto& point : kept) mean += (point.seconds - fixed) / point.samples;
   mean /= kept.size();
-  return RankTiming{0.0, std::max(mean, SpeedModel::kMinSecondsPerSample)};
+  return RankTiming{fixed, std::max(mean, SpeedModel::kMinSecondsPerSample)};
 }
 
 // Ordinary least squares, with the intercept clamped at 0 (then c = Σbt / Σb², the least-squares
@@ -100,8 +112,10 @@ RankTiming fitLeastSquares(const Points& points) {
   return timing;
 }
 
-RankTiming fit(const Points& points) {
-  if (!wideEnough(points)) return fitProportional(points);
+// The fit, and whether it is a line through points of different batch sizes (whose a is then the
+// device's fixed cost as far as the window tells).
+std::pair<RankTiming, bool> fit(const Points& points, double fixed) {
+  if (!wideEnough(points)) return {fitProportional(points, fixed), false};
 
   // Theil–Sen start: the median of pairwise slopes ignores up to ~29% of bad points, which least
   // squares would let drag the line (and with it the residuals that decide who is an outlier).
@@ -119,12 +133,17 @@ RankTiming fit(const Points& points) {
   for (double offset : offsets) residuals.push_back(offset - intercept);
 
   const Points kept = inliers(points, residuals, typicalSeconds(points));
-  if (!wideEnough(kept)) return fitProportional(kept);
+  if (!wideEnough(kept)) return {fitProportional(kept, fixed), false};
   const RankTiming timing = fitLeastSquares(kept);
-  // A slope that is not positive means noise swamps the per-sample cost; the proportional model
-  // at least never tempts the balancer to pile samples on a rank that only looks free.
-  if (!(timing.c > SpeedModel::kMinSecondsPerSample)) return fitProportional(kept);
-  return timing;
+  // A slope that is not positive, or a fixed cost that dwarfs the per-sample one, means noise
+  // (or a co-tenant whose load changes with the shares) swamps the per-sample cost. Such a line
+  // tempts the balancer to pile samples on a rank that only looks nearly free, and the next step
+  // to take them back: the shares swing. A model that overrates the per-sample cost only slows
+  // convergence down, so the points fall back to the proportional model.
+  const double typical = typicalSeconds(kept);
+  if (!(timing.c > SpeedModel::kMinSecondsPerSample) || timing.a > kMaxFixedShare * typical)
+    return {fitProportional(kept, fixed), false};
+  return {timing, true};
 }
 
 }  // namespace
@@ -135,10 +154,17 @@ SpeedModel::SpeedModel(int window) : window_(window), timing_{0.0, 1.0} {
 
 void SpeedModel::observe(int64_t samples, double seconds) {
   if (samples <= 0 || !std::isfinite(seconds) || seconds < 0) return;
-  forgetOnSpeedChange(samples, seconds);
-  observations_.push_back({samples, seconds});
+  speed_changed_ = false;
+  if (holdBack(samples, seconds)) return;
   while (observations_.size() > static_cast<size_t>(window_)) observations_.pop_front();
-  timing_ = fit(Points(observations_.begin(), observations_.end()));
+  refit();
+}
+
+void SpeedModel::refit() {
+  const auto [timing, line] =
+      fit(Points(observations_.begin(), observations_.end()), fixed_seconds_);
+  timing_ = timing;
+  if (line) fixed_seconds_ = timing.a;
   relative_error_ = 0;
   if (observations_.size() < 2) return;
   std::vector<double> deviations;
@@ -148,27 +174,70 @@ void SpeedModel::observe(int64_t samples, double seconds) {
       kMadToSigma * median(deviations) / std::sqrt(static_cast<double>(observations_.size()));
 }
 
-// A device whose speed changed (throttling, a co-tenant, a test hook) makes every older
-// observation wrong; fitting through old and new would take a full window to notice and could
-// overshoot on the way. Two observations in a row off the fit by more than kShiftThreshold, in the
-// same direction, mark a change: the window keeps only the observation before this one.
-void SpeedModel::forgetOnSpeedChange(int64_t samples, double seconds) {
+// An observation far off the fit is either a hiccup of the host (one or two slow steps) or the
+// first of a new speed (throttling, a co-located job, a test hook). It is held back, so that a
+// hiccup never reaches the fit and moves nothing, until kShiftSteps in a row lie off the fit by
+// more than kShiftThreshold in the same direction: then the speed changed. Two are not enough: a
+// hiccup that lasts two steps is common enough (1% of steps slow: 1 in 10,000 pairs) to move
+// shares for no reason. A change of speed stretches the whole cost curve, fixed and per-sample
+// parts alike (a slower clock, a shared core), so the older observations are rescaled by the
+// median ratio of the new ones rather than forgotten: the fit keeps telling a fixed cost from a
+// per-sample one, and the first move after the change already lands near the new balance.
+// Returns true when the observation was held back (the fit is unchanged).
+bool SpeedModel::holdBack(int64_t samples, double seconds) {
   if (observations_.size() < 3) {
-    shift_streak_ = 0;
-    return;
+    held_.clear();
+    observations_.push_back({samples, seconds});
+    return false;
+  }
+  // Far from every batch size in the window the fit extrapolates, and being off there is news
+  // about the curve's shape, not about a hiccup or a new speed (the first steps after a move).
+  bool near = false;
+  for (const Observation& observation : observations_)
+    near = near || std::abs(observation.samples - samples) <= kMinRelativeSpread * samples;
+  if (!near) {
+    held_.clear();
+    observations_.push_back({samples, seconds});
+    return false;
   }
   const double ratio = seconds / timing_.seconds(samples);
   const int direction = ratio > 1 + kShiftThreshold ? 1 : ratio < 1 - kShiftThreshold ? -1 : 0;
-  shift_streak_ = direction != 0 && (shift_streak_ == 0 || (shift_streak_ > 0) == (direction > 0))
-                      ? shift_streak_ + direction
-                      : direction;
-  if (std::abs(shift_streak_) < 2) return;
-  observations_.erase(observations_.begin(), observations_.end() - 1);
-  shift_streak_ = 0;
+  if (direction == 0) {
+    held_.clear();  // the held observations were a hiccup
+    observations_.push_back({samples, seconds});
+    return false;
+  }
+  if (!held_.empty() && (held_.back().ratio > 1) != (direction > 0)) held_.clear();
+  held_.push_back({{samples, seconds}, ratio});
+  if (static_cast<int>(held_.size()) < kShiftSteps) return true;
+  std::vector<double> ratios;
+  for (const Held& held : held_) ratios.push_back(held.ratio);
+  const double factor = median(ratios);
+  for (Observation& observation : observations_) observation.seconds *= factor;
+  fixed_seconds_ *= factor;
+  speed_changed_ = true;
+  for (const Held& held : held_) observations_.push_back(held.observation);
+  held_.clear();
+  return false;
+}
+
+void SpeedModel::restore(std::vector<Observation> observations, std::vector<Held> held,
+                         double fixed_seconds) {
+  CHORUS_CHECK_CONFIG(observations.size() <= static_cast<size_t>(window_),
+                      "speed model: ", observations.size(), " observations for a window of ",
+                      window_);
+  reset();
+  if (observations.empty()) return;
+  observations_.assign(observations.begin(), observations.end());
+  held_ = std::move(held);
+  fixed_seconds_ = fixed_seconds;
+  refit();
 }
 
 void SpeedModel::reset() {
-  shift_streak_ = 0;
+  held_.clear();
+  speed_changed_ = false;
+  fixed_seconds_ = 0;
   observations_.clear();
   relative_error_ = 0;
   timing_ = RankTiming{0.0, 1.0};

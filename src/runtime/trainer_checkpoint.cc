@@ -44,10 +44,14 @@ nlohmann::json trainerJson(const Trainer::State& s) {
             {"steps_observed", balancer.steps_observed},
             {"last_change_step", balancer.last_change_step},
             {"static_done", balancer.static_done},
-            {"settle_step", balancer.settle_step},
             {"observation_rank", balancer.observation_rank},
             {"observation_samples", balancer.observation_samples},
             {"observation_seconds", balancer.observation_seconds},
+            {"held_rank", balancer.held_rank},
+            {"held_samples", balancer.held_samples},
+            {"held_seconds", balancer.held_seconds},
+            {"held_ratio", balancer.held_ratio},
+            {"fixed_seconds", balancer.fixed_seconds},
             {"last_change", balancer.last_change}}},
           {"config", s.job.toml}};
 }
@@ -58,10 +62,15 @@ plan::BalancerState balancerState(const nlohmann::json& json) {
   state.steps_observed = json.at("steps_observed").get<int64_t>();
   state.last_change_step = json.at("last_change_step").get<int64_t>();
   state.static_done = json.at("static_done").get<bool>();
-  state.settle_step = json.at("settle_step").get<int64_t>();
   state.observation_rank = json.at("observation_rank").get<std::vector<int>>();
   state.observation_samples = json.at("observation_samples").get<std::vector<int64_t>>();
   state.observation_seconds = json.at("observation_seconds").get<std::vector<double>>();
+  // Absent in checkpoints written before the balancer held observations back.
+  state.held_rank = json.value("held_rank", std::vector<int>{});
+  state.held_samples = json.value("held_samples", std::vector<int64_t>{});
+  state.held_seconds = json.value("held_seconds", std::vector<double>{});
+  state.held_ratio = json.value("held_ratio", std::vector<double>{});
+  state.fixed_seconds = json.value("fixed_seconds", std::vector<double>{});
   state.last_change = json.at("last_change").get<std::string>();
   return state;
 }

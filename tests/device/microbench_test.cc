@@ -9,8 +9,11 @@
 namespace chorus::device {
 namespace {
 
-// The reference BLAS manages a few GFLOP/s per core; MKL or OpenBLAS reach 50+ on any AVX2 core.
-constexpr double kOptimizedBlasGflops = 50.0;
+// The reference BLAS manages a few GFLOP/s per core; MKL or OpenBLAS reach 50+ on any AVX2 core
+// of this kind when the host is quiet. The bar is set where a disturbed run (a parallel build on
+// the other vCPU, once 3x slower) of an optimized BLAS still clears it and the reference one never
+// does, so that one measurement decides.
+constexpr double kOptimizedBlasGflops = 15.0;
 
 const DeviceInfo& hostCpu() {
   static const DeviceInfo cpu = discoverDevices().front();
@@ -18,14 +21,8 @@ const DeviceInfo& hostCpu() {
 }
 
 TEST(MicrobenchTest, OneThreadFp32MatmulUsesAnOptimizedBlas) {
-  // The defaults: one thread, n = 1024. A measurement is only as good as the machine is quiet (on
-  // a 2-vCPU VM the other vCPU is often the same core's SMT sibling), so a run disturbed by a
-  // parallel build gets two more chances; the best one counts, as within one measurement.
-  DeviceMeasurement measured = measureDevice(hostCpu(), MeasureOptions{});
-  for (int retry = 0; retry < 2 && measured.matmul_gflops_fp32 < kOptimizedBlasGflops; ++retry) {
-    const DeviceMeasurement again = measureDevice(hostCpu(), MeasureOptions{});
-    if (again.matmul_gflops_fp32 > measured.matmul_gflops_fp32) measured = again;
-  }
+  // The defaults: one thread, n = 1024.
+  const DeviceMeasurement measured = measureDevice(hostCpu(), MeasureOptions{});
   std::cout << "cpu fp32 matmul: " << measured.matmul_gflops_fp32 << " GFLOP/s on "
             << measured.threads << " thread(s), BLAS " << blasBackend() << "\n";
   if (measured.matmul_gflops_bf16)

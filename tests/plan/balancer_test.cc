@@ -221,27 +221,42 @@ constexpr int64_t kBatch = 700;
 const std::vector<double> kPerSample{1e-3, 2e-3, 4e-3};  // speeds 1, 0.5, 0.25
 const std::vector<double> kIdeal{400, 200, 100};         // {4/7, 2/7, 1/7} of 700
 
-TEST(LoadBalancer, SharesConvergeToSpeedRatioThenHoldStill) {
+// The largest number of samples any rank gained or lost between two share vectors.
+int64_t largestMove(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  int64_t largest = 0;
+  for (size_t i = 0; i < from.size(); ++i) largest = std::max(largest, std::abs(to[i] - from[i]));
+  return largest;
+}
+
+// No dead band: the shares converge to the speed ratio and stay near it. What moves is left under
+// ±5% noise is a correction of a few samples, not a swing.
+TEST(LoadBalancer, SharesConvergeToSpeedRatioThenStayNearIt) {
   LoadBalancer balancer(BalancerOptions{}, 3, kBatch);
   EXPECT_EQ(balancer.shares(), (std::vector<int64_t>{234, 233, 233}));
   int64_t i = 0;
-  for (; i < 20; ++i) step(balancer, i, kPerSample);
-  ASSERT_TRUE(within(balancer.shares(), kIdeal, 0.05))
-      << balancer.shares()[0] << "," << balancer.shares()[1] << "," << balancer.shares()[2];
-  const std::vector<int64_t> settled = balancer.shares();
-  for (; i < 50; ++i) EXPECT_FALSE(step(balancer, i, kPerSample)) << balancer.lastChange();
-  EXPECT_EQ(balancer.shares(), settled);
+  for (; i < 13; ++i) step(balancer, i, kPerSample);
+  for (; i < 100; ++i) {
+    const std::vector<int64_t> before = balancer.shares();
+    step(balancer, i, kPerSample);
+    EXPECT_TRUE(within(balancer.shares(), kIdeal, 0.03))
+        << i << ": " << balancer.shares()[0] << "," << balancer.shares()[1] << ","
+        << balancer.shares()[2];
+    EXPECT_LE(largestMove(before, balancer.shares()), kBatch * 3 / 100) << balancer.lastChange();
+  }
 }
 
-TEST(LoadBalancer, NoiseAloneCausesNoChangesAtTheOptimum) {
-  // Profiled at the balanced shares, 200 steps of ±5% noise must not move a sample.
+TEST(LoadBalancer, NoiseAloneMovesOnlyAFewSamplesAtTheOptimum) {
+  // Profiled at the balanced shares, 200 steps of ±5% noise keep them within 3% of it.
   LoadBalancer balancer(BalancerOptions{}, 3, kBatch);
   BalancerState state = balancer.exportState();
   state.shares = {400, 200, 100};
   balancer.importState(state);
   int changes = 0;
-  for (int64_t i = 0; i < 200; ++i) changes += step(balancer, i, kPerSample);
-  EXPECT_EQ(changes, 0) << balancer.lastChange();
+  for (int64_t i = 0; i < 200; ++i) {
+    changes += step(balancer, i, kPerSample);
+    EXPECT_TRUE(within(balancer.shares(), kIdeal, 0.03)) << balancer.lastChange();
+  }
+  EXPECT_LE(changes, 20);
 }
 
 TEST(LoadBalancer, SharesFollowASpeedChange) {
@@ -261,16 +276,19 @@ TEST(LoadBalancer, SharesFollowASpeedChange) {
       << balancer.shares()[0] << "," << balancer.shares()[1] << "," << balancer.shares()[2];
 }
 
-TEST(LoadBalancer, EveryChangeIsFollowedByAtMostOneSettlingChange) {
+// A speed change gets its moves within a few steps and then the shares calm down again: no
+// oscillation around the new balance.
+TEST(LoadBalancer, ASpeedChangeIsFollowedAndThenTheSharesCalmDown) {
   LoadBalancer balancer(BalancerOptions{}, 3, kBatch);
-  std::vector<int64_t> changes;
-  for (int64_t i = 0; i < 300; ++i)
-    if (step(balancer, i, i < 150 ? kPerSample : std::vector<double>{1e-3, 2e-3, 2e-3}))
-      changes.push_back(i);
-  // Two speed regimes: each gets its move (maybe two when caught mid-transition) and a settle.
-  EXPECT_GE(changes.size(), 2u);
-  EXPECT_LE(changes.size(), 6u);
-  EXPECT_LT(changes.back(), 150 + 60);
+  const std::vector<double> faster{1e-3, 2e-3, 2e-3};
+  const std::vector<double> ideal{350, 175, 175};
+  for (int64_t i = 0; i < 300; ++i) {
+    step(balancer, i, i < 150 ? kPerSample : faster);
+    if (i >= 160)
+      EXPECT_TRUE(within(balancer.shares(), ideal, 0.03))
+          << i << ": " << balancer.shares()[0] << "," << balancer.shares()[1] << ","
+          << balancer.shares()[2];
+  }
 }
 
 TEST(LoadBalancer, OffKeepsEqualShares) {
@@ -369,6 +387,37 @@ TEST(LoadBalancer, StateRoundTripsThroughExportAndImport) {
   EXPECT_THROW(resumed.importState(broken), CheckpointError);
   LoadBalancer other_world(BalancerOptions{}, 2, kBatch);
   EXPECT_THROW(other_world.importState(state), CheckpointError);
+}
+
+// A state exported while a rank's slow step is held back (hiccup or change of speed?) resumes
+// that judgement exactly: the held observation and the remembered fixed costs travel with it.
+TEST(LoadBalancer, StateCarriesHeldObservationsAndFixedCosts) {
+  const std::vector<double> fixed_cost{0.05, 0.02, 0.01};
+  const auto feed = [&](LoadBalancer& balancer, int64_t index, double slow) {
+    std::vector<double> seconds;
+    for (size_t i = 0; i < 3; ++i)
+      seconds.push_back((fixed_cost[i] + balancer.shares()[i] * kPerSample[i]) *
+                        (i == 2 ? slow : 1.0) * (1.0 + 0.01 * noise(index, static_cast<int>(i))));
+    return balancer.update(index, seconds);
+  };
+  LoadBalancer original(BalancerOptions{}, 3, kBatch);
+  for (int64_t i = 0; i < 30; ++i) feed(original, i, 1.0);
+  feed(original, 30, 2.0);  // rank 2 slows down: held back
+  const BalancerState state = original.exportState();
+  EXPECT_EQ(state.held_rank, std::vector<int>{2});
+  ASSERT_EQ(state.fixed_seconds.size(), 3u);
+  EXPECT_GT(state.fixed_seconds[0], 0.0);
+
+  LoadBalancer resumed(BalancerOptions{}, 3, kBatch);
+  resumed.importState(state);
+  // Rank 2 stays slow: both confirm the change at the same step and move alike.
+  for (int64_t i = 31; i < 50; ++i) {
+    EXPECT_EQ(feed(original, i, 2.0), feed(resumed, i, 2.0)) << i;
+    EXPECT_EQ(original.shares(), resumed.shares()) << i;
+  }
+  BalancerState broken = state;
+  broken.held_ratio.clear();
+  EXPECT_THROW(resumed.importState(broken), CheckpointError);
 }
 
 TEST(LoadBalancer, ParsesModesAndRejectsBadOptions) {

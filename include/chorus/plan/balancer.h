@@ -4,8 +4,9 @@
 // Each rank's compute time per step is modelled as t_i(b) = a_i + c_i·b (a fixed cost plus a cost
 // per sample), fitted online from measurements by SpeedModel. balanceShares() turns the fitted
 // timings into integer shares b_i with Σ b_i = B that minimise the slowest rank's time, and
-// LoadBalancer is the policy around it: profile at equal shares, then rebalance only when the
-// predicted step time improves enough (hysteresis), and explain every change in one log line.
+// LoadBalancer is the policy around it: profile at equal shares, then rebalance whenever the
+// predicted step time improves by more than the fits' noise, and explain every change in one log
+// line. Its claims are tested on simulated devices (tests/plan/balancer_simulation_test.cc).
 //
 // Only shares change; the global batch does not, so placement never changes the math (DESIGN
 // invariant 1). Everything here is deterministic plain C++: every rank runs the same code on the
@@ -31,14 +32,18 @@ struct RankTiming {
 
 // Online fit of one rank's RankTiming from observations (b, t) of its step compute time.
 //
-// Keeps a window of the most recent observations, so that it follows a change of speed (thermal
-// throttling, a co-located job) within about half a window: once the new regime holds the
-// majority of the window the old observations are rejected as outliers. The fit is robust to noise
-// and to single slow steps: a Theil–Sen line (median of pairwise slopes), rejection of points whose
-// residual exceeds 3× the median absolute residual, then least squares over the inliers. When the
-// window's b values are too close together to tell a fixed cost from a per-sample cost (less than
-// kMinRelativeSpread apart), the fit assumes a = 0 and takes c as the mean of t/b over the ratios
-// that are not outliers by the same rule. The result never has c <= 0 nor a < 0.
+// Keeps a window of the most recent observations. The fit is robust to noise: a Theil–Sen line
+// (median of pairwise slopes), rejection of points whose residual exceeds 3× the median absolute
+// residual, then least squares over the inliers; a line whose fixed cost is more than half the
+// typical step is not believed. When the window's b values are too close together to tell a fixed
+// cost from a per-sample cost (less than kMinRelativeSpread apart), the fit keeps the fixed cost
+// the last line found (0 before any) and takes c as the mean of (t − a)/b over the points that are
+// not outliers by the same rule. The result never has c <= 0 nor a < 0.
+//
+// Slow steps and changes of speed: an observation more than kShiftThreshold off the fit, near a
+// batch size the window has seen, is held back. A host hiccup (one or two slow steps) thus never
+// reaches the fit; kShiftSteps in a row off in one direction are a change of speed (throttling, a
+// co-located job), and the window is rescaled to it at once (see speedChanged()).
 //
 // Value type, not thread-safe.
 class SpeedModel {
@@ -47,15 +52,21 @@ class SpeedModel {
     int64_t samples;
     double seconds;
   };
+  // An observation held back from the window, with its ratio to the fit when it came.
+  struct Held {
+    Observation observation;
+    double ratio;
+  };
   static constexpr int kDefaultWindow = 16;
   // Smallest c ever reported, so that no rank looks free (it would be handed the whole batch).
   static constexpr double kMinSecondsPerSample = 1e-12;
   // A line is fitted only when max(b) − min(b) >= this fraction of max(b): closer together, noise
   // in t turns into wild slopes and intercepts.
-  static constexpr double kMinRelativeSpread = 0.2;
+  static constexpr double kMinRelativeSpread = 0.1;
   // An observation this far off the fit (as a fraction of the prediction) counts toward a speed
-  // change; two in a row in the same direction restart the window.
-  static constexpr double kShiftThreshold = 0.35;
+  // change; kShiftSteps in a row in the same direction rescale the window to the new speed.
+  static constexpr double kShiftThreshold = 0.25;
+  static constexpr int kShiftSteps = 3;
 
   // `window`: observations kept. REQUIRES: window >= 2 (else ConfigError). Default: 16.
   explicit SpeedModel(int window = kDefaultWindow);
@@ -76,17 +87,35 @@ class SpeedModel {
   // window around the fit (1.4826 × median |t/t̂ − 1|, the Gaussian σ) over √n. 0 with fewer than
   // two observations. The balancer asks a gain to beat this before it trusts it.
   double relativeError() const { return relative_error_; }
+  // Whether observations far off the fit are held back, waiting to tell a hiccup of the host from
+  // a change of speed (see kShiftSteps).
+  bool holding() const { return !held_.empty(); }
+  // Whether the latest observation confirmed a change of speed (the window was rescaled to it).
+  bool speedChanged() const { return speed_changed_; }
   // Forgets every observation.
   void reset();
 
+  // Everything needed to continue exactly where this model stands (for checkpoints): the window,
+  // the held observations and the remembered fixed cost. restore() refits from them without
+  // judging them again. REQUIRES: at most window() observations.
+  const std::vector<Held>& held() const { return held_; }
+  double fixedSeconds() const { return fixed_seconds_; }
+  void restore(std::vector<Observation> observations, std::vector<Held> held, double fixed_seconds);
+
  private:
   int window_;
-  void forgetOnSpeedChange(int64_t samples, double seconds);
+  bool holdBack(int64_t samples, double seconds);
+  void refit();
 
   std::deque<Observation> observations_;
   RankTiming timing_;
   double relative_error_ = 0;
-  int shift_streak_ = 0;  // signed count of consecutive observations off the fit
+  // The fixed cost a of the last fit that was a line through several batch sizes (0 before):
+  // used when the window holds one batch size only. See fitProportional in speed_model.cc.
+  double fixed_seconds_ = 0;
+  bool speed_changed_ = false;
+  // The latest consecutive observations off the fit in one direction (see holdBack).
+  std::vector<Held> held_;
 };
 
 // Integer shares b_i >= 0 with Σ b_i = global_batch and b_i <= caps[i] (a cap <= 0, or an empty
@@ -125,14 +154,15 @@ struct BalancerOptions {
   BalancerMode mode = BalancerMode::kAdaptive;
   // Steps run at equal shares before the first fit. REQUIRES: >= 1. Default: 3.
   int profile_steps = 3;
-  // Rebalance only when the predicted step time improves by more than this fraction (plus a
-  // noise margin, see LoadBalancer), so that noise does not shuffle samples back and forth.
-  // REQUIRES: 0 <= min_gain < 1. Default: 0.10 — smaller predicted gains are within what timing
-  // noise on a shared host (SMT siblings, co-tenants) makes up, and chasing them makes shares flap.
-  double min_gain = 0.10;
+  // A dead band: rebalance only when the predicted step time improves by more than this fraction
+  // plus the noise margin (see LoadBalancer). REQUIRES: 0 <= min_gain < 1. Default: 0 — the noise
+  // margin alone keeps noise from shuffling samples, and shrinks as the fits firm up, so the
+  // shares converge to the optimum instead of stopping anywhere within the band.
+  double min_gain = 0.0;
   // Steps after a change before the next one may happen, so that the new shares are measured
-  // before they are judged. REQUIRES: >= 0. Default: 5.
-  int cooldown_steps = 5;
+  // (twice, so that one slow step cannot decide alone) before they are judged; a confirmed change
+  // of a rank's speed ends it early. REQUIRES: >= 0. Default: 2.
+  int cooldown_steps = 2;
   // Observations per rank kept by its SpeedModel. REQUIRES: >= 2. Default: 16.
   int window = SpeedModel::kDefaultWindow;
   // Where the shares start instead of an equal split: a planner's shares (plan = "auto"), which
@@ -150,13 +180,19 @@ struct BalancerState {
   int64_t last_change_step = kNever;
   // kStatic: whether the single fit has been made.
   bool static_done = false;
-  // kAdaptive: the step of the pending settling look (see LoadBalancer); kNever when none.
-  int64_t settle_step = kNever;
   // The speed models' windows, flattened oldest first: entry k belongs to rank
   // observation_rank[k].
   std::vector<int> observation_rank;
   std::vector<int64_t> observation_samples;
   std::vector<double> observation_seconds;
+  // Observations held back from the windows (a hiccup or a change of speed being told apart),
+  // flattened like the windows; and each rank's remembered fixed cost (SpeedModel). Empty in
+  // states written before they existed: then nothing is held and no fixed cost is remembered.
+  std::vector<int> held_rank;
+  std::vector<int64_t> held_samples;
+  std::vector<double> held_seconds;
+  std::vector<double> held_ratio;
+  std::vector<double> fixed_seconds;
   std::string last_change;
 
   static constexpr int64_t kNever = -1;
@@ -168,15 +204,16 @@ struct BalancerState {
 // Starts at equal shares (clipped to the caps), or at options.initial_shares. kOff keeps them.
 // kStatic fits once after profile_steps and applies the result if it gains enough, then never
 // changes again. kAdaptive refits every step and changes the shares when the predicted gain is
-// enough and at least cooldown_steps have passed since the last change.
+// enough and at least cooldown_steps have passed since the last change (or a rank's speed
+// changed). Every rank keeps at least one sample when the batch allows, so none stops being
+// measured.
 //
-// "Enough" is min_gain (the dead band) plus two standard errors of the noisiest rank's fit
-// (SpeedModel::relativeError), so that noise alone does not move samples. A dead band alone
-// leaves the shares wherever a first, rough fit put them as long as that is within min_gain of
-// the optimum; so kAdaptive takes one more look ("settling") `window` steps after each change,
-// when every rank has a full window measured at the new shares, and then applies the balanced
-// shares if they beat the noise term alone. A settling change arms no further look, so each
-// regular change brings at most one settling change after it.
+// "Enough" is min_gain (a dead band, 0 by default) plus two standard errors of the noisiest
+// rank's fit (SpeedModel::relativeError): noise alone rarely moves samples, and when it does the
+// move is as small as the noise. There is no permanent dead band: as the fits firm up the margin
+// shrinks, so the shares converge to the optimum of the fitted curves rather than stopping
+// anywhere within a band of it (the policy the first version had, which left up to 10% of the
+// step on the table for good).
 //
 // Value type, not thread-safe.
 class LoadBalancer {
@@ -208,6 +245,12 @@ class LoadBalancer {
 
   // The current fitted timing of every rank. Ranks never observed borrow the mean of the others.
   std::vector<RankTiming> timings() const;
+  // Changes the caps, e.g. when a device turned out to hold fewer samples than it was given
+  // (same meaning as the constructor's). Shares above a new cap are clipped at once, and the
+  // whole split is balanced again under the current fit; lastChange() says so. Returns true when
+  // the shares changed. Throws ConfigError on caps of the wrong size or that cannot hold the
+  // batch (the balancer is then unchanged).
+  bool setCaps(const std::vector<int64_t>& caps);
   // Predicted compute time of a step at `shares` under the current fit.
   double predictedStepSeconds(const std::vector<int64_t>& shares) const;
 
@@ -221,7 +264,7 @@ class LoadBalancer {
   void importState(const BalancerState& state);
 
  private:
-  bool maybeRebalance(int64_t step, bool settling);
+  bool maybeRebalance(int64_t step);
 
   BalancerOptions options_;
   int64_t global_batch_;
@@ -231,7 +274,6 @@ class LoadBalancer {
   int64_t steps_observed_ = 0;
   int64_t last_change_step_ = BalancerState::kNever;
   bool static_done_ = false;
-  int64_t settle_step_ = BalancerState::kNever;
   std::string last_change_;
 };
 

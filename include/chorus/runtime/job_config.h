@@ -97,8 +97,8 @@ struct CommSection {
 struct BalancerSection {
   std::string mode = "adaptive";    // top-level `balance`: "off" | "static" | "adaptive"
   std::int64_t profile_steps = 3;   // Default: 3
-  double min_gain = 0.10;           // Default: 0.10
-  std::int64_t cooldown_steps = 5;  // Default: 5
+  double min_gain = 0.0;            // Default: 0 (see plan::BalancerOptions)
+  std::int64_t cooldown_steps = 2;  // Default: 2
   std::int64_t window = 16;         // Default: 16
   // Fixed shares, one per rank, summing to the global batch; the balancer is then not used.
   // Default: none.
