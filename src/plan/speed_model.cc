@@ -227,11 +227,10 @@ void SpeedModel::restore(std::vector<Observation> observations, std::vector<Held
                       "speed model: ", observations.size(), " observations for a window of ",
                       window_);
   reset();
-  if (observations.empty()) return;
   observations_.assign(observations.begin(), observations.end());
   held_ = std::move(held);
   fixed_seconds_ = fixed_seconds;
-  refit();
+  if (!observations_.empty()) refit();
 }
 
 void SpeedModel::reset() {
