@@ -10,10 +10,14 @@ It trains the same residual CNN as chorus (src/model/cnn.cc) the way DDP always 
 takes the same batch, B / world_size samples.  Emulated speed works as in chorus
 (src/device/speed_emulator.cc): the CPU time of each rank's forward + backward, measured in *thread*
 CPU time (so blocked waits and Gloo's own threads do not count), is padded with sleep so that the
-phase lasts cpu_time / speed.  DDP's all-reduce is left as it is (launched from autograd hooks,
-overlapping backward); the sleep comes after backward returns and before the optimizer step.  Only
-compute is padded, never the time spent waiting for peers: the phase's wall time, which the sleep
-tops up, ends when the last gradient is ready (GradientClock), not when backward returns after
+phase lasts cpu_time / speed, and it is padded in proportion as it goes, as chorus's trainer pads
+it: after forward, then in this script's DDP communication hook (register_comm_hook) just before
+each bucket's all-reduce is launched (the CPU time so far), and the rest when backward returns.
+So a slow rank's gradients become ready, and its all-reduces start, at the emulated pace: padded
+only at the end, its all-reduce would run inside that sleep and look free.  DDP's buckets and
+their overlap with backward are DDP's own (the hook launches DDP's default all-reduce).  Only
+compute is padded, never the time spent waiting for peers: the phase's wall time, which the sleeps
+top up, ends when the last gradient is ready (GradientClock), not when backward returns after
 DDP has waited for its all-reduce.  When the ranks outnumber the cores they take turns within a
 step exactly as chorus's do (device::staggerOffsets, SpeedEmulator::beginStep): a rank with a step
 offset sleeps that fraction of its previous step's emulated compute first and counts it against
@@ -42,6 +46,7 @@ import torch  # noqa: E402  (after the warning filter on purpose)
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 HEAD_GRID = 4  # the head pools to a 4 x 4 map, as chorus's CNN does
@@ -157,19 +162,76 @@ def stagger_offsets(speeds, cores):
     return offsets
 
 
-def pad_compute(cpu_seconds, wall_seconds, speed, overshoot, credit=0.0):
-    """Sleep so that a compute phase of cpu_seconds lasts cpu_seconds / speed in all.
+class PhasePadder:
+    """SpeedEmulator::ComputeScope in Python: pads one compute phase as it goes.
 
-    wall_seconds is how long the phase already lasted, *excluding* waits for peers; like chorus,
-    late wake-ups are repaid from the next phase, and `credit` (sleep taken before the step)
-    counts against what is owed.  Returns the new overshoot.
+    begin() opens a phase; pad_so_far() sleeps what the CPU time since the last pad point owes
+    (the phase as a whole lasts cpu / speed: owed = cpu / speed - wall, wall excluding the pads'
+    own sleeps and any wait for peers); end() pads the rest.  Like chorus, late wake-ups are
+    repaid from the next pad, and `credit` (sleep taken before the step) counts against what is
+    owed.  Used on the training thread only (DDP runs a CPU backward's hooks on it).
     """
-    owed = max(0.0, cpu_seconds / speed - wall_seconds - credit) - overshoot
-    if owed <= 0:
-        return -owed
-    start = time.perf_counter()
-    time.sleep(owed)
-    return max(0.0, time.perf_counter() - start - owed)
+
+    def __init__(self, speed):
+        self.speed = speed
+        self.overshoot = 0.0
+        self.credit = 0.0
+        self.cpu_start = self.wall_start = 0.0
+        self.settled = 0.0
+        self.sleeps = []  # (end, seconds) of the pads of this phase
+        self.active = False
+
+    def begin(self, credit):
+        """Opens a phase; `credit` is sleep already taken before it (step offset, run delay)."""
+        self.credit = credit
+        self.cpu_start, self.wall_start = time.thread_time(), time.perf_counter()
+        self.settled = 0.0
+        self.sleeps = []
+        self.active = True
+
+    def cpu(self):
+        """CPU seconds of the phase so far (blocked waits use none)."""
+        return time.thread_time() - self.cpu_start
+
+    def pad_so_far(self, wall_end=None):
+        """Pads the phase up to now (or up to `wall_end`, when the compute ended earlier)."""
+        if not self.active or self.speed >= 1:
+            return
+        cpu = self.cpu()
+        end = time.perf_counter() if wall_end is None else wall_end
+        wall = end - self.wall_start - sum(s for done, s in self.sleeps if done <= end)
+        total = max(0.0, cpu / self.speed - wall)
+        if total <= self.settled:
+            return
+        owed, self.settled = total - self.settled, total
+        used = min(self.credit, owed)
+        self.credit -= used
+        owed -= used + self.overshoot
+        if owed <= 0:
+            self.overshoot = -owed
+            return
+        start = time.perf_counter()
+        time.sleep(owed)
+        done = time.perf_counter()
+        self.overshoot = max(0.0, done - start - owed)
+        self.sleeps.append((done, done - start))
+
+    def end(self, wall_end):
+        """Pads the rest of a phase whose compute ended at `wall_end`; returns its CPU seconds."""
+        cpu = self.cpu()
+        self.pad_so_far(wall_end)
+        self.active = False
+        return cpu
+
+    def last_sleep_end(self):
+        """When the phase's last pad woke (0 without one)."""
+        return self.sleeps[-1][0] if self.sleeps else 0.0
+
+
+def padded_allreduce_hook(padder, bucket):
+    """DDP communication hook: pads the compute done so far, then DDP's default all-reduce."""
+    padder.pad_so_far()
+    return default_hooks.allreduce_hook(None, bucket)
 
 
 def train(args):
@@ -189,6 +251,8 @@ def train(args):
     net = ResidualCNN(args.channels, args.blocks, args.groups)
     clock = GradientClock(net.parameters())
     model = DistributedDataParallel(net)
+    padder = PhasePadder(speed)
+    model.register_comm_hook(padder, padded_allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     data = make_data(rank, per_rank, args.seed)
     # Sum of per-sample losses over B, times world: DDP's gradient average then equals the
@@ -197,7 +261,7 @@ def train(args):
 
     with open(f"{args.log_prefix}.rank{rank}.jsonl", "w", encoding="utf-8") as log:
         dist.barrier()
-        run_steps(args, model, optimizer, data, clock, scale, (speed, offset), log)
+        run_steps(args, model, optimizer, data, clock, scale, (padder, offset), log)
 
 
 def run_delay():
@@ -210,10 +274,11 @@ def run_delay():
 
 
 def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
-    """The timed training loop: forward, backward (DDP all-reduces), padding, optimizer step.
-    `emulation` is (speed, step offset)."""
-    speed, offset = emulation
-    overshoot, last_target, last_start, delay_mark = 0.0, 0.0, None, None
+    """The timed training loop: forward, padding, backward (DDP pads and all-reduces bucket by
+    bucket), the rest of the padding, optimizer step.  `emulation` is (PhasePadder, step offset)."""
+    padder, offset = emulation
+    speed = padder.speed
+    last_target, last_start, delay_mark = 0.0, None, None
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
         # As chorus (SpeedEmulator::beginStep): a padded rank gets back the time it waited for a
@@ -228,19 +293,20 @@ def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
         last_start = start
         inputs, targets = data[step % DATA_POOL]
         optimizer.zero_grad(set_to_none=True)
-        cpu_start, phase_start = time.thread_time(), time.perf_counter()
+        padder.begin(credit)
         loss_sum = F.cross_entropy(model(inputs), targets, reduction="sum")
-        (loss_sum * scale).backward()  # DDP's hooks all-reduce; it waits for them before returning
+        padder.pad_so_far()  # the forward at the emulated pace
+        (loss_sum * scale).backward()  # DDP's hooks pad and all-reduce; it waits before returning
         backward_end = time.perf_counter()
-        cpu = time.thread_time() - cpu_start  # blocked waits use no CPU: compute only
-        overshoot = pad_compute(cpu, clock.last - phase_start, speed, overshoot, credit)
+        ready = max(clock.last, padder.last_sleep_end())  # the last gradient, padded
+        cpu = padder.end(clock.last)  # blocked waits use no CPU: compute only
         delay_mark = run_delay() if speed < 1 else None
         last_target = cpu / speed
         optimizer.step()
         loss = loss_sum.item() / len(inputs)
         step_s = time.perf_counter() - start
         log.write(json.dumps({"step": step, "step_s": step_s, "loss": loss,
-                              "compute_s": cpu / speed, "wait_s": backward_end - clock.last})
+                              "compute_s": cpu / speed, "wait_s": max(0.0, backward_end - ready)})
                   + "\n")
 
 

@@ -60,6 +60,8 @@ SpeedEmulator::ComputeScope::ComputeScope(ComputeScope&& other) noexcept
       device_seconds_(other.device_seconds_),
       paused_at_(other.paused_at_),
       excluded_(other.excluded_),
+      slept_(other.slept_),
+      settled_ns_(other.settled_ns_),
       paused_(other.paused_),
       uncaught_at_start_(other.uncaught_at_start_) {
   other.owner_ = nullptr;
@@ -69,7 +71,8 @@ SpeedEmulator::ComputeScope::~ComputeScope() {
   if (owner_ == nullptr) return;
   // A new exception in flight means the phase failed: record it, but do not delay the error.
   const bool unwinding = std::uncaught_exceptions() > uncaught_at_start_;
-  owner_->finishPhase(computeSeconds(), wallSeconds(), !unwinding);
+  const double compute = computeSeconds();
+  owner_->finishPhase(compute, owedSoFar(compute, wallSeconds()), !unwinding);
   owner_ = nullptr;
 }
 
@@ -102,8 +105,31 @@ double SpeedEmulator::ComputeScope::wallSeconds() const {
   const auto now = SteadyClock::now();
   auto excluded = excluded_;
   if (paused_) excluded += now - paused_at_;
-  const auto compute = std::max(SteadyClock::duration::zero(), (now - start_) - excluded);
+  const auto compute = std::max(SteadyClock::duration::zero(), (now - start_) - excluded - slept_);
   return std::chrono::duration<double>(compute).count();
+}
+
+std::int64_t SpeedEmulator::ComputeScope::owedSoFar(double compute_seconds, double wall_seconds) {
+  // Padding is owed for the phase as a whole (compute / speed against its wall time), so a part
+  // that lost its core longer than its own padding is made up from the parts that did not. What
+  // an earlier pad point settled cannot be unslept: the total only grows.
+  const std::int64_t total =
+      toNanos(std::max(0.0, compute_seconds / owner_->speed_ - wall_seconds));
+  if (total <= settled_ns_) return 0;
+  const std::int64_t owed = total - settled_ns_;
+  settled_ns_ = total;
+  return owed;
+}
+
+double SpeedEmulator::ComputeScope::padSoFar() {
+  if (owner_ == nullptr || paused_ || !owner_->emulated()) return 0;
+  owner_->pad_points_.fetch_add(1, std::memory_order_relaxed);
+  const std::int64_t owed = owedSoFar(computeSeconds(), wallSeconds());
+  if (owed <= 0) return 0;
+  const auto start = SteadyClock::now();
+  const std::int64_t slept = owner_->sleepOwed(owed);
+  slept_ += SteadyClock::now() - start;
+  return toSeconds(slept);
 }
 
 double SpeedEmulator::ComputeScope::end() {
@@ -111,7 +137,7 @@ double SpeedEmulator::ComputeScope::end() {
   const double compute = computeSeconds();
   const double wall = wallSeconds();
   device_seconds_ = std::max(compute / owner_->speed_, wall);
-  const double slept = owner_->finishPhase(compute, wall, true);
+  const double slept = owner_->finishPhase(compute, owedSoFar(compute, wall), true);
   owner_ = nullptr;
   return slept;
 }
@@ -202,28 +228,25 @@ EmulationTotals SpeedEmulator::totals() const {
   totals.compute_seconds = toSeconds(compute_ns_.load(std::memory_order_relaxed));
   totals.padded_seconds = toSeconds(padded_ns_.load(std::memory_order_relaxed));
   totals.phases = phases_.load(std::memory_order_relaxed);
+  totals.pad_points = pad_points_.load(std::memory_order_relaxed);
   totals.host_delay_seconds = toSeconds(delay_ns_.load(std::memory_order_relaxed));
   return totals;
 }
 
-double SpeedEmulator::finishPhase(double compute_seconds, double wall_seconds, bool pad) {
-  const double slept = padPhase(compute_seconds, wall_seconds, pad);
-  markHostDelay();
-  return slept;
-}
-
-double SpeedEmulator::padPhase(double compute_seconds, double wall_seconds, bool pad) {
+double SpeedEmulator::finishPhase(double compute_seconds, std::int64_t owed_ns, bool pad) {
   compute_ns_.fetch_add(toNanos(compute_seconds), std::memory_order_relaxed);
   phases_.fetch_add(1, std::memory_order_relaxed);
-  const double target = compute_seconds / speed_;
-  step_target_ns_ += toNanos(target);
-  if (!pad || !emulated()) return 0;
-  // Sleep wakes late by tens of microseconds; repaying that from the next phase keeps the total
-  // padding at (1/speed - 1) x compute even over thousands of millisecond-long phases.
-  // The phase should last compute / speed; it already lasted wall_seconds (equal to
-  // compute_seconds in the wall basis, so this is paddingFor(compute_seconds) there). Sleep
-  // taken before the step (beginStep) is part of what is owed.
-  std::int64_t owed = toNanos(std::max(0.0, target - wall_seconds));
+  step_target_ns_ += toNanos(compute_seconds / speed_);
+  const std::int64_t slept = pad && emulated() ? sleepOwed(owed_ns) : 0;
+  markHostDelay();
+  return toSeconds(slept);
+}
+
+std::int64_t SpeedEmulator::sleepOwed(std::int64_t owed_ns) {
+  // Sleep taken before the step (beginStep) is part of what is owed. Sleep wakes late by tens of
+  // microseconds; repaying that from the next pad keeps the total padding at
+  // (1/speed - 1) x compute even over thousands of millisecond-long phases.
+  std::int64_t owed = std::max<std::int64_t>(0, owed_ns);
   const std::int64_t credit = std::min(credit_ns_, owed);
   credit_ns_ -= credit;
   owed -= credit + overshoot_ns_;
@@ -237,7 +260,7 @@ double SpeedEmulator::padPhase(double compute_seconds, double wall_seconds, bool
       std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
   overshoot_ns_ = std::max<std::int64_t>(0, slept - owed);
   padded_ns_.fetch_add(slept, std::memory_order_relaxed);
-  return toSeconds(slept);
+  return slept;
 }
 
 std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores) {

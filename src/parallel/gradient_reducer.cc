@@ -1,5 +1,7 @@
 #include "chorus/parallel/gradient_reducer.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -41,24 +43,37 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
       communicator_(std::move(communicator)),
       options_(options),
       bucket_of_(parameters_.size(), -1) {
+  if (options_.first_bucket_bytes < 1 || options_.bucket_bytes < 1 || options_.min_buckets < 1 ||
+      options_.min_bucket_bytes < 1)
+    CHORUS_THROW(ConfigError, "gradient reducer: bucket sizes and min_buckets must be positive");
+  std::int64_t total_bytes = 0;
+  for (int index = 0; index < static_cast<int>(parameters_.size()); ++index) {
+    if (parameters_[index].scalar_type() != at::kFloat)
+      CHORUS_THROW(ConfigError, "gradient reducer: parameter ", index,
+                   " is not float32 (master weights are fp32)");
+    total_bytes += parameters_[index].numel() * 4;
+  }
+  // ReducerOptions has the rule and its why.
+  const std::int64_t spread =
+      std::max(options_.min_bucket_bytes, total_bytes / options_.min_buckets);
+  const auto capOf = [&](size_t bucket) {
+    const std::int64_t cap = std::min(options_.bucket_bytes, spread);
+    return bucket == 0 ? std::min(options_.first_bucket_bytes, cap) : cap;
+  };
   // Buckets in reverse registration order: backward produces the last layers' gradients first,
   // so the first bucket fills first and its all-reduce overlaps the rest of backward.
   auto current = std::make_unique<Bucket>();
   std::int64_t current_bytes = 0;
   for (int index = static_cast<int>(parameters_.size()) - 1; index >= 0; --index) {
-    const at::Tensor& parameter = parameters_[index];
-    if (parameter.scalar_type() != at::kFloat)
-      CHORUS_THROW(ConfigError, "gradient reducer: parameter ", index,
-                   " is not float32 (master weights are fp32)");
-    const std::int64_t bytes = parameter.numel() * 4;
-    if (!current->parameters.empty() && current_bytes + bytes > options_.bucket_bytes) {
+    const std::int64_t bytes = parameters_[index].numel() * 4;
+    if (!current->parameters.empty() && current_bytes + bytes > capOf(buckets_.size())) {
       buckets_.push_back(std::move(current));
       current = std::make_unique<Bucket>();
       current_bytes = 0;
     }
     bucket_of_[index] = static_cast<int>(buckets_.size());
     current->parameters.push_back(index);
-    current->elements += parameter.numel();
+    current->elements += parameters_[index].numel();
     current_bytes += bytes;
   }
   if (!current->parameters.empty()) buckets_.push_back(std::move(current));
@@ -128,6 +143,7 @@ void GradientReducer::launch(Bucket& bucket) {
       slot.zero_();  // unused parameter, or no backward on this rank: contributes zero
     offset += parameter.numel();
   }
+  if (options_.before_launch) options_.before_launch(bucket.index);
   bucket.launched = true;
   if (!engine_) {
     bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);

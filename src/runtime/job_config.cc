@@ -110,6 +110,8 @@ OptimizerSection readOptimizer(const Config& config) {
 CommSection readComm(const Config& config) {
   CommSection comm;
   comm.bucket_mb = config.getDouble("comm.bucket_mb", comm.bucket_mb);
+  comm.first_bucket_mb = config.getDouble("comm.first_bucket_mb", comm.first_bucket_mb);
+  comm.min_buckets = config.getInt("comm.min_buckets", comm.min_buckets);
   comm.overlap = config.getBool("comm.overlap", comm.overlap);
   comm.timeout_s = config.getDouble("comm.timeout_s", comm.timeout_s);
   comm.algorithm = config.getString("comm.algorithm", comm.algorithm);
@@ -137,6 +139,9 @@ CommSection readComm(const Config& config) {
   require(comm.topk_ratio > 0 && comm.topk_ratio <= 1, "comm.topk_ratio", "must be in (0, 1]");
   require(comm.sync_every >= 1, "comm.sync_every", "must be at least 1");
   require(comm.bucket_mb > 0, "comm.bucket_mb", "must be positive");
+  require(comm.first_bucket_mb > 0, "comm.first_bucket_mb", "must be positive");
+  require(comm.min_buckets >= 1 && comm.min_buckets <= 1024, "comm.min_buckets",
+          "must be in [1, 1024]");
   require(comm.timeout_s > 0, "comm.timeout_s", "must be positive");
   return comm;
 }

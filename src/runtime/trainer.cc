@@ -66,8 +66,25 @@ struct ShareResult {
   bool overflow = false;  // this rank's own gradients overflowed (seen before the reduction)
 };
 
+// Makes a compute phase the one the reducer's before_launch pads (State::phase) while it lives.
+class CurrentPhase {
+ public:
+  CurrentPhase(Trainer::State& s, device::SpeedEmulator::ComputeScope& phase) : s_(s) {
+    s_.phase = &phase;
+  }
+  ~CurrentPhase() { s_.phase = nullptr; }
+  CurrentPhase(const CurrentPhase&) = delete;
+  CurrentPhase& operator=(const CurrentPhase&) = delete;
+
+ private:
+  Trainer::State& s_;
+};
+
 // This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
 // over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
+// An emulated slower device is padded as its compute goes (DESIGN.md, "Emulated heterogeneity"):
+// after each forward, before each gradient bucket's launch (reducerOptions), and at the end of
+// each micro-batch, so its gradients are ready, and its all-reduces start, at the emulated pace.
 ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, bool inject,
                      bool arm_reducer) {
   const auto micro = data::microBatches(
@@ -81,12 +98,14 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
     const data::Batch batch = s.data.train->get(micro[k]);
     if (arm_reducer && k + 1 == micro.size()) s.reducer->armForFinalBackward();
     auto phase = s.emulator->compute();
+    const CurrentPhase current(s, phase);
     at::Tensor loss;
     {
       parallel::AutocastScope autocast(s.worker->device().type(), s.precision);
       loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
                               batch.targets.to(s.worker->device()));
     }
+    phase.padSoFar();
     at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
     if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
     scaled.backward();
@@ -149,8 +168,19 @@ std::int64_t calibrateMicroBatch(Trainer::State& s, device::MemoryBudget& budget
 parallel::ReducerOptions reducerOptions(Trainer::State& s) {
   const CommSection& section = s.job.comm;
   parallel::ReducerOptions options;
-  options.bucket_bytes = static_cast<std::int64_t>(section.bucket_mb * (1 << 20));
+  // At least one byte: a positive bucket_mb below a byte still means "as small as it gets".
+  const auto bytesOf = [](double mib) {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(mib * (1 << 20)));
+  };
+  options.bucket_bytes = bytesOf(section.bucket_mb);
+  options.first_bucket_bytes = bytesOf(section.first_bucket_mb);
+  options.min_buckets = static_cast<int>(section.min_buckets);
   options.overlap = section.overlap;
+  // Pads the compute phase in progress up to this launch; launches after the phase (finish(),
+  // overlap off) find none. The State outlives the reducer it owns.
+  options.before_launch = [&s](int /*bucket*/) {
+    if (s.phase != nullptr) s.phase->padSoFar();
+  };
   if (section.algorithm != "flat") {
     comm::RankDescriptor self;
     self.host_id = s.worker->identity().host_id;
@@ -264,6 +294,8 @@ Trainer::~Trainer() {
 }
 
 std::int64_t Trainer::nextStep() const { return state_->next_step; }
+
+device::EmulationTotals Trainer::emulationTotals() const { return state_->emulator->totals(); }
 
 std::string Trainer::precision() const { return parallel::toString(state_->precision); }
 

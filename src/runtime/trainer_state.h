@@ -92,7 +92,10 @@ struct Trainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<parallel::GradientReducer> reducer;
   std::unique_ptr<plan::LoadBalancer> balancer;
-  device::SpeedEmulator* emulator = nullptr;              // the worker's, or speed_override's
+  device::SpeedEmulator* emulator = nullptr;  // the worker's, or speed_override's
+  // The compute phase in progress (runShare), which the reducer's before_launch pads up to each
+  // bucket's launch; null between phases.
+  device::SpeedEmulator::ComputeScope* phase = nullptr;
   std::unique_ptr<device::SpeedEmulator> speed_override;  // set by TrainerHooks::speed_at
   double speed = 1.0;
   std::int64_t micro_limit = 0;  // max samples per micro-batch on this rank (0: none)

@@ -88,6 +88,8 @@ TEST(JobConfig, BadConfigsGetTheirOwnClearMessages) {
       {{"data.dataset=imagenet"}, "data.dataset"},
       {{"train.target_accuracy=2"}, "train.target_accuracy"},
       {{"comm.bucket_mb=0"}, "comm.bucket_mb"},
+      {{"comm.first_bucket_mb=-1"}, "comm.first_bucket_mb"},
+      {{"comm.min_buckets=0"}, "comm.min_buckets"},
       {{"comm.powersgd_iterations=0"}, "comm.powersgd_iterations"},
       {{"balancer.shares=[1,2]"}, "balancer.shares"},
       {{"balancer.initial_shares=[60,3]"}, "'balancer.initial_shares': must sum to"},

@@ -6,6 +6,11 @@
 // gradient all-reduce overlaps it) must be excluded through pauseForWait()/resume() or
 // excludeWait(): padding a wait would lengthen the peer's next wait in turn, and the job would slow
 // down step after step.
+//
+// A phase is padded in proportion as it goes, not only at its end: padSoFar() sleeps for the
+// compute done since the last pad point. Why: a trainer launches gradient all-reduces from inside
+// backward; padded only at the end, a slow rank's all-reduce would run during its final sleep and
+// communication that costs time on a really slow device would look free.
 #pragma once
 
 #include <atomic>
@@ -35,6 +40,10 @@ struct EmulationTotals {
   double padded_seconds = 0;
   // Compute phases ended.
   std::int64_t phases = 0;
+  // ComputeScope::padSoFar() calls in phases of an emulated device, whether or not they had to
+  // sleep: how finely the phases were padded (a trainer pads after each forward and before each
+  // gradient bucket's launch).
+  std::int64_t pad_points = 0;
   // Time the worker waited for a core between steps and got back from its padding
   // (SpeedEmulator::beginStep).
   double host_delay_seconds = 0;
@@ -68,7 +77,18 @@ class SpeedEmulator {
     // Excludes a wait the caller timed itself (e.g. a Work's wait time). Clamped at the phase's
     // elapsed time, so the compute time never turns negative.
     void excludeWait(double seconds);
-    // Ends the phase now: sleeps the padding and returns the seconds slept. Later calls return 0.
+    // Pads the compute done in the phase since the last pad point (its start, or the previous
+    // padSoFar()) to compute / speed, now, and returns the seconds slept. The sleep is neither
+    // compute nor wall time of the phase (like a wait), so end() later pads only the rest and
+    // deviceSeconds() still covers the whole phase. Uses the same sleep-overshoot carry and step
+    // credit (beginStep) as end(). Does nothing while paused for a wait, at full speed, or after
+    // end(). Why: see the file comment; e.g. call it after a micro-batch's forward and before each
+    // gradient bucket's all-reduce is launched. May run on another thread than the phase's owner
+    // while the owner is blocked on it (autograd runs a CUDA backward on its device threads); in
+    // the kThreadCpu basis only on the owner's thread, whose CPU clock it reads.
+    double padSoFar();
+    // Ends the phase now: sleeps the rest of the padding (what padSoFar() has not slept yet) and
+    // returns the seconds slept by this call. Later calls return 0.
     double end();
     // After end(): how long the phase took on the emulated device, waits excluded: compute /
     // speed (compute in the emulator's time basis), or the phase's wall time before padding when
@@ -82,6 +102,8 @@ class SpeedEmulator {
     explicit ComputeScope(SpeedEmulator* owner);
     double computeSeconds() const;
     double wallSeconds() const;
+    // Padding owed for the phase so far and not settled by padSoFar() yet, in nanoseconds.
+    std::int64_t owedSoFar(double compute_seconds, double wall_seconds);
 
     SpeedEmulator* owner_;
     std::chrono::steady_clock::time_point start_;
@@ -89,6 +111,11 @@ class SpeedEmulator {
     double device_seconds_ = 0;
     std::chrono::steady_clock::time_point paused_at_;
     std::chrono::steady_clock::duration excluded_{0};
+    // Sleep taken by padSoFar(): excluded from the phase's compute and wall time like a wait.
+    std::chrono::steady_clock::duration slept_{0};
+    // Padding of the phase settled by padSoFar() (before credit and overshoot), in nanoseconds:
+    // the padding of the phase up to the last pad point, so that the next pads only what follows.
+    std::int64_t settled_ns_ = 0;
     bool paused_ = false;
     int uncaught_at_start_;
   };
@@ -151,10 +178,12 @@ class SpeedEmulator {
   EmulationTotals totals() const;
 
  private:
-  // Records a finished phase and sleeps its padding; returns the seconds actually slept. The
-  // padding brings the phase's wall time (`wall_seconds`, waits excluded) to compute / speed.
-  double finishPhase(double compute_seconds, double wall_seconds, bool pad);
-  double padPhase(double compute_seconds, double wall_seconds, bool pad);
+  // Records a finished phase and sleeps the rest of its padding, `owed_ns` (ComputeScope::
+  // owedSoFar); returns the seconds actually slept. The padding brings the phase's wall time
+  // (waits and earlier pads excluded) to compute / speed.
+  double finishPhase(double compute_seconds, std::int64_t owed_ns, bool pad);
+  // Sleeps `owed_ns` less the step's credit and the carried overshoot; returns nanoseconds slept.
+  std::int64_t sleepOwed(std::int64_t owed_ns);
   // The run delay (see beginStep) since markHostDelay(), once; 0 when nothing was marked.
   std::int64_t takeHostDelay();
   void markHostDelay();
@@ -179,6 +208,7 @@ class SpeedEmulator {
   std::atomic<std::int64_t> compute_ns_{0};
   std::atomic<std::int64_t> padded_ns_{0};
   std::atomic<std::int64_t> phases_{0};
+  std::atomic<std::int64_t> pad_points_{0};
 };
 
 // Step offsets (SpeedEmulator::setStepOffset) for emulated CPU workers of the given speeds on a

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,10 +22,27 @@
 
 namespace chorus::parallel {
 
+// Bucket sizes. Parameters go into buckets in reverse registration order (the order backward
+// produces their gradients); a bucket closes when the next parameter would take it past its cap,
+// and a parameter larger than the cap gets a bucket of its own. The cap of bucket k is
+//   min(bucket_bytes, max(min_bucket_bytes, total gradient bytes / min_buckets)),
+// and of the first bucket, k = 0, at most first_bucket_bytes. The first and the last terms are
+// PyTorch DDP's rule: a small first bucket, so that communication starts early in backward, then
+// bucket_cap_mb (a bucket_bytes below first_bucket_bytes caps the first bucket too). The third
+// makes every model get several buckets (if its parameters allow): with DDP's sizes alone every
+// model of chorus's zoo (0.2-4 MB of gradients) fits one or two buckets, launched when backward is
+// all but over, and nothing overlaps. The floor keeps buckets of tiny models from costing more in
+// per-collective latency than they hide.
 struct ReducerOptions {
-  // Target bytes per bucket; a parameter larger than this gets a bucket of its own.
-  // Default: 25 MiB (PyTorch DDP's bucket_cap_mb).
+  // Cap of the first bucket to be launched. Default: 1 MiB (PyTorch DDP's first bucket).
+  std::int64_t first_bucket_bytes = 1ll << 20;
+  // Cap of every later bucket. Default: 25 MiB (PyTorch DDP's bucket_cap_mb).
   std::int64_t bucket_bytes = 25ll << 20;
+  // Every bucket is capped at the total gradient bytes / min_buckets, but not below
+  // min_bucket_bytes. REQUIRES: min_buckets >= 1 (1: DDP's rule alone), min_bucket_bytes >= 1.
+  // Default: 4 buckets, 32 KiB.
+  int min_buckets = 4;
+  std::int64_t min_bucket_bytes = 32ll << 10;
   // Launch a bucket's all-reduce from the autograd hook as soon as its gradients are final,
   // overlapping communication with the rest of backward. Default: true. False launches every
   // bucket after backward (for measurements of the overlap's value).
@@ -39,6 +57,13 @@ struct ReducerOptions {
   // HierarchicalAllReduce over one-rank groups, collectively, in its constructor). Shared so the
   // trainer can checkpoint its state(). Default: null, no compression.
   std::shared_ptr<GradientCodec> codec;
+  // Called on the training thread just before each bucket's all-reduce is launched (its
+  // gradients are final and copied into the bucket), with the bucket's index; once per bucket
+  // per synchronizing step, in launch order, from an autograd hook during backward or from
+  // finish(). Why: a trainer that emulates a slower device pads the compute done so far here, so
+  // that its gradients become ready at the emulated pace (device/speed_emulator.h); the reducer
+  // knows nothing of emulation. Not called by averageParameters(). Default: empty, nothing.
+  std::function<void(int bucket)> before_launch;
 };
 
 // What one synchronization cost, for the load balancer and metrics. Value type.

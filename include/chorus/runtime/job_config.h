@@ -68,9 +68,14 @@ struct OptimizerSection {
 };
 
 struct CommSection {
-  double bucket_mb = 25.0;  // Default: 25 MiB per gradient bucket
-  bool overlap = true;      // Default: all-reduce buckets during backward
-  double timeout_s = 60.0;  // Default: 60 s deadline of every collective
+  // Gradient buckets (parallel::ReducerOptions has the rule and its why): the first bucket
+  // launched holds at most first_bucket_mb, later ones bucket_mb, and every bucket at most 1 /
+  // min_buckets of the model's gradients (but not below 32 KiB), so every model gets several.
+  double bucket_mb = 25.0;       // Default: 25 MiB per gradient bucket (DDP's bucket_cap_mb)
+  double first_bucket_mb = 1.0;  // Default: 1 MiB (DDP's first bucket)
+  std::int64_t min_buckets = 4;  // Default: 4; 1 keeps DDP's sizes alone
+  bool overlap = true;           // Default: all-reduce buckets during backward
+  double timeout_s = 60.0;       // Default: 60 s deadline of every collective
   // Gradient all-reduce: "flat" | "auto" | "hierarchical" | "2d" (comm/hierarchical_all_reduce.h;
   // groups = hosts). Default: "flat", one all-reduce over all ranks.
   std::string algorithm = "flat";

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/worker.h"
 
@@ -104,6 +105,9 @@ class Trainer {
 
   model::ZooModel& model();
   const std::vector<std::int64_t>& shares() const;
+  // Running totals of the speed emulator this rank's compute runs under now (the device's, or
+  // the one TrainerHooks::speed_at set), for metrics and for tests of how it is padded.
+  device::EmulationTotals emulationTotals() const;
 
   struct State;  // opaque; defined in src/runtime/trainer_state.h
 
