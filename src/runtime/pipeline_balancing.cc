@@ -103,10 +103,13 @@ bool ReplicaBalancer::update(std::int64_t step, const std::vector<double>& repli
   if (!balancer_ || !balancer_->update(step, replica_seconds)) return false;
   const std::vector<std::int64_t> before = shares_;
   for (size_t r = 0; r < shares_.size(); ++r) shares_[r] = floor_ + balancer_->shares()[r];
+  // The balancer's own line ("step 5: shares 12,12 -> 21,3: predicted ..."), without its step.
+  std::string inner = balancer_->lastChange();
+  if (inner.rfind("step ", 0) == 0 && inner.find(": ") != std::string::npos)
+    inner = inner.substr(inner.find(": ") + 2);
   std::ostringstream line;
   line << "step " << step << ": replica shares " << joined(before) << " -> " << joined(shares_)
-       << " (" << floor_
-       << " per replica for its micro-batches, the rest balanced: " << balancer_->lastChange()
+       << " (" << floor_ << " per replica for its micro-batches, the rest balanced: " << inner
        << ")";
   last_change_ = line.str();
   return true;
