@@ -172,7 +172,9 @@ void checkParallel(const JobConfig& job) {
   require(job.train.micro_batch == 0, "train.micro_batch",
           with + "; parallel.micro_batches sets the micro-batches");
   require(job.balancer.shares.empty(), "balancer.shares",
-          with + "; replica shares follow the devices' speeds");
+          with + "; replica shares start from the devices' speeds and follow `balance`");
+  require(job.balancer.initial_shares.empty(), "balancer.initial_shares",
+          with + "; replica shares start from the devices' speeds");
   require(job.comm.sync_every == 1, "comm.sync_every", with);
   require(job.comm.compression == "none", "comm.compression", with);
   require(job.comm.algorithm == "flat", "comm.algorithm", with);

@@ -46,11 +46,14 @@ std::string describePlan(const PipelineTrainer::State& s) {
   text << " (cut " << s.options.partition << "); replica shares";
   for (std::size_t r = 0; r < s.options.replica_shares.size(); ++r)
     text << (r ? ", " : " ") << s.options.replica_shares[r];
+  if (s.balancer->active()) text << " (balance " << s.job.balancer.mode << ")";
   return text.str();
 }
 
-// Per-rank figures of a step, all-gathered so that every rank returns the same record.
-enum Figure { kCompute, kWait, kLossSum, kStop, kFigures };
+// Per-rank figures of a step, all-gathered so that every rank returns the same record and feeds
+// the balancer the same figures. kBalance: what the rank reports to the balancer (its schedule
+// time, see replicaSeconds).
+enum Figure { kCompute, kWait, kLossSum, kStop, kBalance, kFigures };
 
 std::vector<std::array<double, kFigures>> gatherFigures(comm::Communicator& world,
                                                         const std::array<double, kFigures>& mine) {
@@ -62,6 +65,33 @@ std::vector<std::array<double, kFigures>> gatherFigures(comm::Communicator& worl
   for (int rank = 0; rank < world.size(); ++rank)
     for (int k = 0; k < kFigures; ++k) ranks[rank][k] = values[kFigures * rank + k];
   return ranks;
+}
+
+// Each replica's time for its share, for the balancer: the largest schedule time of its stages,
+// i.e. the replica's step up to the cross-replica all-reduce. Why not the stages' compute: a
+// replica's throughput is set by its whole pipeline (Σ of its stages' times plus (M − 1) × the
+// slowest, bubbles and transfers included), not by its slowest stage alone, and unlike replicas
+// differ in that ratio. The all-reduce is left out because every replica waits in it for the
+// slowest one: it would add the same time to every figure and hide which replica is slow.
+std::vector<double> replicaSeconds(const std::vector<std::array<double, kFigures>>& ranks,
+                                   const parallel::PipelineLayout& layout) {
+  std::vector<double> seconds(layout.replicas(), 0.0);
+  for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank) {
+    double& replica = seconds[layout.positionOf(rank).replica];
+    replica = std::max(replica, ranks[rank][kBalance]);
+  }
+  return seconds;
+}
+
+// TrainerHooks::speed_at: a new emulator when the speed changes, which the engine pads with from
+// this step on.
+void applySpeedHook(PipelineTrainer::State& s, const TrainerHooks& hooks, std::int64_t step) {
+  if (!hooks.speed_at) return;
+  const double speed = hooks.speed_at(step);
+  if (speed == s.speed) return;
+  s.speed_override = s.worker->makeEmulator(s.speed = speed);
+  s.speed_override->yieldCoreToFasterDevices();
+  s.engine->setEmulator(s.speed_override.get());
 }
 
 }  // namespace
@@ -89,6 +119,10 @@ PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
   s.cuts = parallel::stageCuts(request);
   s.options.replica_shares =
       pipelineReplicaShares(s.options, request.profile, s.cuts, request.devices);
+  s.balancer = std::make_unique<ReplicaBalancer>(
+      pipelineBalancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
+      pipelineShareCaps(s.options, request.profile, s.cuts, request.devices));
+  s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;
   resources.world = s.worker->world();
   resources.emulator = &s.worker->emulator();
@@ -104,6 +138,8 @@ PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
   if (world.rank() == 0) logInfo(describePlan(s));
   // Data and model are in place: from here on a budget counts what training allocates.
   if (s.worker->identity().device.memory_budget) {
+    // The start shares' largest micro-batch: the balancer may raise a share only within the caps
+    // the budgets allow, so evaluation chunks of this size fit wherever training fits.
     const auto& shares = s.options.replica_shares;
     const std::int64_t largest = *std::max_element(shares.begin(), shares.end());
     s.eval_chunk = (largest + s.options.micro_batches - 1) / s.options.micro_batches;
@@ -126,6 +162,7 @@ StepRecord PipelineTrainer::step(const TrainerHooks& hooks) {
   State& s = *state_;
   comm::Communicator& world = *s.worker->world();
   const std::int64_t step = s.next_step++;
+  applySpeedHook(s, hooks, step);
   Stopwatch clock;
   StepRecord record;
   record.step = step;
@@ -150,9 +187,11 @@ StepRecord PipelineTrainer::step(const TrainerHooks& hooks) {
   s.optimizer->step();
 
   const bool stop = hooks.stop_requested && hooks.stop_requested();
+  const double balance = hooks.balancer_seconds ? hooks.balancer_seconds(step, shares[replica])
+                                                : stats.schedule_seconds;
   const auto figures =
       gatherFigures(world, {stats.compute_seconds, stats.transfer_wait_seconds + stats.sync_seconds,
-                            stats.loss_sum, stop ? 1.0 : 0.0});
+                            stats.loss_sum, stop ? 1.0 : 0.0, balance});
   const parallel::PipelineLayout& layout = s.engine->layout();
   double loss_sum = 0;
   for (int rank = 0; rank < world.size(); ++rank) {
@@ -163,6 +202,13 @@ StepRecord PipelineTrainer::step(const TrainerHooks& hooks) {
     record.stop_requested = record.stop_requested || figures[rank][kStop] > 0;
   }
   record.loss = loss_sum / static_cast<double>(s.job.train.global_batch);
+  // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit, as
+  // in the data-parallel trainer. The new shares apply from the next step on.
+  if (step > 0 && s.balancer->update(step, replicaSeconds(figures, layout))) {
+    record.rebalance = s.balancer->lastChange();
+    s.options.replica_shares = s.balancer->shares();
+    s.engine->setReplicaShares(s.options.replica_shares);
+  }
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;
   if (hooks.on_step) hooks.on_step(record);

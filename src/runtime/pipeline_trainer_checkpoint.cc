@@ -1,5 +1,6 @@
 // The PipelineTrainer's checkpoints: each rank writes its stage's parameters, optimizer state and
-// RNG under its (stage, replica) name, rank 0 adds trainer.json; resume needs the same layout.
+// RNG under its (stage, replica) name, rank 0 adds trainer.json (with the replica shares and the
+// load balancer's state); resume needs the same layout.
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -37,6 +38,7 @@ nlohmann::json trainerJson(const PipelineTrainer::State& s) {
             {"cuts", s.cuts},
             {"replica_shares", s.options.replica_shares}}},
           {"sampler", samplerJson(*s.sampler, s.next_step)},
+          {"balancer", s.balancer->toJson()},
           {"config", s.job.toml}};
 }
 
@@ -115,6 +117,14 @@ void restorePipelineCheckpoint(PipelineTrainer::State& s, const std::string& dir
   } catch (const c10::Error& error) {
     CHORUS_THROW(CheckpointError, "checkpoint '", dir,
                  "' does not fit this stage: ", error.what_without_backtrace());
+  }
+  // The shares the next step runs with, and what the balancer measured: without them a resumed
+  // run would split the batches differently and no longer be bitwise the run that wrote it.
+  // Checkpoints from before the balancer carry none and keep the start plan.
+  if (saved.contains("balancer")) {
+    s.balancer->restore(saved.at("balancer"));
+    s.options.replica_shares = s.balancer->shares();
+    s.engine->setReplicaShares(s.options.replica_shares);
   }
   s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
   s.last_checkpoint_step = s.next_step;

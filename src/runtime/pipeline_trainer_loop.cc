@@ -134,6 +134,10 @@ TrainResult PipelineTrainer::run(const TrainerHooks& hooks) {
     if (s.pending_checkpoint.valid()) s.last_checkpoint_path = s.pending_checkpoint.get();
     return s.last_checkpoint_path;
   };
+  // Every rank decides the same change; one of them says so.
+  loop.on_record = [&s](const StepRecord& record) {
+    if (!record.rebalance.empty() && s.worker->rank() == 0) logInfo("balancer: ", record.rebalance);
+  };
   return runTrainingLoop(s.job, loop, hooks);
 }
 

@@ -13,6 +13,7 @@
 #include "chorus/parallel/pipeline.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/pipeline_trainer.h"
+#include "pipeline_balancing.h"
 #include "trainer_state.h"
 
 namespace chorus::runtime {
@@ -23,8 +24,14 @@ struct PipelineTrainer::State {
   TrainingData data;
   std::unique_ptr<data::GlobalSampler> sampler;
   std::shared_ptr<model::ZooModel> model;
-  parallel::PipelineOptions options;  // replica_shares filled in
+  // replica_shares: the shares the next step runs with (the balancer's, kept in step with it).
+  parallel::PipelineOptions options;
   std::vector<int> cuts;
+  std::unique_ptr<ReplicaBalancer> balancer;
+  // The emulated speed (TrainerHooks::speed_at) and the emulator that pads to it when the hook
+  // overrides the device's speed; the engine pads with the worker's emulator otherwise.
+  double speed = 1.0;
+  std::unique_ptr<device::SpeedEmulator> speed_override;
   std::unique_ptr<parallel::PipelineEngine> engine;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::int64_t next_step = 0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <mutex>
 
 #include "chorus/runtime/checkpoint.h"
@@ -68,8 +69,11 @@ Trained trainReference() {
 }
 
 // Trains on stages x replicas threads; joins the stages of replica 0 into the whole model and
-// checks that every replica holds bitwise the same stage parameters.
-Trained trainPipeline(int stages, int replicas, const std::vector<std::string>& extra = {}) {
+// checks that every replica holds bitwise the same stage parameters. `hooks_of(rank)` gives each
+// rank's hooks; `shares`, when given, receives every step's replica shares (rank 0's records).
+Trained trainPipeline(int stages, int replicas, const std::vector<std::string>& extra = {},
+                      const std::function<TrainerHooks(int rank)>& hooks_of = {},
+                      std::vector<std::vector<std::int64_t>>* shares = nullptr) {
   const int world = stages * replicas;
   std::vector<std::vector<at::Tensor>> per_rank(world);
   std::vector<std::vector<double>> losses(world);
@@ -81,8 +85,10 @@ Trained trainPipeline(int stages, int replicas, const std::vector<std::string>& 
   settings.insert(settings.end(), extra.begin(), extra.end());
   const auto errors =
       runPipelineTrainers(kGptJob, settings, world, [&](PipelineTrainer& trainer, int rank) {
+        const TrainerHooks hooks = hooks_of ? hooks_of(rank) : TrainerHooks{};
         for (std::int64_t step = 0; step < kSteps; ++step) {
-          const StepRecord record = trainer.step();
+          const StepRecord record = trainer.step(hooks);
+          if (rank == 0 && shares) shares->push_back(record.shares);
           losses[rank].push_back(record.loss);
           EXPECT_EQ(record.shares.size(), static_cast<size_t>(world));
           EXPECT_EQ(record.compute_seconds.size(), static_cast<size_t>(world));
@@ -134,6 +140,27 @@ TEST(PipelineTrainer, MatchesTheDataParallelTrainer) {
                                  {"parallel.schedule=gpipe", "parallel.partition=[1, 3]",
                                   "parallel.activation_checkpointing=stage"}),
                    reference, "2 replicas x 2 stages, gpipe");
+}
+
+TEST(PipelineTrainer, MatchesTheDataParallelTrainerWhenTheBalancerMovesShares) {
+  const Trained reference = trainReference();
+  // Replica 1 reports three times replica 0's seconds per sample (a deterministic stand-in for a
+  // slower pipeline), so the balancer moves samples to replica 0 after its profiling steps.
+  const auto hooks_of = [](int rank) {
+    TrainerHooks hooks;
+    const double per_sample = rank / 2 == 0 ? 1e-3 : 3e-3;
+    hooks.balancer_seconds = [per_sample](std::int64_t, std::int64_t samples) {
+      return per_sample * static_cast<double>(samples);
+    };
+    return hooks;
+  };
+  std::vector<std::vector<std::int64_t>> shares;
+  expectEquivalent(trainPipeline(2, 2, {"balance=adaptive"}, hooks_of, &shares), reference,
+                   "2 x 2, shares moved mid-run");
+  // The comparison covers a change of shares: equal at first, replica 0 larger at the end.
+  ASSERT_EQ(shares.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(shares.front(), (std::vector<std::int64_t>{16, 16, 16, 16}));
+  EXPECT_GT(shares.back()[0], shares.back()[2]);
 }
 
 TEST(PipelineTrainer, PlansTheSameCutsAndSharesOnEveryRank) {

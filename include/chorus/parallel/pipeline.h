@@ -96,6 +96,9 @@ class PipelineEngine {
   // New replica shares from the next step on (a load balancer's rebalancing); every rank must
   // set the same. ConfigError unless they sum to B and each is >= M.
   void setReplicaShares(std::vector<std::int64_t> shares);
+  // Pads compute with `emulator` from the next step on (null: no padding), e.g. when a test
+  // changes the emulated speed mid-run. Must outlive the engine or the next call.
+  void setEmulator(device::SpeedEmulator* emulator) { resources_.emulator = emulator; }
 
   // This stage's trainable parameters, in the model's order.
   const std::vector<at::Tensor>& parameters() const { return parameters_; }

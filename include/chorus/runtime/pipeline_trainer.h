@@ -4,12 +4,14 @@
 // of a parallel::PipelineLayout (rank = replica · S + stage) and drives a parallel::PipelineEngine
 // over its stage's layers. All ranks derive the same plan without a coordinator: the devices'
 // specs (speed, memory budget) are all-gathered, the cut comes from parallel::stageCuts, and each
-// replica's share of the global batch is proportional to the rate of its slowest stage under that
-// cut. A step takes the sampler's global batch (the same sequence as runtime::Trainer), gives each
-// replica its contiguous slice, runs the schedule, steps the optimizer over the stage's parameters
-// (the engine leaves the global-batch gradient, sum / B, in .grad), and all-gathers the per-rank
-// figures so every rank returns the same StepRecord. So training equals runtime::Trainer on one
-// device, up to the summation order (invariant 1; tested).
+// replica's share of the global batch starts proportional to the rate of its slowest stage under
+// that cut; then the job's load balancer (`balance`: off | static | adaptive, as for data
+// parallelism) moves samples between replicas by their measured step times, every rank deciding
+// the same from all-gathered figures. A step takes the sampler's global batch (the same sequence as
+// runtime::Trainer), gives each replica its contiguous slice, runs the schedule, steps the
+// optimizer over the stage's parameters (the engine leaves the global-batch gradient, sum / B, in
+// .grad), and all-gathers the per-rank figures so every rank returns the same StepRecord. So
+// training equals runtime::Trainer on one device, up to the summation order (invariant 1; tested).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,14 @@ std::vector<std::int64_t> pipelineReplicaShares(
     const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
     const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices);
 
+// The most samples each replica may take per step under its devices' memory budgets: the largest
+// share whose micro-batches (ceil(share / micro_batches) samples) every stage of the replica holds
+// within its budget by parallel::predictedStageBytes, the estimate the cut is checked with. 0 for
+// a replica without budgets (no limit). The load balancer never moves a share above it. Pure.
+std::vector<std::int64_t> pipelineShareCaps(
+    const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
+    const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices);
+
 // Checks a pipeline job against the devices it will run on (rank k on devices[k]), before any
 // worker starts: the device count, the data files and the global batch (as validateJobOnDevices,
 // without its whole-model memory check), the partition against the model's layers, and that a cut
@@ -58,12 +68,13 @@ class PipelineTrainer {
   PipelineTrainer& operator=(const PipelineTrainer&) = delete;
 
   // Trains to train.steps (or the target accuracy), evaluating every train.eval_every steps and
-  // at the end; checkpoints as [checkpoint] says. Honours hooks.on_step and hooks.stop_requested
-  // (speed_at and inject_overflow are Trainer-only).
+  // at the end; checkpoints as [checkpoint] says. Honours hooks.on_step, stop_requested, speed_at
+  // and balancer_seconds (inject_overflow is Trainer-only).
   TrainResult run(const TrainerHooks& hooks = {});
   // Runs the next step. StepRecord::shares and compute_seconds hold one entry per rank: the share
-  // of the rank's replica and the rank's forward + backward time (emulation padding included);
-  // wait_seconds its time blocked on transfers and the cross-replica all-reduce.
+  // of the rank's replica (the one this step ran with) and the rank's forward + backward time
+  // (emulation padding included); wait_seconds its time blocked on transfers and the
+  // cross-replica all-reduce; rebalance the balancer's line when the shares change after it.
   StepRecord step(const TrainerHooks& hooks = {});
   // Accuracy and mean loss on the first `samples` test samples (0: all; -1: train.eval_samples),
   // forward only through the pipeline, the samples dealt to the replicas. Same on every rank.
@@ -74,15 +85,15 @@ class PipelineTrainer {
   // trainer.json from rank 0. Throws ConfigError without checkpoint.dir.
   std::string checkpoint();
   // Continues from a checkpoint written by a job of the same layout (stages, replicas, cuts) and
-  // problem (seed, global batch, model); bitwise the run that wrote it. Call before the first
-  // step. Throws CheckpointError.
+  // problem (seed, global batch, model), with the replica shares and load balancer state it saved;
+  // bitwise the run that wrote it. Call before the first step. Throws CheckpointError.
   void resume(const std::string& checkpoint_dir);
 
   std::int64_t nextStep() const;
   parallel::StagePosition position() const;
   // cuts[0] = 0 < … < cuts[S] = the model's layers; stage s runs [cuts[s], cuts[s+1]).
   const std::vector<int>& cuts() const;
-  // Samples of each global batch per replica.
+  // Samples of each global batch per replica, for the next step.
   const std::vector<std::int64_t>& replicaShares() const;
   // The whole model; only this stage's layers are trained here.
   model::ZooModel& model();

@@ -70,6 +70,10 @@ struct TrainerHooks {
   // Test hook: true makes this rank's gradients of that step non-finite (overflow consensus
   // tests). Default: none.
   std::function<bool(std::int64_t step)> inject_overflow;
+  // Test hook: the seconds this rank reports to the load balancer for `step`, in which it ran
+  // `samples` samples, instead of the measured ones, so that balancing tests are deterministic.
+  // PipelineTrainer only (a replica's figure is the largest of its stages'). Default: none.
+  std::function<double(std::int64_t step, std::int64_t samples)> balancer_seconds;
 };
 
 // Owns the model, optimizer, datasets, sampler, balancer and reducer of one rank. Used by one
