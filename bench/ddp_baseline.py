@@ -14,8 +14,9 @@ phase lasts cpu_time / speed, and it is padded in proportion as it goes, as chor
 it: after forward, then in this script's DDP communication hook (register_comm_hook) just before
 each bucket's all-reduce is launched (the CPU time so far), and the rest when backward returns.
 So a slow rank's gradients become ready, and its all-reduces start, at the emulated pace: padded
-only at the end, its all-reduce would run inside that sleep and look free.  DDP's buckets and
-their overlap with backward are DDP's own (the hook launches DDP's default all-reduce).  Only
+only at the end, its all-reduce would run inside that sleep and look free.  The buckets are cut by
+chorus's rule (bucket_cap_mb = the gradient bytes / 4, at least 32 KiB), and their overlap with
+backward is DDP's own (the hook launches DDP's default all-reduce).  Only
 compute is padded, never the time spent waiting for peers: the phase's wall time, which the sleeps
 top up, ends when the last gradient is ready (GradientClock), not when backward returns after
 DDP has waited for its all-reduce.  When the ranks outnumber the cores they take turns within a
@@ -228,6 +229,14 @@ class PhasePadder:
         return self.sleeps[-1][0] if self.sleeps else 0.0
 
 
+def chorus_bucket_cap_mb(net):
+    """The bucket cap chorus's reducer uses for this model (ReducerOptions: DDP's 25 MiB, but at
+    most the gradient bytes / 4 and at least 32 KiB), so that both overlap the same buckets:
+    with DDP's own 25 MiB the CNN here is one bucket, launched when backward ends."""
+    gradient_bytes = sum(4 * p.numel() for p in net.parameters())
+    return min(25.0, max(32 * 1024, gradient_bytes / 4) / 2**20)
+
+
 def padded_allreduce_hook(padder, bucket):
     """DDP communication hook: pads the compute done so far, then DDP's default all-reduce."""
     padder.pad_so_far()
@@ -250,7 +259,7 @@ def train(args):
     torch.manual_seed(args.seed)  # same initial parameters everywhere (DDP broadcasts anyway)
     net = ResidualCNN(args.channels, args.blocks, args.groups)
     clock = GradientClock(net.parameters())
-    model = DistributedDataParallel(net)
+    model = DistributedDataParallel(net, bucket_cap_mb=chorus_bucket_cap_mb(net))
     padder = PhasePadder(speed)
     model.register_comm_hook(padder, padded_allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)

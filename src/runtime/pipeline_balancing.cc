@@ -4,6 +4,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "balancer_state_json.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
@@ -13,33 +14,6 @@ std::string joined(const std::vector<std::int64_t>& values) {
   std::ostringstream text;
   for (size_t i = 0; i < values.size(); ++i) text << (i ? "," : "") << values[i];
   return text.str();
-}
-
-// The same fields, under the same names, as the data-parallel trainer's trainer.json.
-nlohmann::json stateJson(const plan::BalancerState& state) {
-  return {{"shares", state.shares},
-          {"steps_observed", state.steps_observed},
-          {"last_change_step", state.last_change_step},
-          {"static_done", state.static_done},
-          {"settle_step", state.settle_step},
-          {"observation_rank", state.observation_rank},
-          {"observation_samples", state.observation_samples},
-          {"observation_seconds", state.observation_seconds},
-          {"last_change", state.last_change}};
-}
-
-plan::BalancerState stateOf(const nlohmann::json& json) {
-  plan::BalancerState state;
-  state.shares = json.at("shares").get<std::vector<std::int64_t>>();
-  state.steps_observed = json.at("steps_observed").get<std::int64_t>();
-  state.last_change_step = json.at("last_change_step").get<std::int64_t>();
-  state.static_done = json.at("static_done").get<bool>();
-  state.settle_step = json.at("settle_step").get<std::int64_t>();
-  state.observation_rank = json.at("observation_rank").get<std::vector<int>>();
-  state.observation_samples = json.at("observation_samples").get<std::vector<std::int64_t>>();
-  state.observation_seconds = json.at("observation_seconds").get<std::vector<double>>();
-  state.last_change = json.at("last_change").get<std::string>();
-  return state;
 }
 
 }  // namespace
@@ -116,10 +90,11 @@ bool ReplicaBalancer::update(std::int64_t step, const std::vector<double>& repli
 }
 
 nlohmann::json ReplicaBalancer::toJson() const {
-  return {{"floor", floor_},
-          {"shares", shares_},
-          {"last_change", last_change_},
-          {"balancer", balancer_ ? stateJson(balancer_->exportState()) : nlohmann::json()}};
+  return {
+      {"floor", floor_},
+      {"shares", shares_},
+      {"last_change", last_change_},
+      {"balancer", balancer_ ? balancerStateToJson(balancer_->exportState()) : nlohmann::json()}};
 }
 
 void ReplicaBalancer::restore(const nlohmann::json& saved) {
@@ -152,7 +127,7 @@ void ReplicaBalancer::restore(const nlohmann::json& saved) {
   if (floor != floor_ || saved.value("balancer", nlohmann::json()).is_null()) return;
   if (!balancer_) fail("a balancer's state where this job has nothing to balance");
   try {
-    balancer_->importState(stateOf(saved.at("balancer")));
+    balancer_->importState(balancerStateFromJson(saved.at("balancer")));
   } catch (const nlohmann::json::exception& error) {
     fail(error.what());
   }

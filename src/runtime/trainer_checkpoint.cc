@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "balancer_state_json.h"
 #include "checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
@@ -39,40 +40,8 @@ nlohmann::json trainerJson(const Trainer::State& s) {
           {"model", s.model->describe()},
           {"skipped_steps", s.skipped_steps},
           {"sampler", samplerJson(*s.sampler, s.next_step)},
-          {"balancer",
-           {{"shares", balancer.shares},
-            {"steps_observed", balancer.steps_observed},
-            {"last_change_step", balancer.last_change_step},
-            {"static_done", balancer.static_done},
-            {"observation_rank", balancer.observation_rank},
-            {"observation_samples", balancer.observation_samples},
-            {"observation_seconds", balancer.observation_seconds},
-            {"held_rank", balancer.held_rank},
-            {"held_samples", balancer.held_samples},
-            {"held_seconds", balancer.held_seconds},
-            {"held_ratio", balancer.held_ratio},
-            {"fixed_seconds", balancer.fixed_seconds},
-            {"last_change", balancer.last_change}}},
+          {"balancer", balancerStateToJson(balancer)},
           {"config", s.job.toml}};
-}
-
-plan::BalancerState balancerState(const nlohmann::json& json) {
-  plan::BalancerState state;
-  state.shares = json.at("shares").get<std::vector<int64_t>>();
-  state.steps_observed = json.at("steps_observed").get<int64_t>();
-  state.last_change_step = json.at("last_change_step").get<int64_t>();
-  state.static_done = json.at("static_done").get<bool>();
-  state.observation_rank = json.at("observation_rank").get<std::vector<int>>();
-  state.observation_samples = json.at("observation_samples").get<std::vector<int64_t>>();
-  state.observation_seconds = json.at("observation_seconds").get<std::vector<double>>();
-  // Absent in checkpoints written before the balancer held observations back.
-  state.held_rank = json.value("held_rank", std::vector<int>{});
-  state.held_samples = json.value("held_samples", std::vector<int64_t>{});
-  state.held_seconds = json.value("held_seconds", std::vector<double>{});
-  state.held_ratio = json.value("held_ratio", std::vector<double>{});
-  state.fixed_seconds = json.value("fixed_seconds", std::vector<double>{});
-  state.last_change = json.at("last_change").get<std::string>();
-  return state;
 }
 
 // The checkpoint must come from the same training problem; the devices may differ.
@@ -234,7 +203,7 @@ void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
   s.last_checkpoint_step = s.next_step;
   const int world = s.worker->worldSize();
   if (manifest.world_size == world) {
-    s.balancer->importState(balancerState(saved.at("balancer")));
+    s.balancer->importState(balancerStateFromJson(saved.at("balancer")));
     restoreRankState(s, readCheckpointFile(dir, manifest, rankFile(s.worker->rank())));
     const std::string own_model = "model-" + rankFile(s.worker->rank());
     if (s.job.comm.sync_every > 1 && manifest.find(own_model)) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "chorus_version.h"
+
 #include "chorus/core/error.h"
 
 namespace chorus::plan {
@@ -116,9 +118,8 @@ TEST(ClusterFile, ErrorsNameTheFileTheLineAndTheKey) {
 }
 
 TEST(ClusterFile, ReadsTheExampleClusters) {
-  // This file is tests/plan/cluster_file_test.cc under the source root.
-  const std::string self = __FILE__;
-  const std::string dir = self.substr(0, self.rfind("tests/plan/")) + "examples/clusters/";
+  // The source root from the build, not __FILE__: a compiler cache may make that relative.
+  const std::string dir = std::string(CHORUS_SOURCE_DIR) + "/examples/clusters/";
   EXPECT_EQ(loadClusterFile(dir + "a100-v100.toml").size(), 16);
   EXPECT_EQ(loadClusterFile(dir + "a100-t4.toml").size(), 8);
   EXPECT_EQ(loadClusterFile(dir + "small-mixed-node.toml").size(), 4);

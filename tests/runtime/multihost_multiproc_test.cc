@@ -4,9 +4,11 @@
 //
 // Needs root and `ip netns`; skips (naming the reason) without them.
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "chorus_version.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -19,12 +21,9 @@
 
 namespace {
 
-// scripts/netns_hosts, found from this file's path (tests/runtime/ -> the repository root).
-std::string netnsScript() {
-  std::string path = __FILE__;
-  for (int up = 0; up < 3; ++up) path = path.substr(0, path.find_last_of('/'));
-  return path + "/scripts/netns_hosts";
-}
+// scripts/netns_hosts under the source root (from the build, not __FILE__: a compiler cache may
+// make that relative).
+std::string netnsScript() { return std::string(CHORUS_SOURCE_DIR) + "/scripts/netns_hosts"; }
 
 // Why the namespaces cannot be made here, or "" when they can.
 std::string whyUnavailable() {
