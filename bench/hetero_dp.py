@@ -23,11 +23,26 @@ Every job runs with the malloc settings chorus gives its workers unless --system
 Padded (slower) devices run at a lower CPU priority, in chorus and in the DDP baseline alike
 (SpeedEmulator::yieldCoreToFasterDevices).
 
+Many mixes (--random-sets N --seed S): N seeded, reproducible speed sets of 2-4 devices, widely
+spread (the slowest often under 0.1; bench/speed_sets.py draws them), global batch B = 96 per
+device.  Each set's speeds are scaled so that they sum to at most 0.6: a worker of speed s computes
+for real a fraction s of its time and sleeps the rest, so the workers together need at most 0.6 of
+a core, and the host's 2 cores never compete for them -- the host's contention is not what is
+measured.  Besides adaptive, equal, ddp and alone@S (on B), every device also runs alone on a
+small batch (--small-batch, 48): the two step times give its cost curve t_i(b) = a_i + c_i * b,
+and the balanced optimum is B / min over integer shares (sum B, each >= 1) of max_i t_i(b_i).
+Per set: adaptive / ideal, adaptive / optimum, equal / ideal, ddp / ideal; then the min, median
+and max of each over the sets (the distribution, never only the best set).  The alone jobs, which
+are steady, run --alone-steps steps (default in this mode: --warmup + 20).  --plan-only prints the
+sets and the estimated time without running them.
+
     python3 bench/hetero_dp.py                      # ~3.5 minutes on a 2-core machine
     python3 bench/hetero_dp.py --time-to-accuracy   # also time the default `chorus train` job
+    python3 bench/hetero_dp.py --random-sets 8 --seed 1 --steps 50 --repeats 1
 """
 
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -41,10 +56,16 @@ import tempfile
 import time
 import warnings
 
+import speed_sets
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CHORUS = os.path.join(REPO, "build", "chorus")
 DDP_SCRIPT = os.path.join(REPO, "bench", "ddp_baseline.py")
 DEFAULT_JSON = os.path.join(REPO, "bench", "results", "hetero_dp.json")
+DEFAULT_RANDOM_JSON = os.path.join(REPO, "bench", "results", "hetero_dp_random.json")
+# --random-sets: every ratio reported per set, and summarised over the sets.
+SET_RATIOS = ("adaptive_over_ideal", "adaptive_over_optimum", "equal_over_ideal",
+              "ddp_over_ideal", "optimum_over_ideal")
 MAX_SPEED_SUM = 1.8  # DESIGN.md: more would oversubscribe a 2-core machine
 # What `chorus run` gives its workers (runtime::AgentOptions::kRetainFreedMemory): glibc otherwise
 # hands freed activation buffers back to the OS and each step page-faults them in again (~30% of
@@ -52,6 +73,8 @@ MAX_SPEED_SUM = 1.8  # DESIGN.md: more would oversubscribe a 2-core machine
 # comparison is of the parallelism, not of malloc; --system-malloc runs every job without it.
 CHORUS_MALLOC = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296"
 TARGET_ADAPTIVE = 0.90  # issue 3: adaptive must reach 90% of the ideal
+DDP_STARTUP_S = 8.0  # torchrun and `import torch` per DDP job, for the time estimate
+QUIET_CHECK_S = 2.0  # wait_for_quiet's shortest look, once per set
 # What the JSON keeps of every run besides the median one.
 RUN_KEYS = ("samples_per_s", "final_shares", "mean_compute_s", "overhead_s", "rebalances")
 
@@ -79,8 +102,12 @@ def parse_args(argv=None):
                         help="run every configuration this many times, interleaved, and report "
                              "the median (default: %(default)s)")
     parser.add_argument("--chorus", default=DEFAULT_CHORUS, help="chorus binary (build/chorus)")
-    parser.add_argument("--json-out", default=DEFAULT_JSON,
-                        help="where to write the results (default: bench/results/hetero_dp.json)")
+    parser.add_argument("--json-out", default=None,
+                        help="where to write the results (default: bench/results/hetero_dp.json, "
+                             "with --random-sets bench/results/hetero_dp_random.json)")
+    parser.add_argument("--alone-steps", type=int, default=None,
+                        help="steps of every alone@S job, warm-up included (default: --steps; "
+                             "with --random-sets min(--steps, --warmup + 20))")
     parser.add_argument("--time-to-accuracy", action="store_true",
                         help="also run the default `chorus train` job (Fashion-MNIST to its target "
                              "test accuracy) and report its wall time")
@@ -94,6 +121,7 @@ def parse_args(argv=None):
                         help="reruns allowed per disturbed job (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds allowed for any one job (default: %(default)s)")
+    add_random_set_args(parser)
     args = parser.parse_args(argv)
     args.speed_list = [float(s) for s in args.speeds.split(",")]
     if not all(0 < s <= 1 for s in args.speed_list):
@@ -103,10 +131,53 @@ def parse_args(argv=None):
                      f"{len(args.speed_list)} devices (DDP gives every rank the same batch)")
     if not 0 <= args.warmup < args.steps:
         parser.error("need 0 <= --warmup < --steps")
+    check_random_set_args(parser, args)
     if not os.access(args.chorus, os.X_OK):
         parser.error(f"{args.chorus} is not an executable; build it with "
                      "`cmake --build build --target chorus`")
     return args
+
+
+def add_random_set_args(parser):
+    """The options of the many-mixes mode (--random-sets)."""
+    group = parser.add_argument_group("many mixes (--random-sets; --speeds and --global-batch "
+                                      "are then ignored)")
+    group.add_argument("--random-sets", type=int, default=0, metavar="N",
+                       help="measure N random speed sets instead of --speeds")
+    group.add_argument("--seed", type=int, default=1,
+                       help="seed of the random speed sets (default: %(default)s)")
+    group.add_argument("--batch-per-device", type=int, default=96,
+                       help="global batch per device of a set (default: %(default)s)")
+    group.add_argument("--small-batch", type=int, default=48,
+                       help="the second batch of each device's cost curve; the first is the "
+                            "set's B (default: %(default)s)")
+    group.add_argument("--max-speed-sum", type=float, default=0.6,
+                       help="scale every set's speeds to sum to at most this many cores "
+                            "(default: %(default)s)")
+    group.add_argument("--plan-only", action="store_true",
+                       help="print the sets and the estimated time, run nothing else")
+
+
+def check_random_set_args(parser, args):
+    """Validate the many-mixes options and fill in the mode-dependent defaults."""
+    if args.random_sets < 0:
+        parser.error("--random-sets must be >= 0")
+    if args.random_sets and not 0 < args.small_batch < 2 * args.batch_per_device:
+        parser.error("need 0 < --small-batch < 2 * --batch-per-device (the smallest B)")
+    if args.alone_steps is None:
+        args.alone_steps = min(args.steps, args.warmup + 20) if args.random_sets else args.steps
+    if not args.warmup < args.alone_steps:
+        parser.error("need --warmup < --alone-steps")
+    if args.json_out is None:
+        args.json_out = DEFAULT_RANDOM_JSON if args.random_sets else DEFAULT_JSON
+
+
+def with_settings(args, **changes):
+    """A copy of the options with some changed (a job's own speeds, batch or steps)."""
+    changed = copy.copy(args)
+    for key, value in changes.items():
+        setattr(changed, key, value)
+    return changed
 
 
 def job_env(args, **extra):
@@ -255,12 +326,18 @@ def run_undisturbed(args, job, tag):
 
 def measure(args, workdir):
     """All configurations, `--repeats` times interleaved; the run with median throughput wins."""
+    alone_args = with_settings(args, steps=args.alone_steps)
     jobs = {"adaptive": lambda tag: run_chorus(args, workdir, tag, args.speed_list, "adaptive"),
             "equal": lambda tag: run_chorus(args, workdir, tag, args.speed_list, "off"),
             "ddp": lambda tag: run_ddp(args, workdir, tag)}
     for speed in args.speed_list:
         jobs[f"alone@{speed:g}"] = (
-            lambda tag, s=speed: run_chorus(args, workdir, tag, [s], "off"))
+            lambda tag, s=speed: run_chorus(alone_args, workdir, tag, [s], "off"))
+    return run_repeated(args, jobs)
+
+
+def run_repeated(args, jobs):
+    """Every job `--repeats` times, interleaved; per job, the run with median throughput."""
     runs = {name: [] for name in jobs}
     for repeat in range(args.repeats):
         for name, job in jobs.items():
@@ -365,15 +442,211 @@ def report(args, results):
     return ratios
 
 
+def set_options(args, speeds):
+    """The options of one random set: its speeds, and B = --batch-per-device per device."""
+    return with_settings(args, speed_list=speeds, speeds=",".join(f"{s:g}" for s in speeds),
+                         global_batch=args.batch_per_device * len(speeds))
+
+
+def alone_name(index, speed, batch):
+    """The name of the job that runs device `index` alone on `batch`, e.g. alone2@0.043-b288."""
+    return f"alone{index}@{speed:g}-b{batch}"
+
+
+def set_jobs(args, workdir):
+    """One set's jobs: adaptive, equal, ddp, and every device alone on B and on --small-batch."""
+    large = with_settings(args, steps=args.alone_steps)
+    small = with_settings(large, global_batch=args.small_batch)
+    jobs = {"adaptive": lambda tag: run_chorus(args, workdir, tag, args.speed_list, "adaptive"),
+            "equal": lambda tag: run_chorus(args, workdir, tag, args.speed_list, "off"),
+            "ddp": lambda tag: run_ddp(args, workdir, tag)}
+    for index, speed in enumerate(args.speed_list):
+        for options in (large, small):
+            jobs[alone_name(index, speed, options.global_batch)] = (
+                lambda tag, s=speed, o=options: run_chorus(o, workdir, tag, [s], "off"))
+    return jobs
+
+
+def cost_curves(args, results):
+    """Each device's t(b) = a + c * b through its step times alone on --small-batch and on B."""
+    curves = []
+    for index, speed in enumerate(args.speed_list):
+        small = results[alone_name(index, speed, args.small_batch)]["mean_step_s"]
+        large = results[alone_name(index, speed, args.global_batch)]["mean_step_s"]
+        curves.append(speed_sets.fit_cost_curve(args.small_batch, small, args.global_batch, large))
+    return curves
+
+
+def set_ratios(args, results):
+    """One set's ideal, balanced optimum and ratios; also stores every run's efficiency."""
+    batch = args.global_batch
+    ideal = sum(results[alone_name(i, s, batch)]["samples_per_s"]
+                for i, s in enumerate(args.speed_list))
+    curves = cost_curves(args, results)
+    shares, optimum_step_s = speed_sets.balanced_shares(curves, batch)
+    optimum = batch / optimum_step_s
+    for result in results.values():
+        result["efficiency"] = result["samples_per_s"] / ideal
+    throughput = {name: results[name]["samples_per_s"] for name in ("adaptive", "equal", "ddp")}
+    return {"adaptive_over_ideal": throughput["adaptive"] / ideal,
+            "adaptive_over_optimum": throughput["adaptive"] / optimum,
+            "equal_over_ideal": throughput["equal"] / ideal,
+            "ddp_over_ideal": throughput["ddp"] / ideal,
+            "optimum_over_ideal": optimum / ideal,
+            "ideal_samples_per_s": ideal, "optimum_samples_per_s": optimum,
+            "optimum_step_s": optimum_step_s, "optimum_shares": shares,
+            "adaptive_final_shares": results["adaptive"]["final_shares"],
+            "proportional_shares": [round(batch * s / sum(args.speed_list), 1)
+                                    for s in args.speed_list],
+            "cost_curves": curves}
+
+
+def measure_set(args, workdir, index, speeds):
+    """Every job of one random set, `--repeats` times; returns the set's JSON record."""
+    options = set_options(args, speeds)
+    set_dir = os.path.join(workdir, f"set{index}")
+    os.makedirs(set_dir)
+    print(f"\nset {index + 1}/{args.random_sets}: speeds {options.speeds}, "
+          f"B={options.global_batch}", flush=True)
+    wait_for_quiet(args.max_foreign)
+    started = time.monotonic()
+    results = run_repeated(options, set_jobs(options, set_dir))
+    record = {"set": index, "speeds": speeds, "devices": len(speeds),
+              "global_batch": options.global_batch}
+    record.update(set_ratios(options, results))
+    record.update(wall_s=time.monotonic() - started, results=results)
+    print("  " + "  ".join(f"{key} {record[key]:.3f}" for key in SET_RATIOS), flush=True)
+    return record
+
+
+def calibrate(args, workdir):
+    """Real seconds per sample and per job start-up: one short unpadded job (cpu@1, B = 96)."""
+    probe = with_settings(args, global_batch=args.batch_per_device, steps=8, warmup=3)
+    start = time.monotonic()
+    result = run_chorus(probe, workdir, "calibration", [1.0], "off")
+    wall = time.monotonic() - start
+    return {"per_sample_s": result["mean_step_s"] / probe.global_batch,
+            "startup_s": max(0.0, wall - probe.steps * result["mean_step_s"])}
+
+
+def estimate_set_s(args, speeds, calibration):
+    """Estimated seconds of one set, every repeat: per job, steps x emulated step + start-up.
+
+    The step of a chorus job is its slowest device's emulated compute: for adaptive, B at the
+    summed speed; for an equal split (and DDP, which also starts torchrun and Python), B / n at
+    the slowest speed; alone, the batch at the device's speed.  Collectives are left out.
+    """
+    per_sample, startup = calibration["per_sample_s"], calibration["startup_s"]
+    batch = args.batch_per_device * len(speeds)
+    equal_step = per_sample * batch / len(speeds) / min(speeds)
+    seconds = args.steps * (per_sample * batch / sum(speeds) + 2 * equal_step)
+    seconds += 3 * startup + DDP_STARTUP_S
+    for speed in speeds:
+        seconds += 2 * startup + args.alone_steps * per_sample * (batch + args.small_batch) / speed
+    return args.repeats * seconds + QUIET_CHECK_S
+
+
+def print_plan(args, sets, estimates, calibration):
+    """The drawn sets and how long each should take."""
+    print(f"calibration: {1e3 * calibration['per_sample_s']:.3f} ms per sample (real, cpu@1), "
+          f"{calibration['startup_s']:.1f} s start-up per job")
+    for index, (speeds, seconds) in enumerate(zip(sets, estimates)):
+        print(f"  set {index + 1}: speeds {','.join(f'{s:g}' for s in speeds)} "
+              f"(sum {sum(speeds):.3f}), B={args.batch_per_device * len(speeds)}: "
+              f"~{seconds / 60:.1f} min")
+    print(f"estimated total for {len(sets)} sets, {args.repeats} repeat(s), {args.steps} steps "
+          f"(alone jobs {args.alone_steps}): ~{sum(estimates) / 60:.0f} min, if undisturbed",
+          flush=True)
+
+
+def summarize_sets(records):
+    """The distribution of every ratio over the sets."""
+    return {key: speed_sets.distribution([r[key] for r in records]) for key in SET_RATIOS}
+
+
+def print_sets_table(records, summary):
+    """One row per set, then min / median / max of every ratio."""
+    header = ("adapt/ideal", "adapt/opt", "equal/ideal", "ddp/ideal", "opt/ideal")
+    print(f"\n{'set':>3} {'speeds':<26}{'B':>4}" + "".join(f"{h:>12}" for h in header)
+          + "  final shares / optimum shares")
+    for r in records:
+        print(f"{r['set'] + 1:>3} {','.join(f'{s:g}' for s in r['speeds']):<26}"
+              f"{r['global_batch']:>4}" + "".join(f"{r[key]:>12.3f}" for key in SET_RATIOS)
+              + f"  {r['adaptive_final_shares']} / {r['optimum_shares']}")
+    for stat in ("min", "median", "max"):
+        values = "".join(f"{summary[key][stat]:>12.3f}" for key in SET_RATIOS)
+        print(f"{stat:<34}{values}")
+    print("ideal: sum of standalone throughputs on B; opt: the balanced optimum from each "
+          "device's cost curve alone (t = a + c*b at b = small batch and B)")
+
+
+def random_settings(args):
+    """What the many-mixes JSON records of the options."""
+    keys = ("random_sets", "seed", "batch_per_device", "small_batch", "max_speed_sum", "steps",
+            "alone_steps", "warmup", "channels", "blocks", "groups", "data_size", "repeats",
+            "system_malloc", "max_foreign", "retries")
+    settings = {key: getattr(args, key) for key in keys}
+    settings["glibc_tunables"] = "" if args.system_malloc else CHORUS_MALLOC
+    settings["chorus_set"] = chorus_settings(args, "<per config>", "<per config>")
+    settings["chorus_set"]["train.global_batch"] = "<batch_per_device * devices>"
+    return settings
+
+
+def write_json(path, document):
+    """Write a result document (indented JSON) to `path`, creating its folder."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2)
+        handle.write("\n")
+
+
+def main_random(args):
+    """--random-sets: draw the sets, estimate, measure each, print the table, write the JSON."""
+    machine = machine_info()
+    sets = speed_sets.draw_speed_sets(args.random_sets, args.seed, args.max_speed_sum)
+    print(f"hetero_dp --random-sets {args.random_sets} --seed {args.seed} on {machine['cpu']} "
+          f"({machine['nproc']} cores), load average {machine['loadavg_before'][0]:.2f}",
+          flush=True)
+    wait_for_quiet(args.max_foreign)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    document = {"benchmark": "hetero_dp_random", "date": started.isoformat(timespec="seconds"),
+                "machine": machine, "settings": random_settings(args), "complete": False}
+    with tempfile.TemporaryDirectory(prefix="hetero_dp-") as workdir:
+        document["calibration"] = calibrate(args, workdir)
+        estimates = [estimate_set_s(args, speeds, document["calibration"]) for speeds in sets]
+        document["estimated_s"] = sum(estimates)
+        print_plan(args, sets, estimates, document["calibration"])
+        if args.plan_only:
+            return
+        records = document["sets"] = []
+        for index, speeds in enumerate(sets):
+            records.append(measure_set(args, workdir, index, speeds))
+            elapsed = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+            print(f"  {elapsed / 60:.1f} min so far (estimated "
+                  f"{sum(estimates[:index + 1]) / 60:.1f})", flush=True)
+            write_json(args.json_out, document)  # what is done survives an interruption
+    document["summary"] = summarize_sets(records)
+    print_sets_table(records, document["summary"])
+    machine["loadavg_after"] = list(os.getloadavg())
+    document.update(complete=True, wall_s=(datetime.datetime.now(datetime.timezone.utc)
+                                           - started).total_seconds())
+    write_json(args.json_out, document)
+    print(f"\nwrote {args.json_out}")
+
+
 def main(argv=None):
     """Run every configuration, print the table, write the JSON."""
     args = parse_args(argv)
+    if args.random_sets:
+        main_random(args)
+        return
     if sum(args.speed_list) > MAX_SPEED_SUM:
         print(f"warning: speeds sum to {sum(args.speed_list):g} > {MAX_SPEED_SUM}: workers "
               "compete for cores", file=sys.stderr)
     machine = machine_info()
+    malloc_note = ", --system-malloc" if args.system_malloc else ""
     print(f"hetero_dp on {machine['cpu']} ({machine['nproc']} cores), load average "
-          f"{machine['loadavg_before'][0]:.2f}{', --system-malloc' if args.system_malloc else ''}", flush=True)
+          f"{machine['loadavg_before'][0]:.2f}{malloc_note}", flush=True)
     wait_for_quiet(args.max_foreign)
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="hetero_dp-") as workdir:
@@ -390,18 +663,16 @@ def main(argv=None):
                   f"test split at the end {accuracy.get('final_test_accuracy', 0):.4f}")
     machine["loadavg_after"] = list(os.getloadavg())
     settings = {key: getattr(args, key) for key in
-                ("speeds", "global_batch", "steps", "warmup", "channels", "blocks", "groups",
-                 "data_size", "repeats", "system_malloc", "max_foreign", "retries")}
+                ("speeds", "global_batch", "steps", "alone_steps", "warmup", "channels",
+                 "blocks", "groups", "data_size", "repeats", "system_malloc", "max_foreign",
+                 "retries")}
     settings["glibc_tunables"] = "" if args.system_malloc else CHORUS_MALLOC
     settings["chorus_set"] = chorus_settings(args, "<per config>", "<per config>")
     document = {"benchmark": "hetero_dp", "date": started.isoformat(timespec="seconds"),
                 "wall_s": (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(),
                 "machine": machine, "settings": settings, "results": results,
                 "ratios": ratios, "time_to_accuracy": accuracy}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-    with open(args.json_out, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=2)
-        handle.write("\n")
+    write_json(args.json_out, document)
     print(f"\nwrote {args.json_out}")
 
 
