@@ -4,7 +4,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "balancer_state_json.h"
+#include "balancer_settings.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
@@ -17,16 +17,6 @@ std::string joined(const std::vector<std::int64_t>& values) {
 }
 
 }  // namespace
-
-plan::BalancerOptions pipelineBalancerOptions(const BalancerSection& section) {
-  plan::BalancerOptions options;
-  options.mode = plan::LoadBalancer::parseMode(section.mode);
-  options.profile_steps = static_cast<int>(section.profile_steps);
-  options.min_gain = section.min_gain;
-  options.cooldown_steps = static_cast<int>(section.cooldown_steps);
-  options.window = static_cast<int>(section.window);
-  return options;
-}
 
 ReplicaBalancer::ReplicaBalancer(plan::BalancerOptions options, std::vector<std::int64_t> start,
                                  std::int64_t floor, std::vector<std::int64_t> caps)

@@ -13,12 +13,6 @@
 
 namespace chorus::runtime {
 
-// plan::LoadBalancer's options from the job's top-level `balance` and its [balancer] keys (mode,
-// profile_steps, min_gain, cooldown_steps, window), as the data-parallel trainer reads them;
-// initial_shares is left empty (the pipeline trainer starts from its own plan). Throws
-// ConfigError on an unknown mode.
-plan::BalancerOptions pipelineBalancerOptions(const BalancerSection& section);
-
 // How many samples of each global batch every replica of a pipeline job takes, following the
 // replicas' measured step times through a plan::LoadBalancer.
 //

@@ -7,6 +7,7 @@
 #include <array>
 #include <sstream>
 
+#include "balancer_settings.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
@@ -120,7 +121,7 @@ PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
   s.options.replica_shares =
       pipelineReplicaShares(s.options, request.profile, s.cuts, request.devices);
   s.balancer = std::make_unique<ReplicaBalancer>(
-      pipelineBalancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
+      balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
       pipelineShareCaps(s.options, request.profile, s.cuts, request.devices));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;

@@ -6,6 +6,7 @@
 #include <array>
 #include <limits>
 
+#include "balancer_settings.h"
 #include "chorus/comm/hierarchical_all_reduce.h"
 #include "chorus/comm/topology.h"
 #include "chorus/core/clock.h"
@@ -18,17 +19,6 @@
 
 namespace chorus::runtime {
 namespace {
-
-plan::BalancerOptions balancerOptions(const BalancerSection& section) {
-  plan::BalancerOptions options;
-  options.mode = plan::LoadBalancer::parseMode(section.mode);
-  options.profile_steps = section.profile_steps;
-  options.min_gain = section.min_gain;
-  options.cooldown_steps = section.cooldown_steps;
-  options.window = section.window;
-  options.initial_shares = section.initial_shares;
-  return options;
-}
 
 // Per-rank figures of a step, all-gathered so every rank sees the same numbers.
 enum Figure { kCompute, kWait, kLossSum, kOverflow, kStop, kLossScale, kFigures };

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "balancer_state_json.h"
+#include "balancer_settings.h"
 #include "checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"

@@ -87,9 +87,6 @@ class SpeedModel {
   // window around the fit (1.4826 × median |t/t̂ − 1|, the Gaussian σ) over √n. 0 with fewer than
   // two observations. The balancer asks a gain to beat this before it trusts it.
   double relativeError() const { return relative_error_; }
-  // Whether observations far off the fit are held back, waiting to tell a hiccup of the host from
-  // a change of speed (see kShiftSteps).
-  bool holding() const { return !held_.empty(); }
   // Whether the latest observation confirmed a change of speed (the window was rescaled to it).
   bool speedChanged() const { return speed_changed_; }
   // Forgets every observation.

@@ -1,10 +1,21 @@
-#include "balancer_state_json.h"
+#include "balancer_settings.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace chorus::runtime {
+
+plan::BalancerOptions balancerOptions(const BalancerSection& section) {
+  plan::BalancerOptions options;
+  options.mode = plan::LoadBalancer::parseMode(section.mode);
+  options.profile_steps = static_cast<int>(section.profile_steps);
+  options.min_gain = section.min_gain;
+  options.cooldown_steps = static_cast<int>(section.cooldown_steps);
+  options.window = static_cast<int>(section.window);
+  options.initial_shares = section.initial_shares;
+  return options;
+}
 
 nlohmann::json balancerStateToJson(const plan::BalancerState& state) {
   return {{"shares", state.shares},
