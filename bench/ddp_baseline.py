@@ -10,13 +10,15 @@ It trains the same residual CNN as chorus (src/model/cnn.cc) the way DDP always 
 takes the same batch, B / world_size samples.  Emulated speed works as in chorus
 (src/device/speed_emulator.cc): the CPU time of each rank's forward + backward, measured in *thread*
 CPU time (so blocked waits and Gloo's own threads do not count), is padded with sleep so that the
-phase lasts cpu_time / speed, and it is padded in proportion as it goes, as chorus's trainer pads
-it: after forward, then in this script's DDP communication hook (register_comm_hook) just before
-each bucket's all-reduce is launched (the CPU time so far), and the rest when backward returns.
-So a slow rank's gradients become ready, and its all-reduces start, at the emulated pace: padded
+phase lasts cpu_time / speed, and its gradient buckets go out at the emulated pace, as chorus's
+trainer releases them: this script's DDP communication hook (register_comm_hook) notes the CPU
+time so far when a bucket is ready and hands the bucket to a launcher thread, which starts DDP's
+default all-reduce on it when the emulated device would have had it ready (the phase's start +
+CPU time so far / speed); the rest of the padding follows when backward returns.  The real compute
+stays in one block, as in chorus.  So a slow rank's all-reduces start at the emulated pace: padded
 only at the end, its all-reduce would run inside that sleep and look free.  The buckets are cut by
 chorus's rule (bucket_cap_mb = the gradient bytes / 4, at least 32 KiB), and their overlap with
-backward is DDP's own (the hook launches DDP's default all-reduce).  Only
+backward is DDP's own.  Only
 compute is padded, never the time spent waiting for peers: the phase's wall time, which the sleeps
 top up, ends when the last gradient is ready (GradientClock), not when backward returns after
 DDP has waited for its all-reduce.  When the ranks outnumber the cores they take turns within a
@@ -37,6 +39,8 @@ import gc
 import json
 import math
 import os
+import queue
+import threading
 import time
 import warnings
 
@@ -164,13 +168,13 @@ def stagger_offsets(speeds, cores):
 
 
 class PhasePadder:
-    """SpeedEmulator::ComputeScope in Python: pads one compute phase as it goes.
+    """SpeedEmulator::ComputeScope in Python: pads one compute phase to cpu / speed.
 
-    begin() opens a phase; pad_so_far() sleeps what the CPU time since the last pad point owes
-    (the phase as a whole lasts cpu / speed: owed = cpu / speed - wall, wall excluding the pads'
-    own sleeps and any wait for peers); end() pads the rest.  Like chorus, late wake-ups are
-    repaid from the next pad, and `credit` (sleep taken before the step) counts against what is
-    owed.  Used on the training thread only (DDP runs a CPU backward's hooks on it).
+    begin() opens a phase; moment(cpu) is when the emulated device reaches `cpu` seconds of the
+    phase's compute (the phase's start, less `credit`, the sleep taken before it, + cpu / speed);
+    end() sleeps until the moment of the whole phase's compute.  Like chorus, a late wake-up is
+    repaid from the next phase's padding.  Used on the training thread only (DDP runs a CPU
+    backward's hooks on it); moment() is also read by the launcher thread.
     """
 
     def __init__(self, speed):
@@ -178,55 +182,83 @@ class PhasePadder:
         self.overshoot = 0.0
         self.credit = 0.0
         self.cpu_start = self.wall_start = 0.0
-        self.settled = 0.0
-        self.sleeps = []  # (end, seconds) of the pads of this phase
         self.active = False
 
     def begin(self, credit):
         """Opens a phase; `credit` is sleep already taken before it (step offset, run delay)."""
         self.credit = credit
         self.cpu_start, self.wall_start = time.thread_time(), time.perf_counter()
-        self.settled = 0.0
-        self.sleeps = []
         self.active = True
 
     def cpu(self):
         """CPU seconds of the phase so far (blocked waits use none)."""
         return time.thread_time() - self.cpu_start
 
-    def pad_so_far(self, wall_end=None):
-        """Pads the phase up to now (or up to `wall_end`, when the compute ended earlier)."""
-        if not self.active or self.speed >= 1:
-            return
+    def moment(self, cpu):
+        """When (perf_counter) the emulated device reaches `cpu` seconds of the phase's compute."""
+        return self.wall_start - self.credit + cpu / self.speed
+
+    def end(self):
+        """Pads the rest of the phase; returns its CPU seconds."""
         cpu = self.cpu()
-        end = time.perf_counter() if wall_end is None else wall_end
-        wall = end - self.wall_start - sum(s for done, s in self.sleeps if done <= end)
-        total = max(0.0, cpu / self.speed - wall)
-        if total <= self.settled:
-            return
-        owed, self.settled = total - self.settled, total
-        used = min(self.credit, owed)
-        self.credit -= used
-        owed -= used + self.overshoot
+        self.active = False
+        if self.speed >= 1:
+            return cpu
+        behind = self.moment(cpu) - time.perf_counter()
+        if behind <= 0:  # the phase has lasted long enough already
+            return cpu
+        owed = behind - self.overshoot
         if owed <= 0:
             self.overshoot = -owed
-            return
+            return cpu
         start = time.perf_counter()
         time.sleep(owed)
-        done = time.perf_counter()
-        self.overshoot = max(0.0, done - start - owed)
-        self.sleeps.append((done, done - start))
-
-    def end(self, wall_end):
-        """Pads the rest of a phase whose compute ended at `wall_end`; returns its CPU seconds."""
-        cpu = self.cpu()
-        self.pad_so_far(wall_end)
-        self.active = False
+        self.overshoot = max(0.0, time.perf_counter() - start - owed)
         return cpu
 
-    def last_sleep_end(self):
-        """When the phase's last pad woke (0 without one)."""
-        return self.sleeps[-1][0] if self.sleeps else 0.0
+
+class DeferredLauncher:
+    """Starts each DDP bucket's all-reduce when the emulated device would have had it ready.
+
+    The comm hook (hook()) runs on the training thread when DDP's bucket is ready: at full speed it
+    launches DDP's default all-reduce at once; emulated, it notes the moment of the CPU time so far
+    (PhasePadder.moment) and queues the bucket for this thread, which sleeps until that moment and
+    launches it, in the order the hooks ran (every rank issues the same collectives in the same
+    order).  The future DDP waits for is completed with the averaged bucket, as DDP's default hook's
+    is.  `last_launch` is when the last all-reduce went out.
+    """
+
+    def __init__(self, padder):
+        self.padder = padder
+        self.queue = queue.SimpleQueue()
+        self.last_launch = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def hook(self, bucket):
+        """DDP communication hook."""
+        if self.padder.speed >= 1 or not self.padder.active:
+            self.last_launch = time.perf_counter()
+            return default_hooks.allreduce_hook(None, bucket)
+        done = torch.futures.Future()
+        self.queue.put((bucket.buffer(), self.padder.moment(self.padder.cpu()), done))
+        return done
+
+    def stop(self):
+        """Ends the thread after the buckets queued so far."""
+        self.queue.put(None)
+        self.thread.join()
+
+    def _run(self):
+        world = dist.get_world_size()
+        while (item := self.queue.get()) is not None:
+            tensor, moment, done = item
+            delay = moment - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            self.last_launch = time.perf_counter()
+            reduced = dist.all_reduce(tensor.div_(world), async_op=True).get_future()
+            reduced.add_done_callback(lambda future, done=done: done.set_result(future.value()[0]))
 
 
 def chorus_bucket_cap_mb(net):
@@ -237,10 +269,9 @@ def chorus_bucket_cap_mb(net):
     return min(25.0, max(32 * 1024, gradient_bytes / 4) / 2**20)
 
 
-def padded_allreduce_hook(padder, bucket):
-    """DDP communication hook: pads the compute done so far, then DDP's default all-reduce."""
-    padder.pad_so_far()
-    return default_hooks.allreduce_hook(None, bucket)
+def deferred_allreduce_hook(launcher, bucket):
+    """DDP communication hook: DDP's default all-reduce, at the emulated pace."""
+    return launcher.hook(bucket)
 
 
 def train(args):
@@ -261,7 +292,8 @@ def train(args):
     clock = GradientClock(net.parameters())
     model = DistributedDataParallel(net, bucket_cap_mb=chorus_bucket_cap_mb(net))
     padder = PhasePadder(speed)
-    model.register_comm_hook(padder, padded_allreduce_hook)
+    launcher = DeferredLauncher(padder)
+    model.register_comm_hook(launcher, deferred_allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     data = make_data(rank, per_rank, args.seed)
     # Sum of per-sample losses over B, times world: DDP's gradient average then equals the
@@ -270,7 +302,8 @@ def train(args):
 
     with open(f"{args.log_prefix}.rank{rank}.jsonl", "w", encoding="utf-8") as log:
         dist.barrier()
-        run_steps(args, model, optimizer, data, clock, scale, (padder, offset), log)
+        run_steps(args, model, optimizer, data, clock, scale, (padder, launcher, offset), log)
+    launcher.stop()
 
 
 def run_delay():
@@ -283,9 +316,10 @@ def run_delay():
 
 
 def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
-    """The timed training loop: forward, padding, backward (DDP pads and all-reduces bucket by
-    bucket), the rest of the padding, optimizer step.  `emulation` is (PhasePadder, step offset)."""
-    padder, offset = emulation
+    """The timed training loop: forward, backward (DDP all-reduces bucket by bucket, each at the
+    emulated pace), the rest of the padding, optimizer step.  `emulation` is (PhasePadder,
+    DeferredLauncher, step offset)."""
+    padder, launcher, offset = emulation
     speed = padder.speed
     last_target, last_start, delay_mark = 0.0, None, None
     for step in range(1, args.steps + 1):
@@ -304,11 +338,10 @@ def run_steps(args, model, optimizer, data, clock, scale, emulation, log):
         optimizer.zero_grad(set_to_none=True)
         padder.begin(credit)
         loss_sum = F.cross_entropy(model(inputs), targets, reduction="sum")
-        padder.pad_so_far()  # the forward at the emulated pace
-        (loss_sum * scale).backward()  # DDP's hooks pad and all-reduce; it waits before returning
+        (loss_sum * scale).backward()  # DDP all-reduces as buckets are due; waits before returning
         backward_end = time.perf_counter()
-        ready = max(clock.last, padder.last_sleep_end())  # the last gradient, padded
-        cpu = padder.end(clock.last)  # blocked waits use no CPU: compute only
+        ready = max(clock.last, launcher.last_launch)  # the last gradient, at the emulated pace
+        cpu = padder.end()  # blocked waits use no CPU: compute only
         delay_mark = run_delay() if speed < 1 else None
         last_target = cpu / speed
         optimizer.step()

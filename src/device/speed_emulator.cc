@@ -121,10 +121,14 @@ std::int64_t SpeedEmulator::ComputeScope::owedSoFar(double compute_seconds, doub
   return owed;
 }
 
-double SpeedEmulator::ComputeScope::padSoFar() {
+double SpeedEmulator::ComputeScope::computeSoFar() const {
+  return owner_ == nullptr ? 0 : computeSeconds();
+}
+
+double SpeedEmulator::ComputeScope::padTo(double compute_seconds) {
   if (owner_ == nullptr || paused_ || !owner_->emulated()) return 0;
   owner_->pad_points_.fetch_add(1, std::memory_order_relaxed);
-  const std::int64_t owed = owedSoFar(computeSeconds(), wallSeconds());
+  const std::int64_t owed = owedSoFar(compute_seconds, wallSeconds());
   if (owed <= 0) return 0;
   const auto start = SteadyClock::now();
   const std::int64_t slept = owner_->sleepOwed(owed);

@@ -117,6 +117,7 @@ void GradientReducer::armForFinalBackward() {
     bucket->launched = false;
   }
   next_to_launch_ = 0;
+  held_.clear();
   armed_ = true;
 }
 
@@ -128,10 +129,20 @@ void GradientReducer::onGradientReady(int parameter) {
 
 void GradientReducer::launchReadyBuckets() {
   while (next_to_launch_ < numBuckets() && buckets_[next_to_launch_]->pending == 0)
-    launch(*buckets_[next_to_launch_++]);
+    release(*buckets_[next_to_launch_++]);
 }
 
-void GradientReducer::launch(Bucket& bucket) {
+bool GradientReducer::launchNextHeld() {
+  if (held_.empty()) return false;
+  const int index = held_.front();
+  held_.pop_front();
+  launch(*buckets_[index]);
+  return true;
+}
+
+int GradientReducer::heldBuckets() const { return static_cast<int>(held_.size()); }
+
+void GradientReducer::release(Bucket& bucket) {
   std::int64_t offset = 0;
   for (int index : bucket.parameters) {
     const at::Tensor& parameter = parameters_[index];
@@ -143,7 +154,13 @@ void GradientReducer::launch(Bucket& bucket) {
       slot.zero_();  // unused parameter, or no backward on this rank: contributes zero
     offset += parameter.numel();
   }
-  if (options_.before_launch) options_.before_launch(bucket.index);
+  if (options_.hold_launch && options_.hold_launch(bucket.index))
+    held_.push_back(bucket.index);
+  else
+    launch(bucket);
+}
+
+void GradientReducer::launch(Bucket& bucket) {
   bucket.launched = true;
   if (!engine_) {
     bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);
@@ -152,7 +169,7 @@ void GradientReducer::launch(Bucket& bucket) {
   comm::LeaderReduce leader_reduce;
   if (options_.codec) {
     FlatLayout layout;
-    offset = 0;
+    std::int64_t offset = 0;
     for (int index : bucket.parameters) {
       layout.entries.push_back(
           {"param" + std::to_string(index), offset, parameters_[index].sizes().vec()});
@@ -169,8 +186,12 @@ void GradientReducer::launch(Bucket& bucket) {
 ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
   if (global_batch < 1) CHORUS_THROW(ConfigError, "gradient reducer: global batch must be >= 1");
   if (!armed_) armForFinalBackward();
+  while (launchNextHeld()) {
+  }
   for (auto& bucket : buckets_) bucket->pending = 0;
   launchReadyBuckets();
+  while (launchNextHeld()) {
+  }
   ReduceTiming timing;
   Stopwatch clock;
   for (auto& bucket : buckets_) bucket->work.wait();

@@ -56,7 +56,7 @@ struct ShareResult {
   bool overflow = false;  // this rank's own gradients overflowed (seen before the reduction)
 };
 
-// Makes a compute phase the one the reducer's before_launch pads (State::phase) while it lives.
+// Makes a compute phase the one the reducer's hold_launch notes (State::phase) while it lives.
 class CurrentPhase {
  public:
   CurrentPhase(Trainer::State& s, device::SpeedEmulator::ComputeScope& phase) : s_(s) {
@@ -70,11 +70,22 @@ class CurrentPhase {
   Trainer::State& s_;
 };
 
+// Launches the buckets the reducer held back in `phase`, each when the emulated device would have
+// had its gradients ready.
+void releaseHeldBuckets(Trainer::State& s, device::SpeedEmulator::ComputeScope& phase) {
+  for (const double compute : s.held_at) {
+    phase.padTo(compute);
+    s.reducer->launchNextHeld();
+  }
+  s.held_at.clear();
+}
+
 // This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
 // over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
-// An emulated slower device is padded as its compute goes (DESIGN.md, "Emulated heterogeneity"):
-// after each forward, before each gradient bucket's launch (reducerOptions), and at the end of
-// each micro-batch, so its gradients are ready, and its all-reduces start, at the emulated pace.
+// An emulated slower device computes each micro-batch in one block and pads it at its end, but
+// releases its gradient buckets at the emulated pace (DESIGN.md, "Emulated heterogeneity"): the
+// reducer holds each one back (reducerOptions), and the padding launches it at the moment the
+// slower device would have had it ready, so its all-reduces cannot hide in one final sleep.
 ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, bool inject,
                      bool arm_reducer) {
   const auto micro = data::microBatches(
@@ -82,6 +93,7 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
   s.optimizer->zero_grad(/*set_to_none=*/true);
   s.model->train();
   if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
+  s.held_at.clear();  // what a failed step left
   s.emulator->beginStep();
   ShareResult result;
   for (size_t k = 0; k < micro.size(); ++k) {
@@ -95,11 +107,11 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
       loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
                               batch.targets.to(s.worker->device()));
     }
-    phase.padSoFar();
     at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
     if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
     scaled.backward();
     result.loss_sum += loss.item<double>();  // also waits for a GPU's queued work
+    releaseHeldBuckets(s, phase);
     phase.end();
     result.compute_seconds += phase.deviceSeconds();
   }
@@ -166,10 +178,13 @@ parallel::ReducerOptions reducerOptions(Trainer::State& s) {
   options.first_bucket_bytes = bytesOf(section.first_bucket_mb);
   options.min_buckets = static_cast<int>(section.min_buckets);
   options.overlap = section.overlap;
-  // Pads the compute phase in progress up to this launch; launches after the phase (finish(),
-  // overlap off) find none. The State outlives the reducer it owns.
-  options.before_launch = [&s](int /*bucket*/) {
-    if (s.phase != nullptr) s.phase->padSoFar();
+  // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
+  // phase had got (runShare launches it at the emulated moment); launches after the phase
+  // (finish(), overlap off) find none and go out at once. The State outlives the reducer it owns.
+  options.hold_launch = [&s](int /*bucket*/) {
+    if (s.phase == nullptr || !s.emulator->emulated()) return false;
+    s.held_at.push_back(s.phase->computeSoFar());
+    return true;
   };
   if (section.algorithm != "flat") {
     comm::RankDescriptor self;

@@ -93,9 +93,12 @@ struct Trainer::State {
   std::unique_ptr<parallel::GradientReducer> reducer;
   std::unique_ptr<plan::LoadBalancer> balancer;
   device::SpeedEmulator* emulator = nullptr;  // the worker's, or speed_override's
-  // The compute phase in progress (runShare), which the reducer's before_launch pads up to each
-  // bucket's launch; null between phases.
+  // The compute phase in progress (runShare), in which the reducer holds each gradient bucket
+  // back (reducerOptions) when this rank emulates a slower device; null between phases.
   device::SpeedEmulator::ComputeScope* phase = nullptr;
+  // For each bucket held back in the phase, in launch order: the phase's compute when the
+  // bucket's gradients were final (ComputeScope::computeSoFar), where its launch belongs.
+  std::vector<double> held_at;
   std::unique_ptr<device::SpeedEmulator> speed_override;  // set by TrainerHooks::speed_at
   double speed = 1.0;
   std::int64_t micro_limit = 0;  // max samples per micro-batch on this rank (0: none)

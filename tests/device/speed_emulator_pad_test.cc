@@ -1,6 +1,7 @@
-// SpeedEmulator::ComputeScope::padSoFar(): a phase padded in parts, as a trainer pads it (after a
-// forward, before each gradient bucket's launch), sleeps what the whole phase owes, no more and no
-// less, and keeps waits and its own sleeps out of the compute.
+// SpeedEmulator::ComputeScope::padTo(): a phase whose points are released at the emulated pace, as
+// a trainer releases its gradient buckets (noted with computeSoFar() during the compute, released
+// after it), reaches each point when the emulated device would have, sleeps what the whole phase
+// owes, no more and no less, and keeps waits and its own sleeps out of the compute.
 //
 // Lower bounds are exact properties (a sleep never wakes early, and each pad sleeps at least what
 // its part owes); upper bounds allow a late wake-up on a loaded host, as speed_emulator_test does.
@@ -8,6 +9,7 @@
 #include <time.h>
 
 #include <thread>
+#include <vector>
 
 #include "chorus/core/clock.h"
 #include "chorus/device/speed_emulator.h"
@@ -39,45 +41,82 @@ constexpr double kTolerance = 0.025;
 // Nanosecond rounding of the emulator's counters.
 constexpr double kRounding = 1e-6;
 
-TEST(SpeedEmulatorPad, APhasePaddedInTwoPartsSumsToComputeOverSpeed) {
+TEST(SpeedEmulatorPad, APointIsReleasedWhenTheEmulatedDeviceReachesIt) {
   SpeedEmulator emulator(0.5);
   Stopwatch watch;
   auto phase = emulator.compute();
   busyFor(0.020);
-  const double first = phase.padSoFar();
-  // The first part is padded before the second part computes anything.
-  const double padded_midway = emulator.totals().padded_seconds;
+  const double point = phase.computeSoFar();
   busyFor(0.030);
+  // 50 ms computed; the point at 20 ms of compute is 40 ms into the phase at half speed, past.
+  EXPECT_EQ(phase.padTo(point), 0.0);
+  const double at_point = watch.seconds();
   const double rest = phase.end();
 
   const EmulationTotals totals = emulator.totals();
   EXPECT_EQ(totals.phases, 1);
   EXPECT_EQ(totals.pad_points, 1);
-  EXPECT_GE(first, 0.020 - kRounding);  // at half speed the first part owes its own length
-  EXPECT_NEAR(padded_midway, first, kRounding);
-  // The sleep of the first pad is not compute: 50 ms were computed, not 50 + 20.
+  EXPECT_GE(point, 0.020);
+  EXPECT_LE(point, 0.020 + kTolerance);
+  EXPECT_GE(at_point, 0.050);
   EXPECT_GE(totals.compute_seconds, 0.050);
   EXPECT_LE(totals.compute_seconds, 0.050 + kTolerance);
-  // Both pads together owe (1/speed - 1) x compute; the second repays the first's overshoot.
-  EXPECT_GE(first + rest, totals.compute_seconds - kRounding);
-  EXPECT_LE(first + rest, totals.compute_seconds + kTolerance);
-  EXPECT_NEAR(totals.padded_seconds, first + rest, kRounding);
+  // The phase as a whole owes (1/speed - 1) x compute, all of it at the end here.
+  EXPECT_GE(rest, totals.compute_seconds - kRounding);
+  EXPECT_LE(rest, totals.compute_seconds + kTolerance);
+  EXPECT_NEAR(totals.padded_seconds, rest, kRounding);
   // What the balancer sees is the whole phase on the emulated device.
   EXPECT_NEAR(phase.deviceSeconds(), 2 * totals.compute_seconds, kRounding);
   EXPECT_GE(watch.seconds(), 2 * totals.compute_seconds - kRounding);
   EXPECT_LE(watch.seconds(), 2 * totals.compute_seconds + kTolerance);
 }
 
-TEST(SpeedEmulatorPad, ManyPadPointsKeepTheRatio) {
-  // A backward with many buckets: millisecond parts, each sleep waking late, the carried
-  // overshoot keeping the sum right.
+TEST(SpeedEmulatorPad, PointsAreReleasedAtTheirEmulatedMoments) {
+  // A backward with four buckets, computed in one block and released after it, as a trainer does
+  // at a quarter of the speed: bucket k at 4 x its compute into the phase.
+  SpeedEmulator emulator(0.25);
+  Stopwatch watch;
+  auto phase = emulator.compute();
+  std::vector<double> points;
+  for (int part = 0; part < 4; ++part) {
+    busyFor(0.005);
+    points.push_back(phase.computeSoFar());
+  }
+  busyFor(0.005);
+  std::vector<double> released;
+  for (double point : points) {
+    phase.padTo(point);
+    released.push_back(watch.seconds());
+  }
+  phase.end();
+  const double total = watch.seconds();
+  const EmulationTotals totals = emulator.totals();
+  EXPECT_EQ(totals.pad_points, 4);
+  for (size_t k = 0; k < points.size(); ++k) {
+    // A sleep never wakes early; the first point, 20 ms in, is reached by the real compute itself
+    // (25 ms), the later ones by the padding.
+    EXPECT_GE(released[k], 4 * points[k] - kRounding) << k;
+    if (k > 0) {
+      EXPECT_LE(released[k], 4 * points[k] + kTolerance) << k;
+    }
+  }
+  EXPECT_GE(totals.padded_seconds, 3 * totals.compute_seconds - kRounding);
+  EXPECT_LE(totals.padded_seconds, 3 * totals.compute_seconds + kTolerance);
+  EXPECT_NEAR(phase.deviceSeconds(), 4 * totals.compute_seconds, kRounding);
+  EXPECT_GE(total, 4 * totals.compute_seconds - kRounding);
+}
+
+TEST(SpeedEmulatorPad, ManyPointsKeepTheRatio) {
+  // Millisecond points, each sleep waking late, the carried overshoot keeping the sum right.
   SpeedEmulator emulator(0.25);
   auto phase = emulator.compute();
+  std::vector<double> points;
   for (int part = 0; part < 20; ++part) {
     busyFor(0.001);
-    phase.padSoFar();
+    points.push_back(phase.computeSoFar());
   }
   busyFor(0.001);
+  for (double point : points) phase.padTo(point);
   phase.end();
   const EmulationTotals totals = emulator.totals();
   EXPECT_EQ(totals.pad_points, 20);
@@ -86,13 +125,13 @@ TEST(SpeedEmulatorPad, ManyPadPointsKeepTheRatio) {
   EXPECT_NEAR(phase.deviceSeconds(), 4 * totals.compute_seconds, kRounding);
 }
 
-TEST(SpeedEmulatorPad, AWaitBetweenPadPointsIsNotPadded) {
+TEST(SpeedEmulatorPad, AWaitBetweenPointsIsNotPadded) {
   SpeedEmulator emulator(0.5);
   auto phase = emulator.compute();
   busyFor(0.020);
-  phase.padSoFar();
+  phase.padTo(phase.computeSoFar());
   phase.pauseForWait();
-  EXPECT_EQ(phase.padSoFar(), 0.0);  // nothing is padded during a wait
+  EXPECT_EQ(phase.padTo(phase.computeSoFar()), 0.0);  // nothing is padded during a wait
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   phase.resume();
   busyFor(0.010);
@@ -109,7 +148,7 @@ TEST(SpeedEmulatorPad, NothingIsPaddedAtFullSpeedOrAfterTheEnd) {
   SpeedEmulator full(1.0);
   auto unpadded = full.compute();
   busyFor(0.005);
-  EXPECT_EQ(unpadded.padSoFar(), 0.0);
+  EXPECT_EQ(unpadded.padTo(unpadded.computeSoFar()), 0.0);
   unpadded.end();
   EXPECT_EQ(full.totals().pad_points, 0);
   EXPECT_EQ(full.totals().padded_seconds, 0.0);
@@ -119,7 +158,7 @@ TEST(SpeedEmulatorPad, NothingIsPaddedAtFullSpeedOrAfterTheEnd) {
   busyFor(0.005);
   ended.end();
   const double padded = half.totals().padded_seconds;
-  EXPECT_EQ(ended.padSoFar(), 0.0);
+  EXPECT_EQ(ended.padTo(0.005), 0.0);
   EXPECT_EQ(half.totals().padded_seconds, padded);
 }
 
@@ -130,7 +169,7 @@ TEST(SpeedEmulatorPad, TheCpuBasisPadsThePhaseAsAWhole) {
   auto phase = emulator.compute();
   busyForCpu(0.010);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));  // off the core: 40 ms > 20 owed
-  EXPECT_EQ(phase.padSoFar(), 0.0);
+  EXPECT_EQ(phase.padTo(phase.computeSoFar()), 0.0);
   busyForCpu(0.040);
   const double rest = phase.end();
   const EmulationTotals totals = emulator.totals();

@@ -93,11 +93,12 @@ StepEvents runStep(std::shared_ptr<comm::Communicator> comm, bool overlap) {
   options.overlap = overlap;
   options.min_bucket_bytes = 1024;  // several buckets of this 36 KiB model
   GradientReducer* reducer_seen = nullptr;
-  options.before_launch = [&](int bucket) {
+  options.hold_launch = [&](int bucket) {
     seen.events.push_back("launch " + std::to_string(bucket));
     const auto layout = reducer_seen->bucketLayout();
     for (int parameter : layout[bucket])
       if (!mlp.parameters[parameter].grad().defined()) seen.gradients_final_at_launch = false;
+    return false;  // launched at once
   };
   GradientReducer reducer(mlp.parameters, comm, options);
   reducer_seen = &reducer;
@@ -140,14 +141,51 @@ TEST(ReducerOverlap, ABucketIsLaunchedBeforeBackwardEndsOnlyWithOverlap) {
   });
 }
 
-TEST(ReducerOverlap, BeforeLaunchIsCalledOncePerBucketEvenWithoutBackward) {
+TEST(ReducerOverlap, HeldBucketsAreLaunchedInOrderWhenReleased) {
+  // A trainer emulating a slower device holds every bucket back during backward and releases them
+  // after it: the same collectives in the same order, so the same gradients, bit for bit.
+  comm::testing::runRankThreads(2, [](std::shared_ptr<comm::Communicator> comm) {
+    const StepEvents direct = runStep(comm, /*overlap=*/true);
+    Mlp mlp;
+    ReducerOptions options;
+    options.min_bucket_bytes = 1024;
+    std::vector<int> ready;
+    options.hold_launch = [&](int bucket) {
+      ready.push_back(bucket);
+      return comm->rank() == 0;  // rank 1 launches at once: the ranks need not agree
+    };
+    GradientReducer reducer(mlp.parameters, comm, options);
+    const at::Tensor input =
+        at::arange(6 * 8, at::kFloat).view({6, 8}).mul(0.1 * (comm->rank() + 1)).sin();
+    reducer.armForFinalBackward();
+    mlp.loss(input).backward();
+    EXPECT_EQ(reducer.heldBuckets(), comm->rank() == 0 ? reducer.numBuckets() : 0);
+    if (comm->rank() == 0) {
+      ASSERT_TRUE(reducer.launchNextHeld());
+      EXPECT_EQ(reducer.heldBuckets(), reducer.numBuckets() - 1);
+    }
+    reducer.finish(12);  // launches the rest, oldest first
+    EXPECT_EQ(reducer.heldBuckets(), 0);
+    EXPECT_FALSE(reducer.launchNextHeld());
+    std::vector<int> expected;
+    for (int bucket = 0; bucket < reducer.numBuckets(); ++bucket) expected.push_back(bucket);
+    EXPECT_EQ(ready, expected);
+    for (size_t index = 0; index < mlp.parameters.size(); ++index)
+      EXPECT_TRUE(at::equal(mlp.parameters[index].grad(), direct.gradients[index])) << index;
+  });
+}
+
+TEST(ReducerOverlap, HoldLaunchIsCalledOncePerBucketEvenWithoutBackward) {
   // A rank with a zero share runs no backward: finish() launches every bucket, each announced.
   comm::testing::runRankThreads(2, [](std::shared_ptr<comm::Communicator> comm) {
     Mlp mlp;
     ReducerOptions options;
     options.min_bucket_bytes = 1024;
     std::vector<int> launched;
-    options.before_launch = [&](int bucket) { launched.push_back(bucket); };
+    options.hold_launch = [&](int bucket) {
+      launched.push_back(bucket);
+      return false;
+    };
     GradientReducer reducer(mlp.parameters, comm, options);
     for (int step = 0; step < 2; ++step) {
       if (comm->rank() == 0) {

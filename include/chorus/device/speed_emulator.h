@@ -7,10 +7,15 @@
 // excludeWait(): padding a wait would lengthen the peer's next wait in turn, and the job would slow
 // down step after step.
 //
-// A phase is padded in proportion as it goes, not only at its end: padSoFar() sleeps for the
-// compute done since the last pad point. Why: a trainer launches gradient all-reduces from inside
-// backward; padded only at the end, a slow rank's all-reduce would run during its final sleep and
-// communication that costs time on a really slow device would look free.
+// A phase's gradients are released at the emulated pace, not all at its end: a trainer notes how
+// much compute a phase had done when each gradient bucket became ready (computeSoFar()), keeps
+// the bucket's all-reduce back, and after the real compute releases each one at the moment the
+// emulated device would have reached that point (padTo()). Why: padded only at its end, a slow
+// rank's all-reduces would run inside its final sleep and communication that costs time on a
+// really slow device would look free. Why not sleep in the middle of the compute instead: on a
+// shared host the real compute then comes in bursts spread over the whole emulated phase, which
+// overlap the other workers' turns (staggerOffsets) and cool the caches; measured on a 2-core
+// host, a cpu@0.5 worker's CPU time per sample rose 20% over the same worker alone.
 #pragma once
 
 #include <atomic>
@@ -40,9 +45,9 @@ struct EmulationTotals {
   double padded_seconds = 0;
   // Compute phases ended.
   std::int64_t phases = 0;
-  // ComputeScope::padSoFar() calls in phases of an emulated device, whether or not they had to
-  // sleep: how finely the phases were padded (a trainer pads after each forward and before each
-  // gradient bucket's launch).
+  // ComputeScope::padTo() calls in phases of an emulated device, whether or not they had to
+  // sleep: how many points of the phases were released at the emulated pace (a trainer releases
+  // each gradient bucket's all-reduce at one).
   std::int64_t pad_points = 0;
   // Time the worker waited for a core between steps and got back from its padding
   // (SpeedEmulator::beginStep).
@@ -77,17 +82,21 @@ class SpeedEmulator {
     // Excludes a wait the caller timed itself (e.g. a Work's wait time). Clamped at the phase's
     // elapsed time, so the compute time never turns negative.
     void excludeWait(double seconds);
-    // Pads the compute done in the phase since the last pad point (its start, or the previous
-    // padSoFar()) to compute / speed, now, and returns the seconds slept. The sleep is neither
-    // compute nor wall time of the phase (like a wait), so end() later pads only the rest and
-    // deviceSeconds() still covers the whole phase. Uses the same sleep-overshoot carry and step
-    // credit (beginStep) as end(). Does nothing while paused for a wait, at full speed, or after
-    // end(). Why: see the file comment; e.g. call it after a micro-batch's forward and before each
-    // gradient bucket's all-reduce is launched. May run on another thread than the phase's owner
-    // while the owner is blocked on it (autograd runs a CUDA backward on its device threads); in
-    // the kThreadCpu basis only on the owner's thread, whose CPU clock it reads.
-    double padSoFar();
-    // Ends the phase now: sleeps the rest of the padding (what padSoFar() has not slept yet) and
+    // The compute the phase has done so far, waits and pads excluded, in the emulator's time
+    // basis: a point of the phase that padTo() can release later. In the kThreadCpu basis only on
+    // the owner's thread, whose CPU clock it reads; otherwise from any thread (autograd runs a
+    // CUDA backward's hooks on its device threads).
+    double computeSoFar() const;
+    // Sleeps until the emulated device would have done `compute_seconds` of the phase's compute:
+    // until compute_seconds / speed of the phase have passed, waits excluded, counting sleep taken
+    // before the phase (beginStep's head start) and by earlier padTo() calls. Returns the seconds
+    // slept; 0 when that moment has passed already, while paused for a wait, at full speed, or
+    // after end(). end() later pads only the rest, and deviceSeconds() still covers the whole
+    // phase. Uses the same sleep-overshoot carry as end(). Training thread only. Why: see the file
+    // comment; a trainer calls it after the real compute, once per gradient bucket, with the
+    // computeSoFar() noted when the bucket became ready, and launches the bucket right after.
+    double padTo(double compute_seconds);
+    // Ends the phase now: sleeps the rest of the padding (what padTo() has not slept yet) and
     // returns the seconds slept by this call. Later calls return 0.
     double end();
     // After end(): how long the phase took on the emulated device, waits excluded: compute /
@@ -102,7 +111,8 @@ class SpeedEmulator {
     explicit ComputeScope(SpeedEmulator* owner);
     double computeSeconds() const;
     double wallSeconds() const;
-    // Padding owed for the phase so far and not settled by padSoFar() yet, in nanoseconds.
+    // Padding owed for the phase up to the point where `compute_seconds` were done, at
+    // `wall_seconds` into it, and not settled by padTo() yet, in nanoseconds.
     std::int64_t owedSoFar(double compute_seconds, double wall_seconds);
 
     SpeedEmulator* owner_;
@@ -111,10 +121,11 @@ class SpeedEmulator {
     double device_seconds_ = 0;
     std::chrono::steady_clock::time_point paused_at_;
     std::chrono::steady_clock::duration excluded_{0};
-    // Sleep taken by padSoFar(): excluded from the phase's compute and wall time like a wait.
+    // Sleep taken by padTo(): excluded from the phase's compute and wall time like a wait.
     std::chrono::steady_clock::duration slept_{0};
-    // Padding of the phase settled by padSoFar() (before credit and overshoot), in nanoseconds:
-    // the padding of the phase up to the last pad point, so that the next pads only what follows.
+    // Padding of the phase settled by padTo() (before credit and overshoot), in nanoseconds: the
+    // padding of the phase up to the last point released, so that the next pads only what
+    // follows.
     std::int64_t settled_ns_ = 0;
     bool paused_ = false;
     int uncaught_at_start_;

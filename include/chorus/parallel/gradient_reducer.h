@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -57,13 +58,15 @@ struct ReducerOptions {
   // HierarchicalAllReduce over one-rank groups, collectively, in its constructor). Shared so the
   // trainer can checkpoint its state(). Default: null, no compression.
   std::shared_ptr<GradientCodec> codec;
-  // Called on the training thread just before each bucket's all-reduce is launched (its
-  // gradients are final and copied into the bucket), with the bucket's index; once per bucket
-  // per synchronizing step, in launch order, from an autograd hook during backward or from
-  // finish(). Why: a trainer that emulates a slower device pads the compute done so far here, so
-  // that its gradients become ready at the emulated pace (device/speed_emulator.h); the reducer
-  // knows nothing of emulation. Not called by averageParameters(). Default: empty, nothing.
-  std::function<void(int bucket)> before_launch;
+  // Called on the training thread when a bucket's gradients are final and copied into it, with
+  // the bucket's index, once per bucket per synchronizing step, in launch order, from an autograd
+  // hook during backward or from finish(). Returns whether to hold the bucket back: a held bucket
+  // is launched by launchNextHeld() (or finish()), so the buckets still go out in launch order.
+  // Why: a trainer that emulates a slower device notes how far its compute had got and launches
+  // the bucket when the emulated device would have got there (device/speed_emulator.h); the
+  // reducer knows nothing of emulation. Not called by averageParameters(). Default: empty,
+  // nothing is held.
+  std::function<bool(int bucket)> hold_launch;
 };
 
 // What one synchronization cost, for the load balancer and metrics. Value type.
@@ -90,9 +93,14 @@ class GradientReducer {
   // Arms the hooks for the next backward pass: call it before the LAST micro-batch's backward of a
   // step (earlier micro-batches only accumulate into .grad).
   void armForFinalBackward();
-  // Completes the step's synchronization: launches buckets not launched yet (all of them when this
-  // rank ran no backward, e.g. a zero share; missing gradients count as zeros), waits for all, and
-  // writes the averaged gradient, sum / global_batch, into every parameter's .grad.
+  // Launches the oldest bucket held back by ReducerOptions::hold_launch; false when none is.
+  bool launchNextHeld();
+  // Buckets held back and not launched yet.
+  int heldBuckets() const;
+  // Completes the step's synchronization: launches buckets not launched yet (held ones first) (all
+  // of them when this rank ran no backward, e.g. a zero share; missing gradients count as zeros),
+  // waits for all, and writes the averaged gradient, sum / global_batch, into every parameter's
+  // .grad.
   ReduceTiming finish(std::int64_t global_batch);
 
   // Local SGD (Lin et al. 2020, "Don't use large mini-batches, use local SGD"): on steps that do
@@ -118,6 +126,8 @@ class GradientReducer {
   struct Bucket;
   void onGradientReady(int parameter);
   void launchReadyBuckets();
+  // Copies the bucket's gradients into it, then holds it back or launches it.
+  void release(Bucket& bucket);
   void launch(Bucket& bucket);
   void writeGradients(double scale);
 
@@ -129,7 +139,9 @@ class GradientReducer {
   std::shared_ptr<comm::HierarchicalAllReduce> engine_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<int> bucket_of_;  // parameter -> bucket
-  int next_to_launch_ = 0;
+  int next_to_launch_ = 0;      // the next bucket to release
+  // Released buckets held back (ReducerOptions::hold_launch), oldest first.
+  std::deque<int> held_;
   bool armed_ = false;
 };
 
