@@ -118,6 +118,7 @@ void GradientReducer::armForFinalBackward() {
   }
   next_to_launch_ = 0;
   held_.clear();
+  timings_.clear();
   armed_ = true;
 }
 
@@ -143,6 +144,7 @@ bool GradientReducer::launchNextHeld() {
 int GradientReducer::heldBuckets() const { return static_cast<int>(held_.size()); }
 
 void GradientReducer::release(Bucket& bucket) {
+  noteCompletions();
   std::int64_t offset = 0;
   for (int index : bucket.parameters) {
     const at::Tensor& parameter = parameters_[index];
@@ -160,8 +162,17 @@ void GradientReducer::release(Bucket& bucket) {
     launch(bucket);
 }
 
+void GradientReducer::noteCompletions() {
+  const auto now = std::chrono::steady_clock::now();
+  for (BucketTiming& timing : timings_)
+    if (timing.completed < timing.launched && buckets_[timing.bucket]->work.isCompleted())
+      timing.completed = now;
+}
+
 void GradientReducer::launch(Bucket& bucket) {
+  noteCompletions();
   bucket.launched = true;
+  timings_.push_back({bucket.index, std::chrono::steady_clock::now(), {}});
   if (!engine_) {
     bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);
     return;
@@ -194,7 +205,12 @@ ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
   }
   ReduceTiming timing;
   Stopwatch clock;
-  for (auto& bucket : buckets_) bucket->work.wait();
+  noteCompletions();
+  for (BucketTiming& launched : timings_) {
+    buckets_[launched.bucket]->work.wait();
+    if (launched.completed < launched.launched)
+      launched.completed = std::chrono::steady_clock::now();
+  }
   timing.wait_seconds = clock.seconds();
   timing.buckets = numBuckets();
   writeGradients(1.0 / static_cast<double>(global_batch));

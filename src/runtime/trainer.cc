@@ -15,6 +15,7 @@
 #include "chorus/core/units.h"
 #include "chorus/data/sharding.h"
 #include "chorus/device/memory_budget.h"
+#include "chorus/observe/trace_recorder.h"
 #include "trainer_state.h"
 
 namespace chorus::runtime {
@@ -70,11 +71,28 @@ class CurrentPhase {
   Trainer::State& s_;
 };
 
+using TraceClock = observe::TraceRecorder::Clock;
+
+// Records a span on this step's timeline, if it is recorded.
+void traceSpan(Trainer::State& s, observe::Track track, const char* name, const char* category,
+               TraceClock::time_point start) {
+  if (s.trace != nullptr) s.trace->span(track, name, category, start, TraceClock::now());
+}
+
+// Each bucket's all-reduce of the step, from its launch to when the reducer saw it complete.
+void traceBuckets(observe::TraceRecorder& trace,
+                  const std::vector<parallel::BucketTiming>& timings) {
+  for (const parallel::BucketTiming& timing : timings)
+    trace.span(observe::Track::kComm, "all_reduce bucket " + std::to_string(timing.bucket),
+               "allreduce", timing.launched, timing.completed);
+}
+
 // Launches the buckets the reducer held back in `phase`, each when the emulated device would have
 // had its gradients ready.
 void releaseHeldBuckets(Trainer::State& s, device::SpeedEmulator::ComputeScope& phase) {
   for (const double compute : s.held_at) {
-    phase.padTo(compute);
+    const auto start = TraceClock::now();
+    if (phase.padTo(compute) > 0) traceSpan(s, observe::Track::kCompute, "pad", "pad", start);
     s.reducer->launchNextHeld();
   }
   s.held_at.clear();
@@ -94,11 +112,15 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
   s.model->train();
   if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
   s.held_at.clear();  // what a failed step left
-  s.emulator->beginStep();
+  const auto turn_start = TraceClock::now();
+  s.emulator->beginStep();  // an emulated device sharing a core may wait for its turn here
+  if (TraceClock::now() - turn_start > std::chrono::microseconds(50))
+    traceSpan(s, observe::Track::kCompute, "wait for turn", "pad", turn_start);
   ShareResult result;
   for (size_t k = 0; k < micro.size(); ++k) {
     const data::Batch batch = s.data.train->get(micro[k]);
     if (arm_reducer && k + 1 == micro.size()) s.reducer->armForFinalBackward();
+    const auto forward_start = TraceClock::now();
     auto phase = s.emulator->compute();
     const CurrentPhase current(s, phase);
     at::Tensor loss;
@@ -107,12 +129,16 @@ ShareResult runShare(Trainer::State& s, const std::vector<std::int64_t>& mine, b
       loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
                               batch.targets.to(s.worker->device()));
     }
+    traceSpan(s, observe::Track::kCompute, "forward", "compute", forward_start);
+    const auto backward_start = TraceClock::now();
     at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
     if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
     scaled.backward();
     result.loss_sum += loss.item<double>();  // also waits for a GPU's queued work
+    traceSpan(s, observe::Track::kCompute, "backward", "compute", backward_start);
     releaseHeldBuckets(s, phase);
-    phase.end();
+    const auto pad_start = TraceClock::now();
+    if (phase.end() > 0) traceSpan(s, observe::Track::kCompute, "pad", "pad", pad_start);
     result.compute_seconds += phase.deviceSeconds();
   }
   result.overflow = s.unscaler && s.unscaler->overflowed();
@@ -325,6 +351,8 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
       s.emulator->yieldCoreToFasterDevices();
     }
   }
+  if (hooks.trace != nullptr) hooks.trace->setStep(step);
+  s.trace = hooks.trace != nullptr && hooks.trace->recording() ? hooks.trace : nullptr;
   Stopwatch clock;
   StepRecord record;
   record.step = step;
@@ -343,21 +371,26 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
     s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
   else
     reduce = s.reducer->finish(s.job.train.global_batch);
+  if (s.trace != nullptr && !local) traceBuckets(*s.trace, s.reducer->lastTimings());
   // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
   // gathered flags add overflows that a lossy path could have hidden.
   const bool local_overflow = share.overflow || !s.reducer->gradientsFinite();
   const bool stop = hooks.stop_requested && hooks.stop_requested();
+  const auto figures_start = TraceClock::now();
   const StepFigures figures = gatherFigures(
       world, {share.compute_seconds, reduce.wait_seconds, share.loss_sum,
               local_overflow ? 1.0 : 0.0, stop ? 1.0 : 0.0, s.scaler ? s.scaler->scale() : 0.0});
+  traceSpan(s, observe::Track::kComm, "step figures", "sync", figures_start);
   record.skipped = figures.any(kOverflow);
   record.stop_requested = figures.any(kStop);
+  const auto optimizer_start = TraceClock::now();
   if (record.skipped) {
     ++s.skipped_steps;  // every rank skips together: the replicas stay identical
     s.optimizer->zero_grad(/*set_to_none=*/true);
   } else {
     s.optimizer->step();
   }
+  traceSpan(s, observe::Track::kCompute, "optimizer", "optimizer", optimizer_start);
   if (s.scaler) s.scaler->update(record.skipped);
   if (local) {
     s.samples_since_average += static_cast<std::int64_t>(mine.size());

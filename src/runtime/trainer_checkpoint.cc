@@ -237,11 +237,11 @@ void Trainer::resume(const std::string& checkpoint_dir) {
 
 // Periodic, final and requested checkpoints; asynchronous ones snapshot now and write on a
 // background thread while training goes on.
-void writeCheckpointIfDue(Trainer::State& s, bool final_or_requested) {
-  if (!s.checkpoints || s.last_checkpoint_step == s.next_step) return;
+bool writeCheckpointIfDue(Trainer::State& s, bool final_or_requested) {
+  if (!s.checkpoints || s.last_checkpoint_step == s.next_step) return false;
   const std::int64_t every = s.job.checkpoint.every;
   const bool due = final_or_requested || (every > 0 && s.next_step % every == 0);
-  if (!due) return;
+  if (!due) return false;
   if (s.pending_checkpoint.valid()) s.pending_checkpoint.get();
   s.last_checkpoint_step = s.next_step;
   CheckpointSnapshot snapshot = snapshotCheckpoint(s);
@@ -251,9 +251,10 @@ void writeCheckpointIfDue(Trainer::State& s, bool final_or_requested) {
     s.pending_checkpoint = std::async(std::launch::async, [writer, step, snapshot] {
       return writer->write(step, snapshot.files());
     });
-    return;
+    return true;
   }
   s.last_checkpoint_path = s.checkpoints->write(step, snapshot.files());
+  return true;
 }
 
 // Waits for a background write; its path becomes the last checkpoint's.

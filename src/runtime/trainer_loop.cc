@@ -4,11 +4,14 @@
 
 #include "chorus/core/clock.h"
 #include "chorus/core/logging.h"
+#include "chorus/observe/trace_recorder.h"
 #include "trainer_state.h"
 #include "training_loop.h"
 
 namespace chorus::runtime {
 namespace {
+
+using TraceClock = observe::TraceRecorder::Clock;
 
 // The first `limit` test samples (all when 0), dealt to ranks in contiguous, nearly equal slices.
 std::vector<std::int64_t> evaluationIds(std::int64_t test_size, std::int64_t limit, int rank,
@@ -59,8 +62,22 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   TrainingLoop loop;
   loop.next_step = [&s] { return s.next_step; };
   loop.step = [this](const TrainerHooks& inner) { return step(inner); };
-  loop.evaluate = [this](std::int64_t samples) { return evaluate(samples); };
-  loop.checkpoint = [&s](bool final_or_requested) { writeCheckpointIfDue(s, final_or_requested); };
+  // Evaluations and checkpoints go on the timeline of the step they follow.
+  observe::TraceRecorder* trace = hooks.trace;
+  const auto traced = [trace](const char* name, TraceClock::time_point start) {
+    if (trace != nullptr)
+      trace->span(observe::Track::kCompute, name, name, start, TraceClock::now());
+  };
+  loop.evaluate = [this, traced](std::int64_t samples) {
+    const auto start = TraceClock::now();
+    const auto result = evaluate(samples);
+    traced("evaluation", start);
+    return result;
+  };
+  loop.checkpoint = [&s, traced](bool final_or_requested) {
+    const auto start = TraceClock::now();
+    if (writeCheckpointIfDue(s, final_or_requested)) traced("checkpoint", start);
+  };
   loop.finish_checkpoints = [&s] {
     finishPendingCheckpoint(s);
     return s.last_checkpoint_path;

@@ -78,8 +78,8 @@ CheckpointSnapshot snapshotCheckpoint(Trainer::State& s);
 void restoreCheckpoint(Trainer::State& s, const std::string& dir);
 // Writes a checkpoint when one is due after the step just completed: every checkpoint.every
 // steps (in the background in async mode), or now when `final_or_requested`. Never twice for one
-// step. No-op without checkpoint.dir.
-void writeCheckpointIfDue(Trainer::State& s, bool final_or_requested);
+// step. No-op without checkpoint.dir. Returns whether it wrote (or started writing) one.
+bool writeCheckpointIfDue(Trainer::State& s, bool final_or_requested);
 // Waits for a background write in flight, if any; rethrows its error.
 void finishPendingCheckpoint(Trainer::State& s);
 
@@ -99,6 +99,8 @@ struct Trainer::State {
   // For each bucket held back in the phase, in launch order: the phase's compute when the
   // bucket's gradients were final (ComputeScope::computeSoFar), where its launch belongs.
   std::vector<double> held_at;
+  // The timeline this step is recorded on (TrainerHooks::trace while it records), or null.
+  observe::TraceRecorder* trace = nullptr;
   std::unique_ptr<device::SpeedEmulator> speed_override;  // set by TrainerHooks::speed_at
   double speed = 1.0;
   std::int64_t micro_limit = 0;  // max samples per micro-batch on this rank (0: none)

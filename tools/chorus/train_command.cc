@@ -8,12 +8,15 @@
 
 #include <csignal>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "chorus/chorus.h"
 #include "chorus/core/config.h"
 #include "chorus/device/discovery.h"
+#include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/agent.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
@@ -30,6 +33,9 @@ struct TrainArgs {
   std::vector<std::string> settings;
   std::int64_t steps = 0;
   std::string log_json;
+  // A timeline of the steps in trace_steps (A:B), Chrome trace-event JSON (observe layer).
+  std::string trace;
+  std::string trace_steps = "0:20";
   std::string resume;
   bool worker = false;
   // Several nodes (as `chorus run`): every node runs `chorus train` with the same config.
@@ -103,10 +109,50 @@ void applyAutoPlan(const TrainArgs& args, Config& config, std::vector<std::strin
   }
 }
 
+// The parts of --trace that workers on this node wrote (<trace>.rank<N>).
+std::vector<std::string> traceParts(const std::string& trace) {
+  const std::filesystem::path path(trace);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  const std::string prefix = path.filename().string() + ".rank";
+  std::vector<std::string> parts;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
+      parts.push_back(entry.path().string());
+  }
+  std::sort(parts.begin(), parts.end());
+  return parts;
+}
+
+// --trace: refused where it would record nothing, and a path that cannot be written fails now,
+// not after training.
+void checkTraceRequest(const TrainArgs& args, const runtime::JobConfig& job) {
+  if (args.trace.empty()) return;
+  observe::parseTraceSteps(args.trace_steps);
+  CHORUS_CHECK_CONFIG(job.parallel.pipeline_stages <= 1,
+                      "--trace records data-parallel training only; pipelines "
+                      "(parallel.pipeline_stages > 1) are not traced yet");
+  observe::checkTraceWritable(args.trace);
+  // Parts an earlier run left would be merged into this one's timeline.
+  for (const std::string& stale : traceParts(args.trace)) std::remove(stale.c_str());
+}
+
+// Merges the parts of --trace that this node's workers wrote into one file and removes them.
+void mergeTrace(const std::string& trace) {
+  const std::vector<std::string> parts = traceParts(trace);
+  if (parts.empty()) return;
+  const int merged = observe::mergeTraceParts(parts, trace);
+  for (const std::string& part : parts) std::remove(part.c_str());
+  std::cout << "chorus train: wrote the timeline of " << merged << " ranks to " << trace
+            << std::endl;
+}
+
 int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
   Config config = loadConfig(args);
   if (runtime::readJobConfig(config).plan == "auto") applyAutoPlan(args, config, argv);
   const runtime::JobConfig job = runtime::readJobConfig(config);
+  checkTraceRequest(args, job);
   runtime::AgentOptions agent;
   agent.devices = validateOnHost(job);
   agent.cpu_transport = job.comm.cpu_transport;
@@ -127,7 +173,9 @@ int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
     agent.command.insert(agent.command.end(), {"--resume", dir});
   }
   agent.command.push_back("--worker");
-  return runtime::runAgent(agent);
+  const int code = runtime::runAgent(agent);
+  if (!args.trace.empty()) mergeTrace(args.trace);
+  return code;
 }
 
 // Runs a Trainer or a PipelineTrainer (same interface) to the end of the job.
@@ -140,7 +188,17 @@ int train(const TrainArgs& args, const runtime::JobConfig& job,
   runtime::TrainerHooks hooks;
   hooks.on_step = [&](const runtime::StepRecord& record) { report.step(record); };
   hooks.stop_requested = [] { return g_stop_requested != 0; };
+  std::unique_ptr<observe::TraceRecorder> trace;
+  if (!args.trace.empty()) {
+    const auto& identity = worker->identity();
+    trace = std::make_unique<observe::TraceRecorder>(
+        worker->rank(), identity.node_rank,
+        "rank " + std::to_string(worker->rank()) + " (" + identity.device.toString() + ")",
+        observe::parseTraceSteps(args.trace_steps));
+    hooks.trace = trace.get();
+  }
   const runtime::TrainResult result = trainer.run(hooks);
+  if (trace) trace->writePart(observe::tracePartPath(args.trace, worker->rank()));
   report.finish(result);
   return kExitOk;
 }
@@ -170,6 +228,11 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_option("--steps", args->steps,
                     "Number of training steps (same as --set train.steps=N)");
   train->add_option("--log-json", args->log_json, "Write one JSON object per step to FILE");
+  train->add_option("--trace", args->trace,
+                    "Write a timeline of the steps in --trace-steps to FILE (Chrome trace-event "
+                    "JSON: Perfetto, chrome://tracing), one track per rank");
+  train->add_option("--trace-steps", args->trace_steps,
+                    "Steps A to B-1 that --trace records, as A:B (default 0:20)");
   train->add_option("--resume", args->resume,
                     "Continue from a checkpoint: 'latest' (in checkpoint.dir), a checkpoint "
                     "directory, or a checkpoint root");
@@ -189,6 +252,8 @@ void addTrainCommand(CLI::App& app, Action& action) {
       for (const auto& setting : args->settings) argv.insert(argv.end(), {"--set", setting});
       if (args->steps > 0) argv.insert(argv.end(), {"--steps", std::to_string(args->steps)});
       if (!args->log_json.empty()) argv.insert(argv.end(), {"--log-json", args->log_json});
+      if (!args->trace.empty())
+        argv.insert(argv.end(), {"--trace", args->trace, "--trace-steps", args->trace_steps});
       return runFrontEnd(*args, argv);
     };
   });

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -69,6 +70,15 @@ struct ReducerOptions {
   std::function<bool(int bucket)> hold_launch;
 };
 
+// When one bucket's all-reduce of the last synchronizing step ran, for a trace. Value type.
+struct BucketTiming {
+  int bucket = 0;
+  std::chrono::steady_clock::time_point launched;
+  // When the reducer first saw it complete (it looks at every hook, every held launch and in
+  // finish()): the all-reduce ended at this moment or before.
+  std::chrono::steady_clock::time_point completed;
+};
+
 // What one synchronization cost, for the load balancer and metrics. Value type.
 struct ReduceTiming {
   double wait_seconds = 0;  // time finish() blocked waiting for all-reduces
@@ -118,6 +128,9 @@ class GradientReducer {
   // which costs a small model a quarter of a millisecond per step).
   bool gradientsFinite() const;
 
+  // The buckets' launch and completion times of the last finish(), in launch order.
+  std::vector<BucketTiming> lastTimings() const { return timings_; }
+
   int numBuckets() const;
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<int>> bucketLayout() const;
@@ -130,6 +143,8 @@ class GradientReducer {
   void release(Bucket& bucket);
   void launch(Bucket& bucket);
   void writeGradients(double scale);
+  // Stamps the completion time of launched buckets that are done now.
+  void noteCompletions();
 
   std::vector<at::Tensor> parameters_;
   std::shared_ptr<comm::Communicator> communicator_;
@@ -142,6 +157,7 @@ class GradientReducer {
   int next_to_launch_ = 0;      // the next bucket to release
   // Released buckets held back (ReducerOptions::hold_launch), oldest first.
   std::deque<int> held_;
+  std::vector<BucketTiming> timings_;
   bool armed_ = false;
 };
 

@@ -20,6 +20,9 @@
 namespace chorus::model {
 class ZooModel;
 }
+namespace chorus::observe {
+class TraceRecorder;
+}
 
 namespace chorus::runtime {
 
@@ -74,6 +77,11 @@ struct TrainerHooks {
   // `samples` samples, instead of the measured ones, so that balancing tests are deterministic.
   // PipelineTrainer only (a replica's figure is the largest of its stages'). Default: none.
   std::function<double(std::int64_t step, std::int64_t samples)> balancer_seconds;
+  // Records a timeline of the steps it covers: per micro-batch forward and backward, the padding
+  // of an emulated device, each gradient bucket's all-reduce, the step's figures, the optimizer,
+  // evaluations and checkpoints. Not owned; must outlive the calls it is passed to. Trainer only
+  // (the CLI refuses --trace for pipelines). Default: null, nothing recorded.
+  observe::TraceRecorder* trace = nullptr;
 };
 
 // Owns the model, optimizer, datasets, sampler, balancer and reducer of one rank. Used by one
