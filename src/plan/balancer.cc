@@ -17,6 +17,43 @@ constexpr int kBisectionRounds = 200;
 // A change must beat the dead band by this many standard errors of the fit, so that a gain that
 // measurement noise alone could produce is not acted on (two: ~98% one-sided confidence).
 constexpr double kConfidence = 2.0;
+// A gain the fits predict but noise could explain is acted on once the same move has been called
+// for this many updates in a row, and then only halfway (a damped move).
+constexpr int64_t kPersistentUpdates = 5;
+
+// Per rank, which way `to` moves from `from`: -1, 0 or +1.
+std::vector<int> directionOf(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  std::vector<int> direction(from.size());
+  for (size_t i = 0; i < from.size(); ++i) direction[i] = (to[i] > from[i]) - (to[i] < from[i]);
+  return direction;
+}
+
+// Half of each rank's move from `from` to `to`, at least one sample where it moves at all; the
+// sum is restored by trimming the largest of the halved moves. Every share stays between its
+// `from` and `to` values, so caps and the one-sample floor that both respect still hold.
+std::vector<int64_t> halfway(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  std::vector<int64_t> result(from.size());
+  int64_t surplus = 0;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t delta = to[i] - from[i];
+    int64_t half = delta / 2;
+    if (half == 0 && delta != 0) half = delta > 0 ? 1 : -1;
+    result[i] = from[i] + half;
+    surplus += half;
+  }
+  while (surplus != 0) {
+    const int64_t sign = surplus > 0 ? 1 : -1;
+    size_t largest = from.size();
+    for (size_t i = 0; i < from.size(); ++i)
+      if ((result[i] - from[i]) * sign > 0 &&
+          (largest == from.size() ||
+           (result[i] - from[i]) * sign > (result[largest] - from[largest]) * sign))
+        largest = i;
+    result[largest] -= sign;
+    surplus -= sign;
+  }
+  return result;
+}
 
 std::string joinShares(const std::vector<int64_t>& shares) {
   std::ostringstream out;
@@ -265,12 +302,31 @@ bool LoadBalancer::maybeRebalance(int64_t step) {
   const double next = plan::predictedStepSeconds(fitted, proposal);
   double error = 0;
   for (const SpeedModel& model : models_) error = std::max(error, model.relativeError());
-  if (!(next < now * (1.0 - options_.min_gain - kConfidence * error))) return false;
+  std::string why;
+  if (next < now * (1.0 - options_.min_gain - kConfidence * error)) {
+    small_gain_updates_ = 0;
+  } else if (next < now * (1.0 - options_.min_gain)) {
+    // Within the noise margin. A margin that must be beaten at every look would be a dead band
+    // as wide as the noise (3-5% of the step with an emulated slow device on a shared host);
+    // a move that the fits keep calling for is real, so it is made, halfway.
+    const std::vector<int> direction = directionOf(shares_, proposal);
+    small_gain_updates_ = direction == small_gain_direction_ ? small_gain_updates_ + 1 : 1;
+    small_gain_direction_ = direction;
+    if (small_gain_updates_ < kPersistentUpdates) return false;
+    small_gain_updates_ = 0;
+    why = detail::concat(" (a gain within the noise, called for ", kPersistentUpdates,
+                         " updates in a row: half the move)");
+    proposal = halfway(shares_, proposal);
+  } else {
+    small_gain_updates_ = 0;
+    return false;
+  }
+  const double moved = plan::predictedStepSeconds(fitted, proposal);
 
   std::ostringstream line;
   line << "step " << step << ": shares " << joinShares(shares_) << " -> " << joinShares(proposal)
-       << ": predicted step " << std::setprecision(3) << now << " s -> " << next << " s ("
-       << "-" << std::lround(100.0 * (now - next) / now) << "%)";
+       << ": predicted step " << std::setprecision(3) << now << " s -> " << moved << " s ("
+       << "-" << std::lround(100.0 * (now - moved) / now) << "%)" << why;
   last_change_ = line.str();
   shares_ = std::move(proposal);
   last_change_step_ = step;
@@ -325,6 +381,8 @@ BalancerState LoadBalancer::exportState() const {
   state.last_change_step = last_change_step_;
   state.static_done = static_done_;
   state.last_change = last_change_;
+  state.small_gain_updates = small_gain_updates_;
+  state.small_gain_direction = small_gain_direction_;
   for (size_t rank = 0; rank < models_.size(); ++rank) {
     for (const SpeedModel::Observation& observation : models_[rank].observations()) {
       state.observation_rank.push_back(static_cast<int>(rank));
@@ -364,6 +422,9 @@ void LoadBalancer::importState(const BalancerState& state) {
   if (state.held_samples.size() != held || state.held_seconds.size() != held ||
       state.held_ratio.size() != held)
     fail("held observation vectors differ in length");
+  if (!state.small_gain_direction.empty() && state.small_gain_direction.size() != models_.size())
+    fail(detail::concat(state.small_gain_direction.size(), " move directions for ", models_.size(),
+                        " ranks"));
   if (!state.fixed_seconds.empty() && state.fixed_seconds.size() != models_.size())
     fail(detail::concat(state.fixed_seconds.size(), " fixed costs for ", models_.size(), " ranks"));
   for (const std::vector<int>* ranks : {&state.observation_rank, &state.held_rank})
@@ -391,6 +452,8 @@ void LoadBalancer::importState(const BalancerState& state) {
   last_change_step_ = state.last_change_step;
   static_done_ = state.static_done;
   last_change_ = state.last_change;
+  small_gain_updates_ = state.small_gain_updates;
+  small_gain_direction_ = state.small_gain_direction;
 }
 
 }  // namespace chorus::plan

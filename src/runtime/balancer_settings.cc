@@ -30,7 +30,9 @@ nlohmann::json balancerStateToJson(const plan::BalancerState& state) {
           {"held_seconds", state.held_seconds},
           {"held_ratio", state.held_ratio},
           {"fixed_seconds", state.fixed_seconds},
-          {"last_change", state.last_change}};
+          {"last_change", state.last_change},
+          {"small_gain_updates", state.small_gain_updates},
+          {"small_gain_direction", state.small_gain_direction}};
 }
 
 plan::BalancerState balancerStateFromJson(const nlohmann::json& json) {
@@ -49,6 +51,8 @@ plan::BalancerState balancerStateFromJson(const nlohmann::json& json) {
   state.held_ratio = json.value("held_ratio", std::vector<double>{});
   state.fixed_seconds = json.value("fixed_seconds", std::vector<double>{});
   state.last_change = json.at("last_change").get<std::string>();
+  state.small_gain_updates = json.value("small_gain_updates", std::int64_t{0});
+  state.small_gain_direction = json.value("small_gain_direction", std::vector<int>{});
   return state;
 }
 

@@ -217,6 +217,41 @@ TEST(BalancerSimulation, RespectsACapThatAppearsMidRun) {
 
 // A single slow step (3x, a host hiccup) on any one device of a balanced run moves nothing, and
 // neither does one on every device at once. Without jitter, so that any move is the hiccup's.
+// A fast device and one 7x slower, both measured with 10% noise (what an emulated device at 0.077
+// of a core measured on a shared host: 204-324 ms at one share), started 5 samples off the
+// balance (where that run stayed): the 3% the move would gain lies inside the noise margin (two
+// standard errors of the noisiest fit), so no single look justifies it. The fits keep calling for
+// it, though, and the balancer takes it in damped steps. Without that (the margin alone) the
+// median over the seeds stays 1.6% off the optimum and the worst 3.0%.
+TEST(BalancerSimulation, AGainWithinTheNoiseIsTakenWhenTheFitsKeepCallingForIt) {
+  const Mix mix{{{0.0, 1.35e-3, 0}, {0.0, 9.5e-3, 0}}, 192};
+  NoiseModel noise;
+  noise.jitter = 0.10;
+  std::vector<double> steady;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    BalancerOptions options;
+    options.initial_shares = {174, 18};
+    LoadBalancer balancer(options, 2, mix.batch);
+    PortableRandom random(7000 + seed);
+    const double optimum = testing::optimumStepSeconds(mix.devices, mix.batch, noise);
+    double sum = 0;
+    int counted = 0;
+    for (int step = 0; step < 100; ++step) {
+      const std::vector<std::int64_t> shares = balancer.shares();
+      if (step >= 60) {
+        sum += testing::trueStepSeconds(mix.devices, shares, noise) / optimum;
+        ++counted;
+      }
+      balancer.update(step, testing::measuredSeconds(mix.devices, shares, noise, random));
+    }
+    steady.push_back(sum / counted);
+    EXPECT_LE(steady.back(), 1.03)
+        << "seed " << seed << ": shares " << balancer.shares()[0] << "," << balancer.shares()[1];
+  }
+  EXPECT_LE(median(steady), 1.01);
+  report("7x slower device, 10% noise, started 5 samples off: mean from step 60", steady);
+}
+
 TEST(BalancerSimulation, ASingleSlowStepMovesNothing) {
   PortableRandom draw(18);
   const NoiseModel noise;

@@ -420,6 +420,41 @@ TEST(LoadBalancer, StateCarriesHeldObservationsAndFixedCosts) {
   EXPECT_THROW(resumed.importState(broken), CheckpointError);
 }
 
+// A move the fits keep calling for but that lies within the noise margin is counted over updates
+// (BalancerState::small_gain_updates); a state exported mid-count resumes the count exactly.
+TEST(LoadBalancer, StateCarriesAMoveWithinTheNoiseBeingCounted) {
+  const std::vector<double> per_sample{1.35e-3, 9.5e-3};
+  const auto feed = [&](LoadBalancer& balancer, int64_t index) {
+    std::vector<double> seconds;
+    for (size_t i = 0; i < 2; ++i)
+      seconds.push_back(balancer.shares()[i] * per_sample[i] *
+                        (1.0 + 0.15 * noise(index, static_cast<int>(i))));
+    return balancer.update(index, seconds);
+  };
+  BalancerOptions options;
+  options.initial_shares = {174, 18};
+  LoadBalancer original(options, 2, 192);
+  int64_t index = 0;
+  while (original.exportState().small_gain_updates == 0 && index < 200) feed(original, index++);
+  const BalancerState state = original.exportState();
+  ASSERT_GT(state.small_gain_updates, 0) << "no move within the noise was ever counted";
+  EXPECT_EQ(state.small_gain_direction, (std::vector<int>{-1, 1}));
+
+  LoadBalancer resumed(options, 2, 192);
+  resumed.importState(state);
+  bool moved = false;
+  for (int64_t i = index; i < index + 40; ++i) {
+    const bool changed = feed(original, i);
+    EXPECT_EQ(changed, feed(resumed, i)) << i;
+    EXPECT_EQ(original.shares(), resumed.shares()) << i;
+    moved = moved || changed;
+  }
+  EXPECT_TRUE(moved);
+  BalancerState broken = state;
+  broken.small_gain_direction = {1, 0, -1};
+  EXPECT_THROW(resumed.importState(broken), CheckpointError);
+}
+
 TEST(LoadBalancer, ParsesModesAndRejectsBadOptions) {
   EXPECT_EQ(LoadBalancer::parseMode("off"), BalancerMode::kOff);
   EXPECT_EQ(LoadBalancer::parseMode("static"), BalancerMode::kStatic);
