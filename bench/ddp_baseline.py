@@ -57,6 +57,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 HEAD_GRID = 4  # the head pools to a 4 x 4 map, as chorus's CNN does
 CLASSES = 10
 INPUT_SHAPE = (1, 28, 28)  # chorus's default model.input_shape (Fashion-MNIST)
+SHARED_FILL = 0.8  # device::staggerOffsets: the busiest a core is made by turns taken by choice
 DATA_POOL = 8  # distinct batches per rank, cycled through (data loading is not what is measured)
 
 
@@ -144,20 +145,27 @@ class GradientClock:
 
 def stagger_offsets(speeds, cores):
     """device::staggerOffsets: where each emulated worker computes within a step, as the fraction
-    of its emulated compute time it sleeps first (0 for all when no more workers than cores)."""
+    of its emulated compute time it sleeps first.  Workers take turns on the fullest core that
+    stays at most SHARED_FILL busy, else on a core of their own, else on the core with the most
+    room; a worker that fits nowhere computes at once (offset 0)."""
     offsets = [0.0] * len(speeds)
-    if cores < 1 or len(speeds) <= cores:
+    if cores < 1:
         return offsets
     used = []  # per core: [filled, workers]
     for worker in sorted(range(len(speeds)), key=lambda i: -speeds[i]):  # stable, as in C++
         speed = min(1.0, max(0.0, speeds[worker]))
-        if len(used) < cores:
+        fitting = [c for c in used if c[0] + speed <= SHARED_FILL + 1e-9]
+        if fitting:
+            core = max(fitting, key=lambda c: c[0])  # the fullest; the first on ties
+        elif len(used) < cores:
             used.append([speed, [worker]])
             continue
-        core = min(used, key=lambda c: c[0])  # the most room; the first on ties
-        if core[0] + speed <= 1 + 1e-9:
-            core[0] += speed
-            core[1].append(worker)
+        else:
+            core = min(used, key=lambda c: c[0])  # the most room; the first on ties
+            if core[0] + speed > 1 + 1e-9:
+                continue
+        core[0] += speed
+        core[1].append(worker)
     for filled, workers in used:  # spare time split after each turn
         gap = max(0.0, 1 - filled) / len(workers)
         start = 0.0

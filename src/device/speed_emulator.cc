@@ -18,6 +18,10 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
+// staggerOffsets: the busiest a core is made by turns taken to keep workers from computing at
+// once while other cores are idle; the rest of its window is slack between the turns.
+constexpr double kSharedFill = 0.8;
+
 // The shortest step whose turns are staggered (SpeedEmulator::beginStep).
 constexpr std::chrono::nanoseconds kMinStaggeredStep = std::chrono::milliseconds(20);
 
@@ -270,7 +274,7 @@ std::int64_t SpeedEmulator::sleepOwed(std::int64_t owed_ns) {
 std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores) {
   constexpr double kSlack = 1e-9;
   std::vector<double> offsets(speeds.size(), 0.0);
-  if (cores < 1 || static_cast<int>(speeds.size()) <= cores) return offsets;
+  if (cores < 1) return offsets;
   std::vector<size_t> order(speeds.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -282,16 +286,28 @@ std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores)
   };
   std::vector<Core> used;
   for (size_t worker : order) {
-    if (static_cast<int>(used.size()) < cores) {
-      used.push_back({speedOf(worker), {worker}});
+    const double speed = speedOf(worker);
+    // The fullest core that keeps kSharedFill of its window or less busy: workers that can take
+    // turns do, even while other cores are idle, so that fewer compute at once.
+    Core* fullest = nullptr;
+    for (Core& core : used)
+      if (core.filled + speed <= kSharedFill + kSlack &&
+          (fullest == nullptr || core.filled > fullest->filled))
+        fullest = &core;
+    if (fullest == nullptr && static_cast<int>(used.size()) < cores) {
+      used.push_back({speed, {worker}});
       continue;
     }
-    // The core with the most room left, so that turns spread over the cores.
-    auto emptiest = std::min_element(
-        used.begin(), used.end(), [](const Core& a, const Core& b) { return a.filled < b.filled; });
-    if (emptiest->filled + speedOf(worker) > 1 + kSlack) continue;  // no room: computes at once
-    emptiest->filled += speedOf(worker);
-    emptiest->workers.push_back(worker);
+    if (fullest == nullptr) {
+      // Every core is taken: the one with the most room, so that turns spread over the cores.
+      auto emptiest = std::min_element(used.begin(), used.end(), [](const Core& a, const Core& b) {
+        return a.filled < b.filled;
+      });
+      if (emptiest->filled + speed > 1 + kSlack) continue;  // no room: computes at once
+      fullest = &*emptiest;
+    }
+    fullest->filled += speed;
+    fullest->workers.push_back(worker);
   }
   // The room a core has left goes between its turns and after the last, so that a turn that runs
   // a little long (shares change, the host is noisy) does not reach the next.

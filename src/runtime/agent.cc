@@ -69,9 +69,10 @@ std::string workerMallocTunables(const AgentOptions& options) {
   return options.malloc_tunables;
 }
 
-// Step offsets of this node's emulated CPU workers (device::staggerOffsets), by local index: when
-// they outnumber the cores they take turns within a data-parallel step rather than all computing
-// at once (the trainer's SpeedEmulator::beginStep; pipeline stages do not stagger). Logs them.
+// Step offsets of this node's emulated CPU workers (device::staggerOffsets), by local index: the
+// workers whose speeds leave room take turns within a data-parallel step rather than all
+// computing at once (the trainer's SpeedEmulator::beginStep; pipeline stages do not stagger).
+// Logs them.
 std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int cores) {
   std::vector<size_t> cpus;
   std::vector<double> speeds;
@@ -91,7 +92,8 @@ std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int
   }
   if (!described.empty())
     logInfo("chorus run: ", devices.size(), " workers on ", cores,
-            " cores take turns within a data-parallel step: ", described,
+            " cores take turns within a data-parallel step, so that fewer compute at once: ",
+            described,
             " of its emulated compute time");
   return offsets;
 }

@@ -224,17 +224,20 @@ class SpeedEmulator {
 
 // Step offsets (SpeedEmulator::setStepOffset) for emulated CPU workers of the given speeds on a
 // host with `cores` cores, in the order given. Why: emulated devices stand for devices that share
-// nothing, but here they share the host's cores, and in data parallelism every worker starts its
-// compute at the same moment (right after the previous step's all-reduce). With more workers
-// than cores they then all compute at once: they are switched in and out of the cores and, more
-// costly, evict each other's caches (measured on a 2-core host, cpu@1,cpu@0.5,cpu@0.25: each
-// worker's CPU time per sample rose 7-25% over the same worker alone). A padded worker may do its
-// compute anywhere in its emulated window, so the workers take turns instead: each core is a bin
-// of capacity 1 (one step's window); workers in descending speed take an empty core if one is
-// left (offset 0), else the core with the most room; a core's spare time is split evenly after
-// each of its turns, so that a turn that runs a little long does not reach the next (cpu@1 |
-// cpu@0.5 at 0, cpu@0.25 at 0.625). A worker that fits nowhere gets 0. With no more workers than
-// cores every offset is 0.
+// nothing, but here they share the host's cores, caches and memory, and in data parallelism every
+// worker starts its compute at the same moment (right after the previous step's all-reduce). With
+// more workers than cores they then all compute at once: they are switched in and out of the
+// cores and, more costly, evict each other's caches (measured on a 2-core host, cpu@1,cpu@0.5,
+// cpu@0.25: each worker's CPU time per sample rose 7-25% over the same worker alone). Even on
+// separate cores two workers computing at once slow each other through the shared L3 and memory
+// (cpu@0.332 took 2.25 ms a sample in a job beside cpu@0.223 against 1.75-2.0 alone). A padded
+// worker may do its compute anywhere in its emulated window, so the workers take turns instead:
+// each core is a bin of capacity 1 (one step's window); workers in descending speed go to the
+// fullest core they fit on while it stays at most 0.8 busy (0.2 kept as slack), else to a core of
+// their own while one is left, else to the core with the most room; a core's spare time is split
+// evenly after each of its turns, so that a turn that runs a little long does not reach the next
+// (cpu@1 | cpu@0.5 at 0, cpu@0.25 at 0.625; cpu@0.522 at 0, cpu@0.077 at 0.7225, on any number
+// of cores). A worker that fits nowhere gets 0.
 std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores);
 
 }  // namespace chorus::device
