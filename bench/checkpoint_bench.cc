@@ -75,11 +75,12 @@ std::unique_ptr<runtime::Trainer> makeTrainer(const std::string& checkpoint_dir,
     config.set("checkpoint.at_end=false");  // only the periodic ones are measured
   }
   runtime::InitOptions options;
-  options.environment = runtime::Environment{{"CHORUS_RANK", "0"},
-                                             {"CHORUS_WORLD_SIZE", "1"},
-                                             {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                             {"CHORUS_JOB_SECRET", "bench-secret"},
-                                             {"CHORUS_LOG_LEVEL", "warn"}};
+  options.environment =
+      runtime::Environment{{"CHORUS_RANK", "0"},
+                           {"CHORUS_WORLD_SIZE", "1"},
+                           {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                           {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
+                           {"CHORUS_LOG_LEVEL", "warn"}};
   options.store = std::make_shared<comm::MemoryStore>();
   return std::make_unique<runtime::Trainer>(runtime::readJobConfig(config), runtime::init(options));
 }

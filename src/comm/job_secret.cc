@@ -1,11 +1,13 @@
 #include "chorus/comm/job_secret.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -34,6 +36,37 @@ void checkLength(const std::string& text, const std::string& source) {
                  " characters long; at least ", JobSecret::kMinLength,
                  " are required (generate one with `openssl rand -hex 32`)");
   }
+  if (text.size() > JobSecret::kMaxLength) {
+    CHORUS_THROW(ConfigError, "the job secret ", source, "is ", text.size(),
+                 " characters long; at most ", JobSecret::kMaxLength, " are accepted");
+  }
+}
+
+// Reads `fd` to its end without blocking: a pipe must already hold all it will ever hold.
+std::string readToEnd(int fd, const std::string& source) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    CHORUS_THROW(ConfigError, "cannot read the job secret from ", source, ": ",
+                 std::strerror(errno));
+  }
+  if (!S_ISFIFO(info.st_mode) && !S_ISREG(info.st_mode)) {
+    CHORUS_THROW(ConfigError, "cannot read the job secret from ", source,
+                 ": it is neither a pipe nor a file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+  std::string text;
+  char buffer[512];
+  while (text.size() <= JobSecret::kMaxLength) {
+    ssize_t got = ::read(fd, buffer, sizeof(buffer));
+    if (got == 0) return text;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      CHORUS_THROW(ConfigError, "cannot read the job secret from ", source, ": ",
+                   errno == EAGAIN ? "its writer has not closed it" : std::strerror(errno));
+    }
+    text.append(buffer, static_cast<std::size_t>(got));
+  }
+  return text;  // too long: checkLength says so
 }
 
 // As ssh does for private keys: a secret others can read is no secret, so refuse it loudly.
@@ -73,6 +106,21 @@ JobSecret JobSecret::fromFile(const std::string& path) {
   std::string text = trimTrailingWhitespace(content.str());
   checkLength(text, "in " + path + " ");
   return JobSecret(std::move(text));
+}
+
+JobSecret JobSecret::fromDescriptor(int fd) {
+  const std::string source = "descriptor " + std::to_string(fd);
+  std::string text;
+  try {
+    text = readToEnd(fd, source);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  JobSecret secret(trimTrailingWhitespace(std::move(text)));
+  checkLength(secret.text_, "from " + source + " ");
+  return secret;
 }
 
 std::string JobSecret::fingerprint() const { return sha256Hex(text_).substr(0, kFingerprintChars); }

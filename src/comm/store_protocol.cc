@@ -19,6 +19,12 @@
 namespace chorus::comm::wire {
 namespace {
 
+// An idle connection is probed after a minute and reset after six unanswered probes ten seconds
+// apart: dead peers are found within two minutes, while the probes cost nothing measurable.
+constexpr int kKeepaliveIdleSeconds = 60;
+constexpr int kKeepaliveIntervalSeconds = 10;
+constexpr int kKeepaliveProbes = 6;
+
 int pollMillis(Deadline deadline) {
   Millis left = deadline.remaining();
   if (left == Millis::max()) return -1;
@@ -67,38 +73,43 @@ Writer& Writer::i64(std::int64_t value) {
   return *this;
 }
 
+std::string keyProblem(const std::string& key) {
+  if (key.size() <= kMaxKeyBytes) return "";
+  return detail::concat("the key '", key.substr(0, 32), "...' is ", key.size(),
+                        " bytes long; the store takes keys of at most ", kMaxKeyBytes, " bytes");
+}
+
+std::string valueProblem(const Bytes& value) {
+  if (value.size() <= kMaxValueBytes) return "";
+  return detail::concat("a value of ", value.size(), " bytes exceeds the store's limit of ",
+                        kMaxValueBytes, " bytes per value");
+}
+
 Writer& Writer::bytes(const Bytes& value) {
-  if (value.size() > kMaxFrameBytes) {
-    CHORUS_THROW(ProtocolError, "a store value of ", value.size(), " bytes exceeds the limit of ",
-                 kMaxFrameBytes, " bytes");
-  }
+  // Callers check valueProblem() first; this only keeps the u32 length from wrapping.
+  CHORUS_CHECK_CONFIG(value.size() <= kMaxFrameBytes, valueProblem(value));
   u32(static_cast<std::uint32_t>(value.size()));
   raw(value.data(), value.size());
   return *this;
 }
 
 Writer& Writer::str(const std::string& value) {
-  if (value.size() > kMaxFrameBytes) {
-    CHORUS_THROW(ProtocolError, "a store key of ", value.size(), " bytes exceeds the limit");
-  }
+  CHORUS_CHECK_CONFIG(value.size() <= kMaxFrameBytes, keyProblem(value));
   u32(static_cast<std::uint32_t>(value.size()));
   raw(value.data(), value.size());
   return *this;
 }
 
 Writer& Writer::strings(const std::vector<std::string>& values) {
+  CHORUS_CHECK_CONFIG(values.size() <= kMaxFrameBytes, "too many keys (", values.size(), ")");
   u32(static_cast<std::uint32_t>(values.size()));
   for (const std::string& value : values) str(value);
   return *this;
 }
 
-Bytes Writer::frame() {
-  std::size_t payload = out_.size() - 4;
-  if (payload > kMaxFrameBytes) {
-    CHORUS_THROW(ProtocolError, "a store message of ", payload, " bytes exceeds the limit of ",
-                 kMaxFrameBytes, " bytes");
-  }
-  for (int i = 0; i < 4; ++i) out_[i] = static_cast<std::uint8_t>(payload >> (24 - 8 * i));
+Bytes Writer::payload() {
+  CHORUS_CHECK_CONFIG(out_.size() <= kMaxFrameBytes, "a store request of ", out_.size(),
+                      " bytes exceeds the limit of ", kMaxFrameBytes, " bytes");
   return std::move(out_);
 }
 
@@ -233,19 +244,26 @@ std::size_t Socket::recvUpTo(void* data, std::size_t size, Deadline deadline) {
   return got;
 }
 
-Bytes Socket::recvFrame(Deadline deadline) {
-  std::uint8_t header[4];
-  recvAll(header, sizeof(header), deadline);
-  std::uint32_t size = (std::uint32_t{header[0]} << 24) | (std::uint32_t{header[1]} << 16) |
-                       (std::uint32_t{header[2]} << 8) | std::uint32_t{header[3]};
-  if (size > kMaxFrameBytes) {
-    CHORUS_THROW(ProtocolError, "a message of ", size, " bytes exceeds the limit of ",
-                 kMaxFrameBytes, " bytes");
-  }
-  return recvBytes(size, deadline);
-}
+void Socket::awaitReadable(Deadline deadline) { waitFor(POLLIN, deadline, "send anything"); }
 
 void Socket::shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+
+void Socket::finish(Millis linger) {
+  constexpr std::size_t kMaxDiscardedBytes = 64 * 1024;
+  ::shutdown(fd_, SHUT_WR);
+  Deadline deadline = deadlineFor(linger);
+  char sink[4096];
+  std::size_t discarded = 0;
+  try {
+    while (discarded < kMaxDiscardedBytes) {
+      std::size_t got = recvUpTo(sink, sizeof(sink), deadline);
+      discarded += got;
+      if (got < sizeof(sink)) return;  // the peer closed too
+    }
+  } catch (const Error&) {
+    // Past the linger, or the peer reset: nothing more to wait for.
+  }
+}
 
 void Socket::waitFor(short events, Deadline deadline, const char* what) {
   pollfd entry{fd_, events, 0};
@@ -271,6 +289,10 @@ void configureSocket(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &kKeepaliveIdleSeconds, sizeof(int));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &kKeepaliveIntervalSeconds, sizeof(int));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &kKeepaliveProbes, sizeof(int));
 }
 
 }  // namespace chorus::comm::wire

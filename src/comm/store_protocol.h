@@ -3,13 +3,22 @@
 // Handshake (fixed sizes, before any frame, so nothing is allocated for an unauthenticated peer):
 //   server → client   kMagic, server nonce (32 bytes)
 //   client → server   kMagic, HMAC(secret, "client" || server nonce), client nonce (32 bytes)
-//   server → client   kAuthFailed, then close          (wrong secret)
+//   server → client   kAuthFailed, then close                  (wrong secret)
+//                  or kTooManyConnections, then close          (the job's connections are in use)
 //                  or kOk, HMAC(secret, "server" || client nonce)
-// Then requests and replies, one frame each: a big-endian u32 payload length, then the payload.
-//   request  = u8 Op, fields          reply = u8 Status, fields
+// Both ends then derive one key per direction (store_channel.h):
+//   K(c→s) = HMAC(secret, "client->server" || server nonce || client nonce), K(s→c) likewise,
+// and every later message is one authenticated frame (each direction numbered from 0):
+//   header (12 bytes) = u64 sequence, u32 payload length          (big-endian)
+//   frame = header, HMAC(K, 0x01 || header)[0..16), payload, HMAC(K, 0x02 || header || payload)
+// The header has its own tag so that a modified length is caught before we wait for, or
+// allocate, the payload it announces. A frame whose tag does not verify (modified, injected, or
+// taken from another connection), or whose sequence number is not the next one (replayed,
+// reordered, dropped), ends the connection with AuthError.
+//   request payload = u8 Op, fields          reply payload = u8 Status, fields
 // Fields: u8; i64 (big-endian); bytes and strings (u32 length, data); string lists (u32 count,
-// strings). Payloads above kMaxFrameBytes are refused, so a bad peer cannot make us allocate
-// without bound.
+// strings). Keys are at most kMaxKeyBytes, values kMaxValueBytes, payloads kMaxFrameBytes: a
+// client refuses larger ones before sending (ConfigError), a server refuses them from a peer.
 #pragma once
 
 #include <cstddef>
@@ -23,12 +32,20 @@
 
 namespace chorus::comm::wire {
 
-constexpr char kMagic[] = "CHORUSv1";
+// v2: authenticated frames (v1 frames were a bare length and payload).
+constexpr char kMagic[] = "CHORUSv2";
 constexpr std::size_t kMagicBytes = sizeof(kMagic) - 1;
 constexpr std::size_t kNonceBytes = 32;
-constexpr std::uint32_t kMaxFrameBytes = 1u << 30;
 constexpr char kClientLabel[] = "client";
 constexpr char kServerLabel[] = "server";
+
+// Limits of what the store holds and carries. Rendezvous data is small (addresses, counters,
+// checkpoint manifests of a few kB), so these leave ample room and still bound what one request
+// can make the server allocate.
+constexpr std::size_t kMaxKeyBytes = 4096;
+constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20;
+// compareSet carries a key and two values; the rest is field lengths and the op byte.
+constexpr std::uint32_t kMaxFrameBytes = 2 * kMaxValueBytes + kMaxKeyBytes + 64;
 
 enum class Op : std::uint8_t {
   kSet = 1,         // key, value                 → (nothing)
@@ -43,24 +60,31 @@ enum class Op : std::uint8_t {
 
 enum class Status : std::uint8_t {
   kOk = 0,
-  kAuthFailed = 1,  // handshake only; the server closes the connection after it
+  // Handshake: the client's proof is wrong. As a frame: a request failed authentication (followed
+  // by a message). Either way the server closes the connection after it.
+  kAuthFailed = 1,
   kTimeout = 2,     // get/wait: followed by the list of keys still missing
   kError = 3,       // the operation failed (e.g. add on a non-integer): followed by a message
   kBadRequest = 4,  // malformed request: followed by a message; the server closes the connection
+  // Handshake only: the job's connection limit is reached; the server closes the connection.
+  kTooManyConnections = 5,
 };
 
-// Builds one frame. Reserves the length prefix up front so frame() needs no copy.
+// Why `key` or `value` cannot be stored (over kMaxKeyBytes / kMaxValueBytes); empty when it can.
+std::string keyProblem(const std::string& key);
+std::string valueProblem(const Bytes& value);
+
+// Builds one frame's payload.
 class Writer {
  public:
-  Writer() : out_(4) {}
+  Writer() = default;
   Writer& u8(std::uint8_t value);
   Writer& i64(std::int64_t value);
   Writer& bytes(const Bytes& value);
   Writer& str(const std::string& value);
   Writer& strings(const std::vector<std::string>& values);
-  // The finished frame, length prefix included; leaves the writer empty. Throws ProtocolError
-  // above kMaxFrameBytes.
-  Bytes frame();
+  // The finished payload; leaves the writer empty. Throws ConfigError above kMaxFrameBytes.
+  Bytes payload();
 
  private:
   void u32(std::uint32_t value);
@@ -111,10 +135,14 @@ class Socket {
   Bytes recvBytes(std::size_t size, Deadline deadline);
   // Reads up to `size` bytes, fewer only if the peer closes first; returns how many arrived.
   std::size_t recvUpTo(void* data, std::size_t size, Deadline deadline);
-  // One frame's payload (without the length prefix). Throws ProtocolError above kMaxFrameBytes.
-  Bytes recvFrame(Deadline deadline);
+  // Returns when data (or end of stream) can be read; TimeoutError at the deadline.
+  void awaitReadable(Deadline deadline);
   // Wakes any thread blocked in I/O on this socket; later I/O fails.
   void shutdown();
+  // Ends the connection after a last message: half-closes, then reads and discards what the
+  // peer still sends, for at most `linger` and 64 KiB. Closing with unread input would reset the
+  // connection, and the reset can destroy that last message before the peer reads it.
+  void finish(Millis linger);
 
   int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
@@ -129,7 +157,10 @@ class Socket {
 
 // "host:port", with IPv6 hosts in brackets.
 std::string formatEndpoint(const std::string& host, int port);
-// Makes `fd` non-blocking with TCP_NODELAY (requests are small and latency-bound).
+// Makes `fd` non-blocking with TCP_NODELAY (requests are small and latency-bound) and TCP
+// keepalive (see kKeepalive* in the .cc): an idle connection whose peer vanished without closing
+// it (power loss, a cut link) is reset within about two minutes instead of holding a connection
+// slot, and a thread, for the rest of the job.
 void configureSocket(int fd);
 
 }  // namespace chorus::comm::wire

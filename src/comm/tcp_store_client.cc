@@ -5,6 +5,7 @@
 #include "chorus/comm/tcp_store.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
+#include "store_channel.h"
 #include "store_protocol.h"
 
 namespace chorus::comm {
@@ -49,17 +50,20 @@ void TcpStore::connectLocked() {
   Millis backoff = kFirstBackoff;
   while (true) {
     try {
-      auto socket = std::make_unique<wire::Socket>(
+      socket_ = std::make_unique<wire::Socket>(
           wire::Socket::connect(options_.host, options_.port, deadline));
-      handshake(*socket);
-      socket_ = std::move(socket);
-      return;
+      if (handshake()) return;
+      break;
     } catch (const AuthError&) {
+      disconnectLocked();
       throw;
     } catch (const ProtocolError&) {
+      disconnectLocked();
       throw;
     } catch (const CommError& error) {
-      // Refused or reset: the server may not be up yet. Retry until connect_timeout.
+      disconnectLocked();
+      // Refused, reset or closed before greeting: the server may not be up yet, or busy with a
+      // flood of handshakes. Retry until connect_timeout.
       if (deadline.expired()) {
         CHORUS_THROW(TimeoutError, "could not reach the store at ", endpoint(), " within ",
                      options_.connect_timeout.count(), " ms: ", error.message());
@@ -69,9 +73,20 @@ void TcpStore::connectLocked() {
       backoff = std::min(backoff * 2, kMaxBackoff);
     }
   }
+  disconnectLocked();
+  CHORUS_THROW(CommError, "the store at ", endpoint(),
+               " refused this connection: it already serves as many as the job may have (its "
+               "ranks, its agents and a small margin); is some process of this job, or one that "
+               "holds its secret, opening connections without closing them?");
 }
 
-void TcpStore::handshake(wire::Socket& socket) {
+void TcpStore::disconnectLocked() {
+  channel_.reset();
+  socket_.reset();
+}
+
+bool TcpStore::handshake() {
+  wire::Socket& socket = *socket_;
   Deadline deadline = deadlineFor(std::min(options_.handshake_timeout, options_.io_timeout));
   char magic[wire::kMagicBytes];
   std::size_t got = 0;
@@ -83,14 +98,16 @@ void TcpStore::handshake(wire::Socket& socket) {
     silent = true;
   }
   if (got == 0 && !silent) {
-    // Closed at once: a chorus server that is stopping or overloaded; worth another try.
+    // Closed at once: a chorus server that is stopping, or that dropped us to make room among
+    // its pending handshakes; worth another try.
     CHORUS_THROW(CommError, "the store at ", endpoint(), " closed the connection before greeting");
   }
   if (got != wire::kMagicBytes || std::string(magic, got) != wire::kMagic) {
     CHORUS_THROW(ProtocolError, "the endpoint ", endpoint(),
                  " does not speak the chorus store protocol (",
                  got == 0 ? "it sent no greeting" : "wrong greeting",
-                 "); is another service, e.g. a web server or a c10d TCPStore, listening there?");
+                 "); is another service, e.g. a web server, a c10d TCPStore or a chorus of another "
+                 "version, listening there?");
   }
   Bytes server_nonce = socket.recvBytes(wire::kNonceBytes, deadline);
   Bytes nonce = randomBytes(wire::kNonceBytes);
@@ -107,6 +124,7 @@ void TcpStore::handshake(wire::Socket& socket) {
                  " rejected this process's job secret (fingerprint ", options_.secret.fingerprint(),
                  "); pass the job's --secret-file");
   }
+  if (status == static_cast<std::uint8_t>(Status::kTooManyConnections)) return false;
   if (status != static_cast<std::uint8_t>(Status::kOk)) {
     CHORUS_THROW(ProtocolError, "the store at ", endpoint(), " answered the handshake with status ",
                  static_cast<int>(status));
@@ -115,37 +133,44 @@ void TcpStore::handshake(wire::Socket& socket) {
   if (!constantTimeEqual(server_proof, options_.secret.sign(wire::kServerLabel, nonce))) {
     CHORUS_THROW(AuthError, "the store at ", endpoint(), " does not know this job's secret");
   }
+  channel_ = std::make_unique<wire::StoreChannel>(
+      socket, wire::deriveSessionKeys(options_.secret, server_nonce, nonce), wire::Role::kClient);
+  return true;
 }
 
-wire::Reader TcpStore::roundTrip(Bytes frame, Millis wait, const char* operation) {
+wire::Reader TcpStore::roundTrip(Bytes request, Millis wait, const char* operation) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!socket_) connectLocked();
+  if (!channel_) connectLocked();
   try {
-    return exchangeLocked(frame, wait, operation);
+    return exchangeLocked(request, wait, operation);
   } catch (const ProtocolError& error) {
-    socket_.reset();
+    disconnectLocked();
     CHORUS_THROW(ProtocolError, "the store at ", endpoint(), " sent a bad reply to ", operation,
                  ": ", error.message());
   } catch (const TimeoutError&) {
     throw;  // a TIMEOUT reply leaves the stream in sync; a local timeout has already reset it
   } catch (const CommError&) {
-    // The stream may hold half a message now; only a fresh connection is safe.
-    socket_.reset();
+    // The stream may hold half a message now, or a frame failed authentication (AuthError):
+    // only a fresh connection, with fresh keys, is safe.
+    disconnectLocked();
     throw;
   }
 }
 
-wire::Reader TcpStore::exchangeLocked(const Bytes& frame, Millis wait, const char* operation) {
+wire::Reader TcpStore::exchangeLocked(const Bytes& request, Millis wait, const char* operation) {
   Millis patience =
       saturatingAdd(std::max(wait, Millis(0)), std::min(options_.io_timeout, kMaxReplyMargin));
   Bytes payload;
   try {
-    socket_->sendAll(frame, deadlineFor(options_.io_timeout));
-    payload = socket_->recvFrame(deadlineFor(patience));
+    channel_->send(request, deadlineFor(options_.io_timeout));
+    payload = channel_->receive(deadlineFor(patience));
   } catch (const TimeoutError&) {
-    socket_.reset();  // a late reply would be taken for the next request's
+    disconnectLocked();  // a late reply would be taken for the next request's
     CHORUS_THROW(TimeoutError, "the store at ", endpoint(), " did not answer a ", operation,
                  " request within ", patience.count(), " ms; is the server alive?");
+  } catch (const AuthError& error) {
+    CHORUS_THROW(AuthError, "store ", operation, " at ", endpoint(), ": ", error.message(),
+                 "; closed the connection");
   }
   wire::Reader in(std::move(payload));
   auto status = static_cast<Status>(in.u8());
@@ -157,6 +182,9 @@ wire::Reader TcpStore::exchangeLocked(const Bytes& frame, Millis wait, const cha
                    wait.count(), " ms waiting for ", describeKeys(in.strings()));
     case Status::kError:
       CHORUS_THROW(CommError, "store ", operation, " at ", endpoint(), " failed: ", in.str());
+    case Status::kAuthFailed:
+      CHORUS_THROW(AuthError, "the store at ", endpoint(), " closed the connection because the ",
+                   operation, " request failed authentication: ", in.str());
     case Status::kBadRequest:
       CHORUS_THROW(ProtocolError, "it refused the request: ", in.str());
     default:
@@ -164,55 +192,71 @@ wire::Reader TcpStore::exchangeLocked(const Bytes& frame, Millis wait, const cha
   }
 }
 
+void TcpStore::checkLimits(const char* operation, const std::string& key, const Bytes* value,
+                           const Bytes* other) const {
+  std::string problem = wire::keyProblem(key);
+  if (problem.empty() && value) problem = wire::valueProblem(*value);
+  if (problem.empty() && other) problem = wire::valueProblem(*other);
+  if (!problem.empty())
+    CHORUS_THROW(ConfigError, "store ", operation, " at ", endpoint(), ": ", problem);
+}
+
 void TcpStore::set(const std::string& key, const Bytes& value) {
-  roundTrip(request(Op::kSet).str(key).bytes(value).frame(), Millis(0), "set").finish();
+  checkLimits("set", key, &value);
+  roundTrip(request(Op::kSet).str(key).bytes(value).payload(), Millis(0), "set").finish();
 }
 
 Bytes TcpStore::get(const std::string& key, Millis timeout) {
+  checkLimits("get", key);
   wire::Reader in =
-      roundTrip(request(Op::kGet).str(key).i64(timeout.count()).frame(), timeout, "get");
+      roundTrip(request(Op::kGet).str(key).i64(timeout.count()).payload(), timeout, "get");
   Bytes value = in.bytes();
   in.finish();
   return value;
 }
 
 std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
-  wire::Reader in = roundTrip(request(Op::kAdd).str(key).i64(delta).frame(), Millis(0), "add");
+  checkLimits("add", key);
+  wire::Reader in = roundTrip(request(Op::kAdd).str(key).i64(delta).payload(), Millis(0), "add");
   std::int64_t value = in.i64();
   in.finish();
   return value;
 }
 
 Bytes TcpStore::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  checkLimits("compareSet", key, &expected, &desired);
   wire::Reader in =
-      roundTrip(request(Op::kCompareSet).str(key).bytes(expected).bytes(desired).frame(), Millis(0),
-                "compareSet");
+      roundTrip(request(Op::kCompareSet).str(key).bytes(expected).bytes(desired).payload(),
+                Millis(0), "compareSet");
   Bytes value = in.bytes();
   in.finish();
   return value;
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
-  wire::Reader in = roundTrip(request(Op::kCheck).strings(keys).frame(), Millis(0), "check");
+  for (const std::string& key : keys) checkLimits("check", key);
+  wire::Reader in = roundTrip(request(Op::kCheck).strings(keys).payload(), Millis(0), "check");
   bool present = in.u8() != 0;
   in.finish();
   return present;
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
-  roundTrip(request(Op::kWait).strings(keys).i64(timeout.count()).frame(), timeout, "wait")
+  for (const std::string& key : keys) checkLimits("wait", key);
+  roundTrip(request(Op::kWait).strings(keys).i64(timeout.count()).payload(), timeout, "wait")
       .finish();
 }
 
 bool TcpStore::deleteKey(const std::string& key) {
-  wire::Reader in = roundTrip(request(Op::kDelete).str(key).frame(), Millis(0), "deleteKey");
+  checkLimits("deleteKey", key);
+  wire::Reader in = roundTrip(request(Op::kDelete).str(key).payload(), Millis(0), "deleteKey");
   bool existed = in.u8() != 0;
   in.finish();
   return existed;
 }
 
 std::int64_t TcpStore::numKeys() {
-  wire::Reader in = roundTrip(request(Op::kNumKeys).frame(), Millis(0), "numKeys");
+  wire::Reader in = roundTrip(request(Op::kNumKeys).payload(), Millis(0), "numKeys");
   std::int64_t count = in.i64();
   in.finish();
   return count;

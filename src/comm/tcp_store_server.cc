@@ -9,22 +9,28 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <utility>
 
 #include "chorus/comm/tcp_store.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
+#include "store_channel.h"
 #include "store_protocol.h"
 
 namespace chorus::comm {
 namespace {
 
-using wire::Op;
 using wire::Status;
 
 // How often the accept thread looks at the stop flag; bounds how long stop() takes.
 constexpr int kAcceptPollMillis = 50;
+// At most one warning about refused or dropped peers per this many milliseconds, so that a flood
+// of them can neither flood the log nor slow the server down writing it.
+constexpr std::int64_t kWarningEveryMillis = 1000;
+// How long a refused peer has to read why before its connection is closed.
+constexpr int kLingerMillis = 200;
 
 std::string describePeer(const sockaddr_storage& address) {
   char host[NI_MAXHOST] = "?";
@@ -43,10 +49,12 @@ wire::Writer startReply(Status status) {
 }  // namespace
 
 // A client connection and the thread serving it. The socket is closed only after the thread is
-// joined, so stop() can shut it down without racing a reused descriptor.
+// joined, so stop() and eviction can shut it down without racing a reused descriptor.
 struct TcpStoreServer::Connection {
+  enum class State { kHandshake, kServed, kEvicted, kClosed };
   std::unique_ptr<wire::Socket> socket;
   std::thread thread;
+  State state = State::kHandshake;  // guarded by connections_mutex_
   std::atomic<bool> finished{false};
 };
 
@@ -54,6 +62,9 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : options_(std::mo
   CHORUS_CHECK_CONFIG(!options_.secret.empty(), "the store server needs the job secret");
   CHORUS_CHECK_CONFIG(options_.port >= 0 && options_.port <= 65535, "store port ", options_.port,
                       " is out of range");
+  CHORUS_CHECK_CONFIG(options_.max_connections >= 1, "the store's max_connections must be >= 1");
+  CHORUS_CHECK_CONFIG(options_.max_pending_handshakes >= 1,
+                      "the store's max_pending_handshakes must be >= 1");
   listen();
   accept_thread_ = std::thread([this] { acceptLoop(); });
   logInfo("store: listening on ", endpoint(), " (job secret ", options_.secret.fingerprint(), ")");
@@ -62,6 +73,17 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : options_(std::mo
 TcpStoreServer::~TcpStoreServer() { stop(); }
 
 std::string TcpStoreServer::endpoint() const { return wire::formatEndpoint(options_.host, port_); }
+
+void TcpStoreServer::setMaxConnections(int max_connections) {
+  CHORUS_CHECK_CONFIG(max_connections >= 1, "the store's max_connections must be >= 1");
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  options_.max_connections = max_connections;
+}
+
+int TcpStoreServer::connections() const {
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  return served_;
+}
 
 void TcpStoreServer::stop() {
   std::lock_guard<std::mutex> stop_lock(stop_mutex_);
@@ -142,8 +164,33 @@ void TcpStoreServer::acceptOne() {
   connection->socket = std::make_unique<wire::Socket>(fd, describePeer(address));
   Connection& ref = *connection;
   std::lock_guard<std::mutex> lock(connections_mutex_);
+  if (pending_ >= options_.max_pending_handshakes) evictOldestPendingLocked();
   connections_.push_back(std::move(connection));
-  ref.thread = std::thread([this, &ref] { serve(ref); });
+  try {
+    ref.thread = std::thread([this, &ref] { serve(ref); });
+  } catch (const std::system_error& error) {
+    // Out of threads: refuse this one connection rather than lose the server.
+    logWarn("store: cannot serve ", ref.socket->peer(), ": ", error.what());
+    connections_.pop_back();
+    return;
+  }
+  ++pending_;
+}
+
+void TcpStoreServer::evictOldestPendingLocked() {
+  for (auto& connection : connections_) {
+    if (connection->state != Connection::State::kHandshake) continue;
+    connection->state = Connection::State::kEvicted;
+    --pending_;
+    connection->socket->shutdown();  // its thread sees the connection fail and ends
+    ++evicted_;
+    if (warningAllowed()) {
+      logWarn("store: ", evicted_, " connection(s) dropped in their handshake so far, because ",
+              options_.max_pending_handshakes,
+              " others were pending (a connection flood?); latest: ", connection->socket->peer());
+    }
+    return;
+  }
 }
 
 void TcpStoreServer::reapFinished() {
@@ -161,32 +208,59 @@ void TcpStoreServer::reapFinished() {
 
 void TcpStoreServer::serve(Connection& connection) {
   wire::Socket& socket = *connection.socket;
-  try {
-    if (authenticate(socket)) {
-      while (!stopping_) {
-        // An authenticated client may stay idle for the whole job; stop() wakes us by shutdown.
-        Bytes request = socket.recvFrame(Deadline::never());
-        socket.sendAll(execute(request), deadlineFor(options_.io_timeout));
-      }
-    }
-  } catch (const ProtocolError& error) {
-    logWarn("store: dropping ", socket.peer(), ": ", error.message());
+  std::unique_ptr<wire::StoreChannel> channel;
+  // The last word to an authenticated peer before we close: why (it cannot be trusted further).
+  auto refuse = [&](Status status, const std::string& message) {
+    if (!channel) return;
     try {
-      socket.sendAll(startReply(Status::kBadRequest).str(error.message()).frame(),
-                     deadlineFor(options_.io_timeout));
+      channel->send(startReply(status).str(message).payload(), deadlineFor(options_.io_timeout));
+      socket.finish(Millis(kLingerMillis));
     } catch (const Error&) {
       // The peer is being dropped anyway.
     }
+  };
+  try {
+    channel = authenticate(connection);
+    if (channel) serveRequests(*channel);
+  } catch (const AuthError& error) {
+    logWarn("store: dropping ", socket.peer(), ": ", error.message());
+    refuse(Status::kAuthFailed, error.message());
+  } catch (const ProtocolError& error) {
+    logWarn("store: dropping ", socket.peer(), ": ", error.message());
+    refuse(Status::kBadRequest, error.message());
+  } catch (const TimeoutError& error) {
+    // Mid-request: a peer that stopped mid-frame. In the handshake: a silent or slow peer, logged
+    // at debug level because a flood of them must not flood the log.
+    if (channel)
+      logWarn("store: dropping ", socket.peer(), ": it stopped in the middle of a request");
+    else
+      logDebug("store: dropping ", socket.peer(), ": ", error.message());
   } catch (const Error& error) {
     logDebug("store: ", socket.peer(), " disconnected: ", error.message());
   } catch (const std::exception& error) {
     // E.g. bad_alloc for a large value: lose this connection, never the server.
     logWarn("store: dropping ", socket.peer(), ": ", error.what());
   }
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  if (connection.state == Connection::State::kHandshake) --pending_;
+  if (connection.state == Connection::State::kServed) --served_;
+  connection.state = Connection::State::kClosed;
   connection.finished = true;
 }
 
-bool TcpStoreServer::authenticate(wire::Socket& socket) {
+void TcpStoreServer::serveRequests(wire::StoreChannel& channel) {
+  while (!stopping_) {
+    // An authenticated client may stay idle for the whole job (keepalive notices one that
+    // vanished; stop() wakes us by shutdown), but a request, once begun, must arrive whole within
+    // io_timeout, so a peer that stops mid-frame cannot hold its connection forever.
+    channel.socket().awaitReadable(Deadline::never());
+    Bytes request = channel.receive(deadlineFor(options_.io_timeout));
+    channel.send(execute(request), deadlineFor(options_.io_timeout));
+  }
+}
+
+std::unique_ptr<wire::StoreChannel> TcpStoreServer::authenticate(Connection& connection) {
+  wire::Socket& socket = *connection.socket;
   Deadline deadline = deadlineFor(options_.handshake_timeout);
   Bytes nonce = randomBytes(wire::kNonceBytes);
   Bytes greeting(wire::kMagic, wire::kMagic + wire::kMagicBytes);
@@ -197,96 +271,51 @@ bool TcpStoreServer::authenticate(wire::Socket& socket) {
   Bytes magic = socket.recvBytes(wire::kMagicBytes, deadline);
   if (toString(magic) != wire::kMagic) {
     logDebug("store: dropping ", socket.peer(), ": it does not speak the chorus store protocol");
-    return false;
+    return nullptr;
   }
   Bytes proof = socket.recvBytes(kDigestBytes, deadline);
   Bytes client_nonce = socket.recvBytes(wire::kNonceBytes, deadline);
   if (!constantTimeEqual(proof, options_.secret.sign(wire::kClientLabel, nonce))) {
-    logWarn("store: rejected ", socket.peer(), ": it does not know this job's secret");
+    if (warningAllowed()) {
+      logWarn("store: rejected ", socket.peer(), ": it does not know this job's secret");
+    }
     Bytes refusal{static_cast<std::uint8_t>(Status::kAuthFailed)};  // raw: no frames before auth
     socket.sendAll(refusal, deadline);
-    return false;
+    return nullptr;
+  }
+  int limit = 0;
+  {
+    std::lock_guard<std::mutex> lock(connections_mutex_);
+    if (connection.state != Connection::State::kHandshake) return nullptr;  // evicted meanwhile
+    limit = options_.max_connections;
+    if (served_ < limit) {
+      connection.state = Connection::State::kServed;
+      --pending_;
+      ++served_;
+      limit = 0;
+    }
+  }
+  if (limit > 0) {
+    logWarn("store: refused ", socket.peer(), ": the job's ", limit,
+            " connections are all in use (ranks, agents and a margin)");
+    socket.sendAll(Bytes{static_cast<std::uint8_t>(Status::kTooManyConnections)}, deadline);
+    return nullptr;
   }
   Bytes answer{static_cast<std::uint8_t>(Status::kOk)};
   Bytes server_proof = options_.secret.sign(wire::kServerLabel, client_nonce);
   answer.insert(answer.end(), server_proof.begin(), server_proof.end());
   socket.sendAll(answer, deadline);
   logDebug("store: authenticated ", socket.peer());
-  return true;
+  return std::make_unique<wire::StoreChannel>(
+      socket, wire::deriveSessionKeys(options_.secret, nonce, client_nonce), wire::Role::kServer);
 }
 
-Bytes TcpStoreServer::execute(const Bytes& request) {
-  wire::Reader in(request);
-  auto op = static_cast<Op>(in.u8());
-  try {
-    switch (op) {
-      case Op::kGet:
-        return executeGet(in);
-      case Op::kWait:
-        return executeWait(in);
-      default:
-        return executeImmediate(op, in);
-    }
-  } catch (const ProtocolError&) {
-    throw;  // the connection is dropped: its stream can no longer be trusted
-  } catch (const CommError& error) {
-    return startReply(Status::kError).str(error.message()).frame();
-  }
-}
-
-Bytes TcpStoreServer::executeGet(wire::Reader& in) {
-  std::string key = in.str();
-  Millis timeout(in.i64());
-  in.finish();
-  std::optional<Bytes> value = state_.getFor(key, timeout);
-  if (!value) return startReply(Status::kTimeout).strings({key}).frame();
-  return startReply(Status::kOk).bytes(*value).frame();
-}
-
-Bytes TcpStoreServer::executeWait(wire::Reader& in) {
-  std::vector<std::string> keys = in.strings();
-  Millis timeout(in.i64());
-  in.finish();
-  std::vector<std::string> missing = state_.waitFor(keys, timeout);
-  if (!missing.empty()) return startReply(Status::kTimeout).strings(missing).frame();
-  return startReply(Status::kOk).frame();
-}
-
-Bytes TcpStoreServer::executeImmediate(wire::Op op, wire::Reader& in) {
-  wire::Writer ok = startReply(Status::kOk);
-  std::string key = op == Op::kCheck || op == Op::kNumKeys ? std::string() : in.str();
-  switch (op) {
-    case Op::kSet: {
-      Bytes value = in.bytes();
-      in.finish();
-      state_.set(key, value);
-      return ok.frame();
-    }
-    case Op::kAdd: {
-      std::int64_t delta = in.i64();
-      in.finish();
-      return ok.i64(state_.add(key, delta)).frame();
-    }
-    case Op::kCompareSet: {
-      Bytes expected = in.bytes();
-      Bytes desired = in.bytes();
-      in.finish();
-      return ok.bytes(state_.compareSet(key, expected, desired)).frame();
-    }
-    case Op::kCheck: {
-      std::vector<std::string> keys = in.strings();
-      in.finish();
-      return ok.u8(state_.check(keys) ? 1 : 0).frame();
-    }
-    case Op::kDelete:
-      in.finish();
-      return ok.u8(state_.deleteKey(key) ? 1 : 0).frame();
-    case Op::kNumKeys:
-      in.finish();
-      return ok.i64(state_.numKeys()).frame();
-    default:
-      CHORUS_THROW(ProtocolError, "unknown store request type ", static_cast<int>(op));
-  }
+bool TcpStoreServer::warningAllowed() {
+  const std::int64_t now =
+      std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();
+  std::int64_t next = next_warning_millis_.load();
+  return now >= next &&
+         next_warning_millis_.compare_exchange_strong(next, now + kWarningEveryMillis);
 }
 
 }  // namespace chorus::comm

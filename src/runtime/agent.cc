@@ -38,7 +38,8 @@ struct StoreConnection {
   std::string endpoint;  // what workers connect to
 };
 
-StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret) {
+StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret,
+                             int local_workers) {
   StoreConnection connection;
   std::string host = "127.0.0.1";
   int port = 0;
@@ -48,6 +49,10 @@ StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret&
     server.host = options.nnodes > 1 ? "0.0.0.0" : host;
     server.port = port;
     server.secret = secret;
+    // One connection per worker and per agent. With several nodes the job's size is known only
+    // once the agents met (runAgent tightens the limit then); until then no worker exists.
+    if (options.nnodes == 1)
+      server.max_connections = local_workers + 1 + comm::kStoreConnectionMargin;
     connection.server = std::make_unique<comm::TcpStoreServer>(server);
     port = connection.server->port();
   }
@@ -121,13 +126,13 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
         {env::kNodes, std::to_string(options.nnodes)},
         {env::kDevice, devices[local].toString()},
         {env::kStoreEndpoint, store.endpoint},
-        {env::kSecret, secret.text()},
         {env::kBindAddress, bind},
         {env::kHostId, "node" + std::to_string(options.node_rank)},
         {env::kTimeoutMs, std::to_string(options.comm_timeout.count())},
         {env::kCpuTransport, options.cpu_transport},
         {env::kLogLevel, options.log_level},
     };
+    worker.secret = secret;  // through an inherited pipe, never the environment
     if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
     if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
     workers.push_back(std::move(worker));
@@ -167,9 +172,12 @@ int runAgent(const AgentOptions& options) {
   const comm::JobSecret secret = options.secret_file.empty()
                                      ? comm::JobSecret::generate()
                                      : comm::JobSecret::fromFile(options.secret_file);
-  StoreConnection store = connectStore(options, secret);
+  StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
   const NodeSlot slot = joinNodes(*store.client, options.node_rank, options.nnodes,
                                   static_cast<int>(devices.size()), options.rdzv_timeout);
+  if (store.server)
+    store.server->setMaxConnections(slot.world_size + options.nnodes +
+                                    comm::kStoreConnectionMargin);
   logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
           "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
           " on ", toString(devices), ", store ", store.endpoint);

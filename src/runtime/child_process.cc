@@ -116,6 +116,7 @@ static void resetSignalsInChild() {
   if (in < 0 || out < 0 || err < 0) childFail(status_fd);
   if (::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) childFail(status_fd);
   markCloexecFrom3(setup.max_fd);
+  if (setup.inherited_fd >= 0 && ::fcntl(setup.inherited_fd, F_SETFD, 0) != 0) childFail(status_fd);
   resetSignalsInChild();
   ::execve(setup.program, setup.argv, setup.envp);
   childFail(status_fd);

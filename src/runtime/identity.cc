@@ -90,9 +90,10 @@ void validate(const WorkerIdentity& identity) {
     CHORUS_THROW(ConfigError, "worker identity: a job of ", identity.world_size,
                  " workers needs the rendezvous endpoint in ", env::kStoreEndpoint,
                  " (start workers with `chorus run`, or set it for mpirun/srun)");
-  if (identity.hasStore() && identity.secret.empty() && identity.secret_file.empty())
-    CHORUS_THROW(ConfigError, "worker identity: the job secret is missing (", env::kSecret, " or ",
-                 env::kSecretFile, ")");
+  if (identity.hasStore() && identity.secret_fd < 0 && identity.secret_file.empty())
+    CHORUS_THROW(ConfigError, "worker identity: the job secret is missing (", env::kSecretFile,
+                 " names a mode-600 file holding it; `chorus run` passes it as ", env::kSecretFd,
+                 ")");
 }
 
 }  // namespace
@@ -128,7 +129,13 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   if (const std::string* endpoint = find(environment, env::kStoreEndpoint)) {
     std::tie(identity.store_host, identity.store_port) = parseEndpoint(*endpoint);
   }
-  identity.secret = readString(environment, env::kSecret, "");
+  if (find(environment, env::kSecretInEnvironment))
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kSecretInEnvironment,
+                 " is set, but a job secret in the environment is readable by every process of "
+                 "this user (/proc/PID/environ) and is not accepted; put it in a mode-600 file "
+                 "and set ",
+                 env::kSecretFile, " instead");
+  identity.secret_fd = readInt(environment, env::kSecretFd, -1);
   identity.secret_file = readString(environment, env::kSecretFile, "");
   identity.bind_address = readString(environment, env::kBindAddress, identity.bind_address);
   identity.host_id =

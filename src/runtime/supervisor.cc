@@ -22,6 +22,7 @@
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
+#include "chorus/runtime/identity.h"
 #include "output_pump.h"
 #include "signal_relay.h"
 
@@ -67,6 +68,18 @@ std::string signalName(int signo) {
 Millis until(Clock::time_point when) {
   const auto left = std::chrono::ceil<Millis>(when - Clock::now());
   return std::max(left, Millis(0));
+}
+
+// A pipe holding `secret` whose write end is already closed: the worker reads it to the end
+// without ever blocking, and nothing of it stays in the agent but the read end until fork.
+UniqueFd secretPipe(const comm::JobSecret& secret, int rank) {
+  auto [read_end, write_end] = makePipe("job secret");
+  const std::string& text = secret.text();
+  // Far below the pipe's capacity (JobSecret::kMaxLength), so this write never blocks.
+  const ssize_t written = ::write(write_end.get(), text.data(), text.size());
+  if (written != static_cast<ssize_t>(text.size()))
+    CHORUS_THROW(LaunchError, "cannot hand rank ", rank, " the job secret: ", ::strerror(errno));
+  return std::move(read_end);
 }
 
 }  // namespace
@@ -118,6 +131,11 @@ std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch
                                                       const Environment& base_env) {
   Environment env = base_env;
   for (const auto& [key, value] : launch.env) env[key] = value;
+  UniqueFd secret_read;
+  if (!launch.secret.empty()) {
+    secret_read = secretPipe(launch.secret, launch.rank);
+    env[env::kSecretFd] = std::to_string(secret_read.get());
+  }
   std::vector<std::string> env_strings;
   for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
   const std::string program = resolveProgram(launch.argv[0], env, launch.rank);
@@ -132,8 +150,9 @@ std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch
   auto [status_read, status_write] = makePipe("exec status");
   const int max_fd = static_cast<int>(std::clamp(::sysconf(_SC_OPEN_MAX), 256L, 65536L));
   worker->pid = forkWorker({program.c_str(), argv.data(), envp.data(), ::getpid(), out_write.get(),
-                            err_write.get(), status_write.get(), max_fd},
+                            err_write.get(), status_write.get(), max_fd, secret_read.get()},
                            launch.rank);
+  secret_read.reset();  // the worker holds the only reader now
   out_write.reset();
   err_write.reset();
   status_write.reset();

@@ -25,8 +25,8 @@ namespace chorus::runtime {
 namespace {
 
 comm::JobSecret secretOf(const WorkerIdentity& identity) {
-  return identity.secret.empty() ? comm::JobSecret::fromFile(identity.secret_file)
-                                 : comm::JobSecret::fromText(identity.secret);
+  return identity.secret_fd >= 0 ? comm::JobSecret::fromDescriptor(identity.secret_fd)
+                                 : comm::JobSecret::fromFile(identity.secret_file);
 }
 
 }  // namespace
@@ -88,6 +88,7 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
       comm::TcpStoreServerOptions server;
       server.port = identity.store_port;
       server.secret = secret;
+      server.max_connections = identity.world_size + comm::kStoreConnectionMargin;
       worker->hosted_store_ = std::make_unique<comm::TcpStoreServer>(server);
     }
     comm::TcpStoreOptions client;

@@ -20,11 +20,15 @@
 #include "chorus/comm/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
+#include "comm/store_wire.h"
 
 namespace chorus::comm {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::rawConnect;
+using testing::rawRead;
+using testing::rawWrite;
 
 constexpr milliseconds kLong{10000};
 
@@ -43,36 +47,6 @@ TcpStoreOptions clientOptions(int port, JobSecret secret = testSecret()) {
   options.secret = std::move(secret);
   options.connect_timeout = milliseconds(2000);
   return options;
-}
-
-// A blocking loopback socket connected to `port`, with a 5 s receive timeout so no test can hang.
-int rawConnect(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  timeval timeout{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  return fd;
-}
-
-// Reads until EOF, error or `size` bytes; returns what arrived.
-Bytes rawRead(int fd, std::size_t size) {
-  Bytes data(size);
-  std::size_t got = 0;
-  while (got < size) {
-    ssize_t n = ::recv(fd, data.data() + got, size - got, 0);
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  data.resize(got);
-  return data;
-}
-
-void rawWrite(int fd, const Bytes& data) {
-  ASSERT_EQ(::send(fd, data.data(), data.size(), MSG_NOSIGNAL), static_cast<ssize_t>(data.size()));
 }
 
 TEST(TcpStore, EveryOperationRoundTrips) {
@@ -247,30 +221,6 @@ TEST(TcpStore, GarbageAndSilentClientsDoNotDisturbAGoodClient) {
   ::close(silent);
 }
 
-TEST(TcpStore, OversizedFrameIsRefusedWithoutAllocating) {
-  TcpStoreServer server(serverOptions());
-  JobSecret secret = testSecret();
-  int fd = rawConnect(server.port());
-  Bytes greeting = rawRead(fd, 40);
-  ASSERT_EQ(greeting.size(), 40u);
-  Bytes hello = toBytes("CHORUSv1");
-  Bytes proof = secret.sign("client", Bytes(greeting.begin() + 8, greeting.end()));
-  hello.insert(hello.end(), proof.begin(), proof.end());
-  hello.insert(hello.end(), 32, 7);  // our nonce
-  rawWrite(fd, hello);
-  Bytes answer = rawRead(fd, 33);
-  ASSERT_EQ(answer.size(), 33u);
-  EXPECT_EQ(answer[0], 0);  // OK
-  EXPECT_EQ(Bytes(answer.begin() + 1, answer.end()), secret.sign("server", Bytes(32, 7)));
-  rawWrite(fd, Bytes{0xff, 0xff, 0xff, 0xf0});  // claims ~4 GiB
-  Bytes refusal = rawRead(fd, 1000);            // a bad-request reply, then EOF
-  ASSERT_GE(refusal.size(), 5u);
-  EXPECT_EQ(refusal[4], 4);  // kBadRequest
-  ::close(fd);
-  TcpStore good(clientOptions(server.port()));
-  EXPECT_EQ(good.add("n", 3), 3);
-}
-
 TEST(TcpStore, ServerStopReleasesABlockedGetWithCommErrorPromptly) {
   auto server = std::make_unique<TcpStoreServer>(serverOptions());
   TcpStore store(clientOptions(server->port()));
@@ -326,81 +276,6 @@ TEST(TcpStore, NobodyListeningIsTimeoutErrorAfterConnectTimeout) {
 TEST(TcpStore, EmptySecretIsAConfigError) {
   TcpStoreServerOptions options;
   EXPECT_THROW(TcpStoreServer server(options), ConfigError);
-}
-
-class SecretFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/chorus_secret_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    ::unlink(path().c_str());
-    ::rmdir(dir_.c_str());
-  }
-  std::string path() const { return dir_ + "/secret"; }
-  void write(const std::string& content, mode_t mode) {
-    std::ofstream(path()) << content;
-    ASSERT_EQ(::chmod(path().c_str(), mode), 0);
-  }
-  std::string dir_;
-};
-
-TEST_F(SecretFileTest, Mode0600IsAcceptedAndTrailingNewlineTrimmed) {
-  write("0123456789abcdef0123\n", 0600);
-  EXPECT_EQ(JobSecret::fromFile(path()).text(), "0123456789abcdef0123");
-}
-
-TEST_F(SecretFileTest, Mode0644IsRejectedWithChmodAdvice) {
-  write("0123456789abcdef0123\n", 0644);
-  try {
-    JobSecret::fromFile(path());
-    FAIL() << "accepted a world-readable secret";
-  } catch (const ConfigError& error) {
-    EXPECT_NE(error.message().find("chmod 600"), std::string::npos) << error.message();
-    EXPECT_NE(error.message().find("mode 0644"), std::string::npos) << error.message();
-  }
-}
-
-TEST_F(SecretFileTest, ShortOrEmptySecretIsRejected) {
-  write("short\n", 0600);
-  EXPECT_THROW(JobSecret::fromFile(path()), ConfigError);
-  write(" \n\n", 0600);
-  EXPECT_THROW(JobSecret::fromFile(path()), ConfigError);
-}
-
-TEST(JobSecret, MissingFileIsAConfigError) {
-  EXPECT_THROW(JobSecret::fromFile("/nonexistent/chorus/secret"), ConfigError);
-}
-
-TEST(JobSecret, GenerateGivesDistinct64HexCharacterSecrets) {
-  JobSecret a = JobSecret::generate();
-  JobSecret b = JobSecret::generate();
-  EXPECT_EQ(a.text().size(), 64u);
-  EXPECT_EQ(a.text().find_first_not_of("0123456789abcdef"), std::string::npos);
-  EXPECT_NE(a.text(), b.text());
-  EXPECT_EQ(a.fingerprint().size(), 8u);
-  EXPECT_EQ(a.fingerprint(), sha256Hex(a.text()).substr(0, 8));
-}
-
-TEST(JobSecret, HmacMatchesRfc4231TestCase2) {
-  EXPECT_EQ(toHex(hmacSha256("Jefe", toBytes("what do ya want for nothing?"))),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-}
-
-TEST(JobSecret, SignSeparatesRolesAndConstantTimeEqualComparesExactly) {
-  JobSecret secret = testSecret();
-  Bytes nonce(32, 1);
-  EXPECT_EQ(secret.sign("client", nonce), hmacSha256(secret.text(), [&] {
-              Bytes m = toBytes("client");
-              m.insert(m.end(), nonce.begin(), nonce.end());
-              return m;
-            }()));
-  EXPECT_FALSE(constantTimeEqual(secret.sign("client", nonce), secret.sign("server", nonce)));
-  EXPECT_TRUE(constantTimeEqual(Bytes{1, 2}, Bytes{1, 2}));
-  EXPECT_FALSE(constantTimeEqual(Bytes{1, 2}, Bytes{1, 2, 3}));
-  EXPECT_EQ(sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
 }  // namespace

@@ -65,7 +65,7 @@ std::vector<std::vector<std::int64_t>> sharesOverRun(
         options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
                                           {"CHORUS_WORLD_SIZE", std::to_string(world)},
                                           {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
+                                          {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
                                           {"CHORUS_LOG_LEVEL", "warn"}};
         if (!offsets.empty())
           options.environment->emplace("CHORUS_EMULATION_OFFSET", std::to_string(offsets[rank]));

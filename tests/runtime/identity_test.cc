@@ -26,7 +26,7 @@ TEST(Identity, ReadsWhatChorusRunSets) {
       {"CHORUS_NNODES", "2"},
       {"CHORUS_DEVICE", "cpu@0.5/512MiB"},
       {"CHORUS_RDZV_ENDPOINT", "10.0.0.1:29500"},
-      {"CHORUS_JOB_SECRET", "0123456789abcdef0123"},
+      {"CHORUS_SECRET_FD", "3"},
       {"CHORUS_BIND_ADDRESS", "10.0.0.2"},
       {"CHORUS_TIMEOUT_MS", "2500"},
   });
@@ -72,7 +72,7 @@ TEST(Identity, ReadsSlurmRanks) {
       {"SLURM_NODEID", "2"},
       {"SLURM_NNODES", "3"},
       {"CHORUS_RDZV_ENDPOINT", "head:29500"},
-      {"CHORUS_JOB_SECRET", "0123456789abcdef0123"},
+      {"CHORUS_SECRET_FD", "3"},
   });
   EXPECT_EQ(identity.launcher, "srun");
   EXPECT_EQ(identity.rank, 2);
@@ -92,6 +92,32 @@ TEST(Identity, RejectsInconsistentOrIncompleteIdentities) {
                                         {"CHORUS_WORLD_SIZE", "2"},
                                         {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"}}),
                ConfigError);
+}
+
+TEST(Identity, TakesTheSecretFromAnInheritedDescriptorOrAFile) {
+  EXPECT_EQ(identityFromEnvironment({{"CHORUS_RANK", "0"},
+                                     {"CHORUS_WORLD_SIZE", "2"},
+                                     {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                                     {"CHORUS_SECRET_FD", "7"}})
+                .secret_fd,
+            7);
+  EXPECT_EQ(identityFromEnvironment({{"CHORUS_RANK", "0"}}).secret_fd, -1);
+  EXPECT_THROW(identityFromEnvironment({{"CHORUS_SECRET_FD", "-1"}}), ConfigError);
+}
+
+TEST(Identity, RefusesASecretInTheEnvironmentAndSaysWhy) {
+  try {
+    identityFromEnvironment({{"CHORUS_RANK", "0"},
+                             {"CHORUS_WORLD_SIZE", "2"},
+                             {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                             {"CHORUS_JOB_SECRET", "0123456789abcdef0123"}});
+    FAIL() << "accepted a secret in the environment";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(error.message().find("/proc/PID/environ"), std::string::npos) << error.message();
+    EXPECT_NE(error.message().find("CHORUS_SECRET_FILE"), std::string::npos) << error.message();
+    // The message must not echo the secret.
+    EXPECT_EQ(error.message().find("0123456789abcdef0123"), std::string::npos) << error.message();
+  }
 }
 
 TEST(Identity, ParsesEndpointsAndRejectsBadOnes) {

@@ -59,7 +59,7 @@ class Capture {
 
 WorkerLaunch shell(int rank, const std::string& script,
                    std::map<std::string, std::string> env = {}) {
-  return WorkerLaunch{rank, {"/bin/sh", "-c", script}, std::move(env)};
+  return WorkerLaunch{rank, {"/bin/sh", "-c", script}, std::move(env), {}};
 }
 
 struct Harness {
@@ -186,11 +186,23 @@ TEST(Supervisor, ChildGetsExtraAndInheritedEnvironmentAndProgramFromPath) {
   supervisor.start({WorkerLaunch{
       0,
       {"sh", "-c", "echo $CHORUS_TEST_X $CHORUS_TEST_INHERITED $CHORUS_TEST_OVERRIDDEN"},
-      {{"CHORUS_TEST_X", "42"}, {"CHORUS_TEST_OVERRIDDEN", "new"}}}});
+      {{"CHORUS_TEST_X", "42"}, {"CHORUS_TEST_OVERRIDDEN", "new"}},
+      {}}});
   ASSERT_TRUE(supervisor.run().ok());
   EXPECT_EQ(h.out.text(), "[rank 0] 42 from-agent new\n");
   ::unsetenv("CHORUS_TEST_INHERITED");
   ::unsetenv("CHORUS_TEST_OVERRIDDEN");
+}
+
+TEST(Supervisor, HandsTheSecretThroughAnInheritedPipeNotTheEnvironment) {
+  Harness h;
+  Supervisor supervisor(h.options());
+  WorkerLaunch launch =
+      shell(0, "cat /dev/fd/$CHORUS_SECRET_FD; echo; env | grep -c supervisor-test-secret; exit 0");
+  launch.secret = comm::JobSecret::fromText("supervisor-test-secret-0123");
+  supervisor.start({launch});
+  ASSERT_TRUE(supervisor.run().ok());
+  EXPECT_EQ(h.out.text(), "[rank 0] supervisor-test-secret-0123\n[rank 0] 0\n");
 }
 
 TEST(Supervisor, ChildHasNullStdinAndNoInheritedDescriptors) {
@@ -198,7 +210,7 @@ TEST(Supervisor, ChildHasNullStdinAndNoInheritedDescriptors) {
   ASSERT_GE(leaked, 3);
   Harness h;
   Supervisor supervisor(h.options());
-  supervisor.start({WorkerLaunch{0, {"/bin/sleep", "60"}, {}}});
+  supervisor.start({WorkerLaunch{0, {"/bin/sleep", "60"}, {}, {}}});
   ::close(leaked);
   const std::string fd_dir = "/proc/" + std::to_string(supervisor.pids()[0]) + "/fd";
   // The dynamic loader of the new program opens files for a moment; a leaked descriptor stays.
@@ -314,14 +326,14 @@ TEST(Supervisor, MissingProgramThrowsLaunchErrorNamingIt) {
   Harness h;
   Supervisor in_path(h.options());
   try {
-    in_path.start({WorkerLaunch{0, {"chorus-no-such-program"}, {}}});
+    in_path.start({WorkerLaunch{0, {"chorus-no-such-program"}, {}, {}}});
     FAIL() << "expected LaunchError";
   } catch (const LaunchError& error) {
     EXPECT_NE(error.message().find("'chorus-no-such-program'"), std::string::npos);
   }
   Supervisor by_path(h.options());
   try {
-    by_path.start({WorkerLaunch{3, {"/nonexistent/chorus-worker"}, {}}});
+    by_path.start({WorkerLaunch{3, {"/nonexistent/chorus-worker"}, {}, {}}});
     FAIL() << "expected LaunchError";
   } catch (const LaunchError& error) {
     EXPECT_NE(error.message().find("rank 3"), std::string::npos) << error.message();
@@ -336,7 +348,7 @@ TEST(Supervisor, UnexecutableProgramFailsStartAndKillsEarlierWorkers) {
   std::ofstream(script) << "#!/bin/sh\n";
   Harness h;
   Supervisor supervisor(h.options());
-  EXPECT_THROW(supervisor.start({shell(0, "sleep 60"), WorkerLaunch{1, {script}, {}}}),
+  EXPECT_THROW(supervisor.start({shell(0, "sleep 60"), WorkerLaunch{1, {script}, {}, {}}}),
                LaunchError);
   ASSERT_EQ(supervisor.pids().size(), 1u);
   EXPECT_TRUE(processGone(supervisor.pids()[0]));
@@ -417,7 +429,7 @@ TEST(Supervisor, WorkersDieWhenTheAgentIsKilled) {
     try {
       Supervisor supervisor(h.options());
       // PR_SET_PDEATHSIG covers the worker itself, not processes it starts: exec sleep directly.
-      supervisor.start({WorkerLaunch{0, {"/bin/sleep", "60"}, {}}});
+      supervisor.start({WorkerLaunch{0, {"/bin/sleep", "60"}, {}, {}}});
       const pid_t worker = supervisor.pids()[0];
       if (::write(channel[1], &worker, sizeof worker) == sizeof worker) ::pause();
     } catch (...) {
@@ -435,7 +447,7 @@ TEST(Supervisor, WorkersDieWhenTheAgentIsKilled) {
 
 TEST(Supervisor, RejectsBadLaunches) {
   Harness h;
-  EXPECT_THROW(Supervisor(h.options()).start({WorkerLaunch{0, {}, {}}}), ConfigError);
+  EXPECT_THROW(Supervisor(h.options()).start({WorkerLaunch{0, {}, {}, {}}}), ConfigError);
   EXPECT_THROW(Supervisor(h.options()).start({shell(1, "true"), shell(1, "true")}), ConfigError);
   Supervisor not_started(h.options());
   EXPECT_THROW(not_started.run(), LaunchError);

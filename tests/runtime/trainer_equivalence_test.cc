@@ -90,7 +90,7 @@ std::vector<at::Tensor> trainOnRanks(const std::string& toml,
         options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
                                           {"CHORUS_WORLD_SIZE", std::to_string(world)},
                                           {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
+                                          {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
                                           {"CHORUS_LOG_LEVEL", "warn"}};
         options.store = store;
         Trainer trainer(job, init(options));

@@ -39,7 +39,7 @@ std::vector<std::string> runRanks(const std::string& toml, const std::vector<std
         options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
                                           {"CHORUS_WORLD_SIZE", std::to_string(world)},
                                           {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
+                                          {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
                                           {"CHORUS_LOG_LEVEL", "warn"}};
         if (!host_ids.empty()) (*options.environment)["CHORUS_HOST_ID"] = host_ids[rank];
         options.store = store;

@@ -37,8 +37,15 @@ class JobSecret {
   // when the file cannot be read, the secret is shorter than kMinLength, or the file is accessible
   // by group or others (fix: chmod 600).
   static JobSecret fromFile(const std::string& path);
+  // Reads the secret from `fd` to its end and closes `fd`, so that no child inherits it: how
+  // `chorus run` hands workers the secret (a pipe it filled and closed before starting them).
+  // Never blocks: a pipe whose writer has not finished is an error. Throws ConfigError when `fd`
+  // is not an open pipe or regular file or holds no valid secret.
+  static JobSecret fromDescriptor(int fd);
 
   static constexpr std::size_t kMinLength = 16;
+  // Longer secrets are refused; this one fits a pipe's buffer many times over.
+  static constexpr std::size_t kMaxLength = 4096;
 
   bool empty() const { return text_.empty(); }
   // The secret itself, e.g. to write it into a file for the workers. Never log it.

@@ -2,9 +2,14 @@
 //
 // One TcpStoreServer per job (hosted by the agent on the first node) keeps the job's state in a
 // MemoryStore; every worker reaches it through a TcpStore client. Both ends prove that they know
-// the job secret by HMAC challenge–response before any request (the wire format is described in
-// src/comm/store_protocol.h); the secret never crosses the network. A peer that is not a chorus
-// store (a web server, a c10d TCPStore) is recognised at once and reported as ProtocolError.
+// the job secret by HMAC challenge–response before any request, and then every frame carries a
+// sequence number and an HMAC under a key of that connection alone, so a modified, injected,
+// replayed or reordered frame ends the connection with AuthError before it can change anything
+// (the wire format is described in src/comm/store_protocol.h; the threat model in
+// docs/security.md). The secret never crosses the network. A peer that is not a chorus store (a
+// web server, a c10d TCPStore) is recognised at once and reported as ProtocolError. Keys, values,
+// frames and connections are bounded, so no peer can make the server allocate or spawn without
+// limit.
 #pragma once
 
 #include <atomic>
@@ -27,6 +32,7 @@ namespace wire {
 enum class Op : std::uint8_t;
 class Reader;
 class Socket;
+class StoreChannel;
 }  // namespace wire
 
 struct TcpStoreServerOptions {
@@ -39,9 +45,23 @@ struct TcpStoreServerOptions {
   // How long a new connection may take to authenticate before it is dropped, so scanners and
   // silent peers cannot pile up. Default: 5 s.
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(5);
-  // Bound on sending one reply to a client that stopped reading. Default: 5 min.
+  // Bound on sending one reply to a client that stopped reading, and on receiving the rest of a
+  // request once its first byte arrived (a client that stops mid-frame is dropped). An idle
+  // authenticated client is never dropped for idleness. Default: 5 min.
   std::chrono::milliseconds io_timeout = std::chrono::minutes(5);
+  // Authenticated connections served at once; one more is refused at the end of its handshake
+  // (its client throws CommError). `chorus run` sets the job's ranks + agents +
+  // kStoreConnectionMargin. REQUIRES: >= 1. Default: 4096.
+  int max_connections = 4096;
+  // Connections still in their handshake at once. When one more arrives the oldest of them is
+  // dropped: a flood of connections that never authenticate cannot keep a worker out for long,
+  // and costs one thread per pending connection at most. REQUIRES: >= 1. Default: 64.
+  int max_pending_handshakes = 64;
 };
+
+// Connections beyond the job's ranks and agents that its store accepts: room for a client that
+// reconnects before the server noticed that its previous connection closed.
+constexpr int kStoreConnectionMargin = 8;
 
 // Hosts the job's store. Listens in the constructor (throws CommError if it cannot) and serves in
 // background threads: one accepting, one per client connection (jobs have at most a few thousand
@@ -59,6 +79,11 @@ class TcpStoreServer {
   int port() const { return port_; }
   // "host:port" as bound.
   std::string endpoint() const;
+  // Changes options.max_connections, e.g. once the job's size is known; connections already
+  // served stay. REQUIRES: >= 1. Thread-safe.
+  void setMaxConnections(int max_connections);
+  // Authenticated connections being served now.
+  int connections() const;
   // Stops serving; idempotent. Returns once every thread has been joined.
   void stop();
 
@@ -68,10 +93,16 @@ class TcpStoreServer {
   void listen();
   void acceptLoop();
   void acceptOne();
+  // REQUIRES: connections_mutex_ held. Drops the oldest connection still in its handshake.
+  void evictOldestPendingLocked();
   void reapFinished();
   void serve(Connection& connection);
-  bool authenticate(wire::Socket& socket);
-  // Executes one request; returns the reply frame. Throws ProtocolError on a malformed request.
+  void serveRequests(wire::StoreChannel& channel);
+  // The handshake; returns the authenticated channel, or null when the peer was refused.
+  std::unique_ptr<wire::StoreChannel> authenticate(Connection& connection);
+  // Whether a warning about a refused or dropped peer may be logged now (one a second at most).
+  bool warningAllowed();
+  // Executes one request; returns the reply payload. Throws ProtocolError on a malformed request.
   Bytes execute(const Bytes& request);
   // get and wait block this connection's thread on the shared state, up to the request's timeout.
   Bytes executeGet(wire::Reader& in);
@@ -84,8 +115,12 @@ class TcpStoreServer {
   MemoryStore state_;
   std::atomic<bool> stopping_{false};
   std::mutex stop_mutex_;  // serialises stop() callers
-  std::mutex connections_mutex_;
-  std::list<std::unique_ptr<Connection>> connections_;
+  mutable std::mutex connections_mutex_;
+  std::list<std::unique_ptr<Connection>> connections_;  // in order of arrival
+  int pending_ = 0;                                     // guarded by connections_mutex_
+  int served_ = 0;                                      // guarded by connections_mutex_
+  std::int64_t evicted_ = 0;                            // guarded by connections_mutex_
+  std::atomic<std::int64_t> next_warning_millis_{0};
   std::thread accept_thread_;
 };
 
@@ -108,10 +143,13 @@ struct TcpStoreOptions {
 };
 
 // A client of TcpStoreServer. Connects and authenticates in the constructor (throws AuthError on a
-// secret mismatch, ProtocolError when the endpoint is not a chorus store, TimeoutError when it
-// cannot connect within connect_timeout). Thread-safe: one connection, one request at a time (a
-// thread blocked in get holds it; give threads that block for long their own TcpStore). After a
-// lost connection the call throws CommError naming the endpoint, and the next call reconnects.
+// secret mismatch, ProtocolError when the endpoint is not a chorus store, CommError when the
+// server already serves all the connections the job may have, TimeoutError when it cannot
+// connect within connect_timeout). Thread-safe: one connection, one request at a time (a thread
+// blocked in get holds it; give threads that block for long their own TcpStore). A key over
+// 4 KiB or a value over 64 MiB is a ConfigError, before anything is sent. After a lost
+// connection the call throws CommError naming the endpoint (AuthError when a frame in either
+// direction failed authentication), and the next call reconnects with fresh keys.
 class TcpStore : public Store {
  public:
   explicit TcpStore(TcpStoreOptions options);
@@ -132,16 +170,23 @@ class TcpStore : public Store {
  private:
   // REQUIRES: mutex_ held. Connects (with retries) and authenticates.
   void connectLocked();
-  void handshake(wire::Socket& socket);
-  // Sends `frame` and returns the reply's fields after an OK status; `wait` is how long the server
-  // may legitimately hold the request. Throws the error the reply's status means.
-  wire::Reader roundTrip(Bytes frame, std::chrono::milliseconds wait, const char* operation);
-  wire::Reader exchangeLocked(const Bytes& frame, std::chrono::milliseconds wait,
+  // REQUIRES: mutex_ held.
+  void disconnectLocked();
+  // Authenticates over socket_ and sets channel_; false when the server is full.
+  bool handshake();
+  // Sends `request` and returns the reply's fields after an OK status; `wait` is how long the
+  // server may legitimately hold the request. Throws the error the reply's status means.
+  wire::Reader roundTrip(Bytes request, std::chrono::milliseconds wait, const char* operation);
+  wire::Reader exchangeLocked(const Bytes& request, std::chrono::milliseconds wait,
                               const char* operation);
+  // Throws ConfigError naming `operation` when `key` (or `value`) is over the protocol's limits.
+  void checkLimits(const char* operation, const std::string& key, const Bytes* value = nullptr,
+                   const Bytes* other = nullptr) const;
 
   TcpStoreOptions options_;
   std::mutex mutex_;
-  std::unique_ptr<wire::Socket> socket_;
+  std::unique_ptr<wire::Socket> socket_;         // null while disconnected
+  std::unique_ptr<wire::StoreChannel> channel_;  // over socket_; null while disconnected
 };
 
 }  // namespace chorus::comm

@@ -1,10 +1,13 @@
 // Who a worker is: its rank, the job's size, its device and where the job's store lives.
 //
-// The agent (`chorus run`) hands each worker its identity through CHORUS_* environment variables;
-// a worker started by `mpirun` or `srun` takes rank and size from OMPI_COMM_WORLD_* or SLURM_*
-// and the store's endpoint and secret from CHORUS_RDZV_ENDPOINT / CHORUS_SECRET_FILE. A process
-// started by hand without any of these is a job of one. Parsing is pure (it takes the environment
-// as a map), so tests need not touch the real environment; chorus::init() reads it once.
+// The agent (`chorus run`) hands each worker its identity through CHORUS_* environment variables,
+// and the job secret through an inherited pipe whose descriptor CHORUS_SECRET_FD names: never the
+// secret itself in the environment, which any process of the same user can read in
+// /proc/PID/environ (docs/security.md). A worker started by `mpirun` or `srun` takes rank and size
+// from OMPI_COMM_WORLD_* or SLURM_* and the store's endpoint and secret from CHORUS_RDZV_ENDPOINT
+// and CHORUS_SECRET_FILE (a mode-600 file). A process started by hand without any of these is a
+// job of one. Parsing is pure (it takes the environment as a map), so tests need not touch the
+// real environment; chorus::init() reads it once.
 #pragma once
 
 #include <map>
@@ -27,8 +30,10 @@ constexpr const char* kNodes = "CHORUS_NNODES";
 constexpr const char* kDevice = "CHORUS_DEVICE";
 constexpr const char* kDevices = "CHORUS_DEVICES";  // mpirun/srun: list indexed by local rank
 constexpr const char* kStoreEndpoint = "CHORUS_RDZV_ENDPOINT";
-constexpr const char* kSecret = "CHORUS_JOB_SECRET";
+constexpr const char* kSecretFd = "CHORUS_SECRET_FD";  // set by `chorus run`
 constexpr const char* kSecretFile = "CHORUS_SECRET_FILE";
+// No longer read: a secret in the environment is refused with a ConfigError that says why.
+constexpr const char* kSecretInEnvironment = "CHORUS_JOB_SECRET";
 constexpr const char* kBindAddress = "CHORUS_BIND_ADDRESS";
 constexpr const char* kHostId = "CHORUS_HOST_ID";
 constexpr const char* kTimeoutMs = "CHORUS_TIMEOUT_MS";
@@ -49,7 +54,7 @@ struct WorkerIdentity {
   DeviceSpec device;       // Default: cpu
   std::string store_host;  // empty: no store (a job of one uses an in-process store)
   int store_port = 0;
-  std::string secret;       // the job secret's text (from CHORUS_JOB_SECRET or the file)
+  int secret_fd = -1;       // an inherited descriptor to read the job secret from (-1: none)
   std::string secret_file;  // set when the secret must be read from a file
   std::string bind_address = "127.0.0.1";
   std::string host_id;     // identifies the host for per-host groups; Default: node rank

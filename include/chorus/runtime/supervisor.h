@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "chorus/comm/job_secret.h"
+
 namespace chorus::runtime {
 
 // How to start one worker.
@@ -31,6 +33,11 @@ struct WorkerLaunch {
   std::vector<std::string> argv;
   // Variables added to, or overriding, the agent's own environment.
   std::map<std::string, std::string> env;
+  // Default: empty (none). When set, handed to the worker through a pipe it inherits, filled and
+  // closed for writing before the worker starts, whose descriptor number is in CHORUS_SECRET_FD
+  // (runtime::env::kSecretFd): a secret in `env` would be readable in /proc/PID/environ by every
+  // process of the user.
+  comm::JobSecret secret;
 };
 
 struct SupervisorOptions {
