@@ -40,6 +40,10 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
     CHORUS_THROW(ConfigError,
                  "config key 'balancer.initial_shares': ", job.balancer.initial_shares.size(),
                  " shares for ", devices.size(), " devices");
+  // Entries past the last rank were ignored without a word; too few fail in the worker.
+  if (!job.precision.ranks.empty() && job.precision.ranks.size() != devices.size())
+    CHORUS_THROW(ConfigError, "config key 'precision.ranks': ", job.precision.ranks.size(),
+                 " entries for ", devices.size(), " devices (", toString(devices), ")");
   checkDataFiles(job.data);
   std::shared_ptr<model::ZooModel> model;
   for (const DeviceSpec& device : devices) {
