@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cmath>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "chorus/core/error.h"
+#include "chorus/core/input_file.h"
 
 namespace chorus {
 namespace {
@@ -64,6 +65,13 @@ const char* describe(const toml::node& node) {
     default:
       return "nothing";
   }
+}
+
+// TOML has nan and inf; no setting of a job means either, and a deadline of inf seconds
+// overflows when it becomes milliseconds. Named in messages as the file wrote them.
+std::string describeFloat(double value) {
+  if (std::isnan(value)) return "nan";
+  return value > 0 ? "inf" : "-inf";
 }
 
 size_t editDistance(const std::string& a, const std::string& b) {
@@ -187,12 +195,7 @@ Config& Config::operator=(Config&& other) noexcept {
 }
 
 Config Config::parseFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) CHORUS_THROW(ConfigError, "cannot open config file '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) CHORUS_THROW(ConfigError, "cannot read config file '", path, "'");
-  return parseString(text.str(), path);
+  return parseString(readInputFile(path, "config file"), path);
 }
 
 Config Config::parseString(const std::string& text, const std::string& source) {
@@ -255,7 +258,11 @@ bool Config::has(const std::string& key) const { return impl_->find(key) != null
 double Config::getDouble(const std::string& key, double fallback) const {
   const toml::node* node = impl_->read(key);
   if (node == nullptr) return fallback;
-  if (const auto* value = node->as_floating_point()) return value->get();
+  if (const auto* value = node->as_floating_point()) {
+    if (!std::isfinite(value->get()))
+      impl_->wrongType(key, *node, "a finite number", describeFloat(value->get()));
+    return value->get();
+  }
   if (const auto* value = node->as_integer()) return static_cast<double>(value->get());
   impl_->wrongType(key, *node, "a number", describe(*node));
 }
@@ -293,11 +300,11 @@ std::vector<int64_t> Config::getInts(const std::string& key,
 
 std::vector<double> Config::getDoubles(const std::string& key,
                                        const std::vector<double>& fallback) const {
-  return impl_->readArray<double>(key, fallback, "an array of numbers",
+  return impl_->readArray<double>(key, fallback, "an array of finite numbers",
                                   [](const toml::node& node, double& out) {
                                     if (const auto* value = node.as_floating_point()) {
                                       out = value->get();
-                                      return true;
+                                      return std::isfinite(out);
                                     }
                                     if (const auto* value = node.as_integer()) {
                                       out = static_cast<double>(value->get());

@@ -11,7 +11,7 @@ namespace chorus {
 namespace {
 
 constexpr const char* kExpected =
-    "expected 'auto', 'cpu' or 'cuda:N', optionally followed by '@SPEED' (0 < SPEED <= 1) and "
+    "expected 'auto', 'cpu' or 'cuda:N', optionally followed by '@SPEED' (0.001 <= SPEED <= 1) and "
     "'/MEMORY' (e.g. cpu@0.5/512MiB, cuda:1/20GiB)";
 
 [[noreturn]] void badSpec(const std::string& text, const std::string& why) {
@@ -57,8 +57,8 @@ double parseSpeed(const std::string& text, const std::string& speed) {
   } catch (const std::logic_error&) {
     used = 0;
   }
-  if (used == 0 || used != speed.size() || !(value > 0.0 && value <= 1.0))
-    badSpec(text, "the speed '" + speed + "' must be a number in (0, 1]");
+  if (used == 0 || used != speed.size() || !(value >= kMinEmulatedSpeed && value <= 1.0))
+    badSpec(text, "the speed '" + speed + "' must be a number in [0.001, 1]");
   return value;
 }
 

@@ -79,6 +79,23 @@ class GzReader {
     return done;
   }
 
+  // Reads `size` bytes, growing the buffer as they arrive: a corrupt header can claim gigabytes
+  // that a truncated file does not hold, and allocating them up front ran out of memory before
+  // the truncation could be reported.
+  std::vector<std::uint8_t> readBytes(size_t size, const std::string& what) {
+    std::vector<std::uint8_t> data;
+    while (data.size() < size) {
+      const size_t before = data.size();
+      const size_t want = std::min(kReadChunk, size - before);
+      data.resize(before + want);
+      data.resize(before + read(data.data() + before, want));
+      if (data.size() < before + want)
+        corrupt(path_, "truncated: expected " + std::to_string(size) + " bytes of " + what +
+                           ", found " + std::to_string(data.size()));
+    }
+    return data;
+  }
+
   void readExactly(std::uint8_t* data, size_t size, const std::string& what) {
     const size_t got = read(data, size);
     if (got != size)
@@ -134,9 +151,8 @@ std::vector<std::uint8_t> readImages(const std::string& path) {
     corrupt(path,
             "images are " + std::to_string(rows) + "x" + std::to_string(cols) + ", expected 28x28");
   if (count > kMaxImages) corrupt(path, "the header claims " + std::to_string(count) + " images");
-  std::vector<std::uint8_t> pixels(static_cast<size_t>(count) * kPixels);
-  reader.readExactly(pixels.data(), pixels.size(),
-                     "pixels for " + std::to_string(count) + " images");
+  std::vector<std::uint8_t> pixels = reader.readBytes(
+      static_cast<size_t>(count) * kPixels, "pixels for " + std::to_string(count) + " images");
   reader.expectEnd(std::to_string(count) + " images");
   return pixels;
 }
@@ -146,8 +162,7 @@ std::vector<std::uint8_t> readLabels(const std::string& path) {
   expectMagic(reader, kLabelsMagic, "IDX labels of unsigned bytes");
   const std::uint32_t count = reader.readBigEndian32("header");
   if (count > kMaxImages) corrupt(path, "the header claims " + std::to_string(count) + " labels");
-  std::vector<std::uint8_t> labels(count);
-  reader.readExactly(labels.data(), labels.size(), std::to_string(count) + " labels");
+  std::vector<std::uint8_t> labels = reader.readBytes(count, std::to_string(count) + " labels");
   reader.expectEnd(std::to_string(count) + " labels");
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] >= kFashionMnistClasses)

@@ -3,17 +3,23 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/input_file.h"
 #include "chorus/core/units.h"
 
 namespace chorus::plan {
 namespace {
 
 constexpr int kMaxCount = 1 << 20;
+// Node and device counts multiply: each below kMaxCount could still ask for 2^40 devices, which
+// ran the planner out of memory. The planner's largest tested clusters have 1024 devices.
+constexpr long long kMaxDevices = 1 << 16;
+// No figure of a device or link (GB/s, TFLOP/s, microseconds) comes near this; inf, or a number
+// that becomes inf once scaled to bytes or FLOP/s, would only make the cost model's times 0 or
+// nan.
+constexpr double kMaxFigure = 1e9;
 
 bool sameName(const std::string& a, const std::string& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -69,7 +75,8 @@ class Reader {
     if (!node->is_number()) fail(node->source(), context + "'" + key + "' must be a number");
     const double value = node->is_integer() ? static_cast<double>(node->as_integer()->get())
                                             : node->as_floating_point()->get();
-    if (!(value >= 0)) fail(node->source(), context + "'" + key + "' must be >= 0");
+    if (!(value >= 0 && value <= kMaxFigure))
+      fail(node->source(), context + "'" + key + "' must be a finite number in [0, 1e9]");
     return value;
   }
 
@@ -239,6 +246,12 @@ void addNodes(const Reader& reader, Parsed& parsed, const toml::table& node, int
       reader.link(node, "inter_node_link", default_inter.name, context, parsed.links);
   const int nics = static_cast<int>(reader.integer(node, "nics", default_nics, 1, 1024, context));
   const double contention = reader.number(node, "core_contention", 0, context);
+  long long per_copy = 0;
+  for (const auto& entry : entries) per_copy += entry.second;
+  if (cluster.size() + per_copy * copies > kMaxDevices)
+    reader.fail(node.source(), context + std::to_string(copies) + " x " + std::to_string(per_copy) +
+                                   " devices make the cluster larger " + "than " +
+                                   std::to_string(kMaxDevices) + " devices");
   for (int copy = 0; copy < copies; ++copy) {
     const std::string node_name = copies == 1 ? name : name + "-" + std::to_string(copy);
     if (!parsed.node_names.insert(node_name).second)
@@ -294,11 +307,7 @@ Cluster parseClusterToml(const std::string& text, const std::string& source) {
 }
 
 Cluster loadClusterFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) CHORUS_THROW(ConfigError, "cannot read cluster file '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parseClusterToml(text.str(), path);
+  return parseClusterToml(readInputFile(path, "cluster file"), path);
 }
 
 }  // namespace chorus::plan

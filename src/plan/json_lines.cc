@@ -1,5 +1,6 @@
 #include "json_lines.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace chorus::plan {
@@ -65,9 +66,10 @@ JsonLines::JsonLines(const std::string& text) {
       stack.back().key = readString(text, i, line);
       expect_key = false;
     } else {
-      lines_.emplace(pointerOf(stack), line);
+      if (stack.size() <= kTrackedDepth) lines_.emplace(pointerOf(stack), line);
       if (c == '{' || c == '[') {
         stack.push_back(Frame{c == '{', "", 0});
+        max_depth_ = std::max(max_depth_, stack.size());
         expect_key = c == '{';
         ++i;
       } else if (c == '"') {

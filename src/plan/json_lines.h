@@ -14,14 +14,22 @@ class JsonLines {
  public:
   explicit JsonLines(const std::string& text);
 
-  // The 1-based line where the value at `pointer` starts; 1 when unknown.
+  // The 1-based line where the value at `pointer` starts; 1 when unknown (and for values nested
+  // deeper than kTrackedDepth, which no chorus file has: tracking them made a deeply nested
+  // file cost time quadratic in its depth).
   int line(const std::string& pointer) const;
+
+  // How deeply the text nests arrays and objects (0 for a scalar document).
+  std::size_t maxDepth() const { return max_depth_; }
+
+  static constexpr std::size_t kTrackedDepth = 32;
 
   // The 1-based line of byte `offset` of `text`.
   static int lineOfOffset(const std::string& text, std::size_t offset);
 
  private:
   std::unordered_map<std::string, int> lines_;
+  std::size_t max_depth_ = 0;
 };
 
 }  // namespace chorus::plan

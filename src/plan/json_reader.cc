@@ -35,7 +35,11 @@ std::string readablePointer(const std::string& pointer) {
 }
 
 JsonReader::JsonReader(const std::string& text, std::string source)
-    : source_(std::move(source)), root_(parseOrThrow(text, source_)), lines_(text) {}
+    : source_(std::move(source)), root_(parseOrThrow(text, source_)), lines_(text) {
+  if (lines_.maxDepth() > JsonLines::kTrackedDepth)
+    CHORUS_THROW(ConfigError, source_, ": JSON nested ", lines_.maxDepth(),
+                 " levels deep; chorus files nest at most ", JsonLines::kTrackedDepth);
+}
 
 void JsonReader::fail(const std::string& pointer, const std::string& what) const {
   CHORUS_THROW(ConfigError, source_, ":", lines_.line(pointer), ": ", readablePointer(pointer),

@@ -1,11 +1,11 @@
 #include "chorus/plan/model_profile.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/input_file.h"
 #include "json_reader.h"
 
 namespace chorus::plan {
@@ -79,11 +79,7 @@ ModelProfile parseModelJson(const std::string& text, const std::string& source) 
 }
 
 ModelProfile loadModelFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) CHORUS_THROW(ConfigError, "cannot read model profile '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parseModelJson(text.str(), path);
+  return parseModelJson(readInputFile(path, "model profile"), path);
 }
 
 std::string modelToJson(const ModelProfile& model) {

@@ -1,16 +1,16 @@
 #include "chorus/plan/plan_json.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/input_file.h"
 #include "json_reader.h"
 
 namespace chorus::plan {
 namespace {
 
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
+constexpr double kMaxBytes = 1152921504606846976.0;  // 2^60
 
 // Parses an enum-valued string field, rethrowing the enum parser's message with the location.
 template <typename Parse>
@@ -22,6 +22,13 @@ auto parseEnum(const JsonReader& reader, const std::string& pointer, const std::
   } catch (const ConfigError& error) {
     reader.fail(pointer, error.message());
   }
+}
+
+// A byte count: JSON gives a double, and one past 2^64 does not convert to std::uint64_t.
+std::uint64_t bytes(const JsonReader& reader, const std::string& pointer) {
+  const double value = reader.number(pointer, 0, 0);
+  if (value > kMaxBytes) reader.fail(pointer, "must be at most 2^60 bytes (1 EiB)");
+  return static_cast<std::uint64_t>(value);
 }
 
 StagePlan parseStage(const JsonReader& reader, const std::string& at) {
@@ -47,11 +54,11 @@ RankPlan parseRank(const JsonReader& reader, const std::string& at) {
   rank.device_type = reader.text(at + "/device_type", "");
   rank.node = reader.text(at + "/node", "");
   rank.precision = parseEnum(reader, at + "/precision", "fp32", parseDtype);
-  rank.memory_budget = static_cast<std::uint64_t>(reader.number(at + "/memory_budget", 0, 0));
+  rank.memory_budget = bytes(reader, at + "/memory_budget");
   rank.emulated_speed = reader.number(at + "/emulated_speed", 1, 0);
   if (rank.emulated_speed <= 0 || rank.emulated_speed > 1)
     reader.fail(at + "/emulated_speed", "must be in (0, 1]");
-  rank.predicted_memory = static_cast<std::uint64_t>(reader.number(at + "/predicted_memory", 0, 0));
+  rank.predicted_memory = bytes(reader, at + "/predicted_memory");
   return rank;
 }
 
@@ -165,11 +172,7 @@ Plan parsePlanJson(const std::string& text, const std::string& source) {
 }
 
 Plan loadPlanFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) CHORUS_THROW(ConfigError, "cannot read plan file '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parsePlanJson(text.str(), path);
+  return parsePlanJson(readInputFile(path, "plan file"), path);
 }
 
 void checkPlanAgainstCluster(const Plan& plan, const Cluster& cluster) {

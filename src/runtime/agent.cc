@@ -1,6 +1,7 @@
 #include "chorus/runtime/agent.h"
 
 #include <csignal>
+#include <limits>
 
 #include "child_process.h"
 #include "chorus/comm/job_secret.h"
@@ -22,6 +23,13 @@ void validateOptions(const AgentOptions& options) {
   CHORUS_CHECK_CONFIG(options.node_rank >= 0 && options.node_rank < options.nnodes,
                       "chorus run: --node-rank ", options.node_rank, " is outside [0, ",
                       options.nnodes, ")");
+  // Workers read the deadline back as an int of milliseconds, and 0 would expire at once.
+  CHORUS_CHECK_CONFIG(options.comm_timeout.count() >= 1 &&
+                          options.comm_timeout.count() <= std::numeric_limits<int>::max(),
+                      "chorus run: the communication deadline must be 1 ms to 24 days, got ",
+                      options.comm_timeout.count(), " ms");
+  CHORUS_CHECK_CONFIG(options.grace.count() >= 0,
+                      "chorus run: the grace before SIGKILL must not be negative");
   if (options.nnodes > 1) {
     CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
                         "chorus run: a job of several nodes needs --rdzv-endpoint HOST:PORT");

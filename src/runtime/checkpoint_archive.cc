@@ -1,9 +1,12 @@
 #include "checkpoint_archive.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
 
 #include <mutex>
 #include <sstream>
+
+#include "chorus/core/error.h"
 
 namespace chorus::runtime {
 
@@ -40,6 +43,18 @@ std::int64_t resumeSampler(const data::GlobalSampler& sampler, const nlohmann::j
   return sampler.resume({saved.at("epoch").get<std::int64_t>(),
                          saved.at("position").get<std::int64_t>(),
                          saved.at("step").get<std::int64_t>()});
+}
+
+void translateRestoreErrors(const std::string& dir, const std::function<void()>& restore) {
+  try {
+    restore();
+  } catch (const nlohmann::json::exception& error) {
+    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
+                 "': trainer.json is damaged or from another chorus version: ", error.what());
+  } catch (const c10::Error& error) {
+    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
+                 "' does not fit this model or optimizer: ", error.what_without_backtrace());
+  }
 }
 
 }  // namespace chorus::runtime

@@ -7,6 +7,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -25,5 +26,11 @@ at::Generator cpuGenerator();
 // The sampler position of `step` as JSON, and the step it resumes at (checked by the sampler).
 nlohmann::json samplerJson(const data::GlobalSampler& sampler, std::int64_t step);
 std::int64_t resumeSampler(const data::GlobalSampler& sampler, const nlohmann::json& saved);
+
+// Runs `restore` (reading checkpoint `dir` into a trainer) and turns what a checkpoint of another
+// model, optimizer or chorus version makes libtorch and nlohmann throw into a CheckpointError
+// naming the checkpoint. Every part of a restore runs inside: a key missing from trainer.json,
+// read after the first checks, once escaped as a bare nlohmann::json::out_of_range.
+void translateRestoreErrors(const std::string& dir, const std::function<void()>& restore);
 
 }  // namespace chorus::runtime

@@ -15,7 +15,8 @@ namespace {
 
 // The step of a directory named step-NNNNNNNN, or -1.
 std::int64_t stepOfName(const std::string& name) {
-  if (name.rfind("step-", 0) != 0 || name.size() <= 5) return -1;
+  // More digits than an int64 holds is no checkpoint of ours (and std::stoll would throw).
+  if (name.rfind("step-", 0) != 0 || name.size() <= 5 || name.size() > 5 + 18) return -1;
   for (size_t i = 5; i < name.size(); ++i)
     if (name[i] < '0' || name[i] > '9') return -1;
   return std::stoll(name.substr(5));
@@ -56,6 +57,18 @@ Manifest readManifest(const std::string& checkpoint_dir) {
   if (manifest.format != 1)
     CHORUS_THROW(CheckpointError, "checkpoint '", checkpoint_dir, "': format ", manifest.format,
                  " is not supported (this chorus reads format 1)");
+  if (manifest.step < 0 || manifest.world_size < 1)
+    CHORUS_THROW(CheckpointError, "checkpoint '", checkpoint_dir,
+                 "': MANIFEST.json is damaged: step ", manifest.step, ", world size ",
+                 manifest.world_size);
+  // The writer names files within the checkpoint; a name that leaves it (or is not a file name)
+  // would make readers open some other file.
+  for (const auto& entry : manifest.files)
+    if (entry.name.empty() || entry.name == "." || entry.name == ".." ||
+        entry.name.find('/') != std::string::npos)
+      CHORUS_THROW(CheckpointError, "checkpoint '", checkpoint_dir,
+                   "': MANIFEST.json names a file '", entry.name,
+                   "' outside the checkpoint directory");
   return manifest;
 }
 

@@ -59,6 +59,25 @@ model::ModelConfig readModel(const Config& config) {
   return model;
 }
 
+// The trainer takes a real data set's dimensions from the data (Fashion-MNIST's images and
+// classes, the corpus's characters) and used to overwrite what the job said without a word: a
+// job asking for 5 classes trained 10. A written value must agree with the data, or go.
+void requireModelFitsData(const Config& config, const model::ModelConfig& model,
+                          const DataSection& data) {
+  if (data.dataset == "fashion-mnist") {
+    const std::vector<std::int64_t> shape = {1, 28, 28};
+    require(!config.has("model.classes") || model.classes == 10, "model.classes",
+            std::to_string(model.classes) +
+                " does not fit Fashion-MNIST, which has 10 classes; remove the key");
+    require(!config.has("model.input_shape") || model.input_shape == shape, "model.input_shape",
+            "does not fit Fashion-MNIST, whose images are [1, 28, 28]; remove the key");
+  } else if (data.dataset == "text") {
+    require(!config.has("model.vocab"), "model.vocab",
+            "is taken from the corpus (data.dataset = \"text\": one token per distinct byte of " +
+                data.path + "); remove the key");
+  }
+}
+
 DataSection readData(const Config& config, const model::ModelConfig& model) {
   DataSection data;
   data.dataset = config.getString("data.dataset", model.kind == "gpt" ? "text" : data.dataset);
@@ -78,6 +97,7 @@ DataSection readData(const Config& config, const model::ModelConfig& model) {
   require(data.size >= 1, "data.size", "must be at least 1");
   require(data.test_fraction > 0 && data.test_fraction < 1, "data.test_fraction",
           "must be in (0, 1)");
+  requireModelFitsData(config, model, data);
   return data;
 }
 
@@ -142,7 +162,9 @@ CommSection readComm(const Config& config) {
   require(comm.first_bucket_mb > 0, "comm.first_bucket_mb", "must be positive");
   require(comm.min_buckets >= 1 && comm.min_buckets <= 1024, "comm.min_buckets",
           "must be in [1, 1024]");
-  require(comm.timeout_s > 0, "comm.timeout_s", "must be positive");
+  // Workers get the deadline as an int of milliseconds: 1 ms to a week fits.
+  require(comm.timeout_s >= 0.001 && comm.timeout_s <= 7 * 24 * 3600, "comm.timeout_s",
+          "must be in [0.001, 604800] seconds (1 ms to a week)");
   return comm;
 }
 
@@ -205,7 +227,13 @@ JobConfig readJobConfig(const Config& config) {
   requireSumsToBatch(job.balancer.shares, "balancer.shares", job.train.global_batch);
   requireSumsToBatch(job.balancer.initial_shares, "balancer.initial_shares",
                      job.train.global_batch);
-  checkParallel(job);
+  // Every step draws global_batch distinct samples; the workers' sampler would refuse this only
+  // after they started.
+  require(job.data.dataset != "synthetic" || job.train.global_batch <= job.data.size,
+          "train.global_batch",
+          std::to_string(job.train.global_batch) + " is larger than the synthetic data set (" +
+              "data.size = " + std::to_string(job.data.size) + ")");
+  checkParallel(job, config);
   config.rejectUnknownKeys();
   job.toml = config.toToml();
   return job;

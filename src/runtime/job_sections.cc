@@ -111,6 +111,11 @@ CheckpointSection readCheckpoint(const Config& config) {
   require(checkpoint.keep >= 1, "checkpoint.keep", "must be at least 1");
   require(checkpoint.every == 0 || !checkpoint.dir.empty(), "checkpoint.every",
           "needs checkpoint.dir");
+  // Without a directory no checkpoint is written: a job asking for background writes or for a
+  // number to keep would silently get none.
+  require(!checkpoint.async || !checkpoint.dir.empty(), "checkpoint.async", "needs checkpoint.dir");
+  require(!config.has("checkpoint.keep") || !checkpoint.dir.empty(), "checkpoint.keep",
+          "needs checkpoint.dir");
   return checkpoint;
 }
 
@@ -147,12 +152,20 @@ ParallelSection readParallel(const Config& config) {
   return parallel;
 }
 
-void checkParallel(const JobConfig& job) {
+void checkParallel(const JobConfig& job, const Config& config) {
   const ParallelSection& parallel = job.parallel;
   if (parallel.pipeline_stages == 1) {
     require(parallel.replicas == 1, "parallel.replicas",
             "needs parallel.pipeline_stages > 1 (plain data parallelism runs one replica per "
             "device)");
+    // The data-parallel trainer reads none of these; a job that sets them would get none of it.
+    require(parallel.activation_checkpointing == "none", "parallel.activation_checkpointing",
+            "needs parallel.pipeline_stages > 1 (plain data parallelism keeps all activations)");
+    require(!config.has("parallel.micro_batches"), "parallel.micro_batches",
+            "needs parallel.pipeline_stages > 1; plain data parallelism splits a rank's share "
+            "with train.micro_batch");
+    require(!config.has("parallel.schedule"), "parallel.schedule",
+            "needs parallel.pipeline_stages > 1 (there is no pipeline to schedule)");
     return;
   }
   const std::int64_t ranks = parallel.pipeline_stages * parallel.replicas;

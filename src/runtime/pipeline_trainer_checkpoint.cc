@@ -97,10 +97,10 @@ std::vector<CheckpointFile> pipelineCheckpointFiles(PipelineTrainer::State& s) {
 }
 
 void restorePipelineCheckpoint(PipelineTrainer::State& s, const std::string& dir) {
-  const Manifest manifest = readManifest(dir);
-  nlohmann::json saved;
-  try {
-    saved = nlohmann::json::parse(readCheckpointFile(dir, manifest, kTrainerFile));
+  translateRestoreErrors(dir, [&] {
+    const Manifest manifest = readManifest(dir);
+    const nlohmann::json saved =
+        nlohmann::json::parse(readCheckpointFile(dir, manifest, kTrainerFile));
     checkCompatible(s, saved, dir);
     torch::NoGradGuard no_grad;
     auto model = archiveOf(readCheckpointFile(dir, manifest, stageFile(s, "model")));
@@ -111,23 +111,17 @@ void restorePipelineCheckpoint(PipelineTrainer::State& s, const std::string& dir
     at::Tensor cpu_rng;
     rng.read("rng_cpu", cpu_rng);
     setGeneratorState(cpuGenerator(), cpu_rng);
-  } catch (const nlohmann::json::exception& error) {
-    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
-                 "': trainer.json is damaged: ", error.what());
-  } catch (const c10::Error& error) {
-    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
-                 "' does not fit this stage: ", error.what_without_backtrace());
-  }
-  // The shares the next step runs with, and what the balancer measured: without them a resumed
-  // run would split the batches differently and no longer be bitwise the run that wrote it.
-  // Checkpoints from before the balancer carry none and keep the start plan.
-  if (saved.contains("balancer")) {
-    s.balancer->restore(saved.at("balancer"));
-    s.options.replica_shares = s.balancer->shares();
-    s.engine->setReplicaShares(s.options.replica_shares);
-  }
-  s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
-  s.last_checkpoint_step = s.next_step;
+    // The shares the next step runs with, and what the balancer measured: without them a resumed
+    // run would split the batches differently and no longer be bitwise the run that wrote it.
+    // Checkpoints from before the balancer carry none and keep the start plan.
+    if (saved.contains("balancer")) {
+      s.balancer->restore(saved.at("balancer"));
+      s.options.replica_shares = s.balancer->shares();
+      s.engine->setReplicaShares(s.options.replica_shares);
+    }
+    s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
+    s.last_checkpoint_step = s.next_step;
+  });
 }
 
 void writePipelineCheckpointIfDue(PipelineTrainer::State& s, bool final_or_requested) {

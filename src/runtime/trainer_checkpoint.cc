@@ -111,6 +111,37 @@ std::unique_ptr<torch::optim::OptimizerParamState> deepCopy(
   CHORUS_THROW(CheckpointError, "cannot snapshot this optimizer's state (SGD and AdamW only)");
 }
 
+// The restore proper; restoreCheckpoint translates what libraries throw while it runs.
+void restoreUnchecked(Trainer::State& s, const std::string& dir) {
+  const Manifest manifest = readManifest(dir);
+  const nlohmann::json saved =
+      nlohmann::json::parse(readCheckpointFile(dir, manifest, kTrainerFile));
+  checkCompatible(s, saved, dir);
+  auto model = archiveOf(readCheckpointFile(dir, manifest, kModelFile));
+  loadModel(*s.model, model);
+  auto optimizer = archiveOf(readCheckpointFile(dir, manifest, kOptimizerFile));
+  s.optimizer->load(optimizer);
+  s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
+  s.skipped_steps = saved.value("skipped_steps", std::int64_t{0});
+  s.last_checkpoint_step = s.next_step;
+  const int world = s.worker->worldSize();
+  if (manifest.world_size == world) {
+    s.balancer->importState(balancerStateFromJson(saved.at("balancer")));
+    restoreRankState(s, readCheckpointFile(dir, manifest, rankFile(s.worker->rank())));
+    const std::string own_model = "model-" + rankFile(s.worker->rank());
+    if (s.job.comm.sync_every > 1 && manifest.find(own_model)) {
+      auto model = archiveOf(readCheckpointFile(dir, manifest, own_model));
+      loadModel(*s.model, model);
+      auto optimizer =
+          archiveOf(readCheckpointFile(dir, manifest, "optimizer-" + rankFile(s.worker->rank())));
+      s.optimizer->load(optimizer);
+    }
+  } else if (s.worker->rank() == 0) {
+    logInfo("resuming a ", manifest.world_size, "-rank checkpoint on ", world,
+            " ranks: the batch sequence goes on, shares are planned anew");
+  }
+}
+
 }  // namespace
 
 StateCopy copyState(Trainer::State& s) {
@@ -182,41 +213,7 @@ CheckpointSnapshot snapshotCheckpoint(Trainer::State& s) {
 }
 
 void restoreCheckpoint(Trainer::State& s, const std::string& dir) {
-  const Manifest manifest = readManifest(dir);
-  nlohmann::json saved;
-  try {
-    saved = nlohmann::json::parse(readCheckpointFile(dir, manifest, kTrainerFile));
-    checkCompatible(s, saved, dir);
-    auto model = archiveOf(readCheckpointFile(dir, manifest, kModelFile));
-    loadModel(*s.model, model);
-    auto optimizer = archiveOf(readCheckpointFile(dir, manifest, kOptimizerFile));
-    s.optimizer->load(optimizer);
-  } catch (const nlohmann::json::exception& error) {
-    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
-                 "': trainer.json is damaged: ", error.what());
-  } catch (const c10::Error& error) {
-    CHORUS_THROW(CheckpointError, "checkpoint '", dir,
-                 "' does not fit this model or optimizer: ", error.what_without_backtrace());
-  }
-  s.next_step = resumeSampler(*s.sampler, saved.at("sampler"));
-  s.skipped_steps = saved.value("skipped_steps", std::int64_t{0});
-  s.last_checkpoint_step = s.next_step;
-  const int world = s.worker->worldSize();
-  if (manifest.world_size == world) {
-    s.balancer->importState(balancerStateFromJson(saved.at("balancer")));
-    restoreRankState(s, readCheckpointFile(dir, manifest, rankFile(s.worker->rank())));
-    const std::string own_model = "model-" + rankFile(s.worker->rank());
-    if (s.job.comm.sync_every > 1 && manifest.find(own_model)) {
-      auto model = archiveOf(readCheckpointFile(dir, manifest, own_model));
-      loadModel(*s.model, model);
-      auto optimizer =
-          archiveOf(readCheckpointFile(dir, manifest, "optimizer-" + rankFile(s.worker->rank())));
-      s.optimizer->load(optimizer);
-    }
-  } else if (s.worker->rank() == 0) {
-    logInfo("resuming a ", manifest.world_size, "-rank checkpoint on ", world,
-            " ranks: the batch sequence goes on, shares are planned anew");
-  }
+  translateRestoreErrors(dir, [&] { restoreUnchecked(s, dir); });
 }
 
 std::string Trainer::checkpoint() {

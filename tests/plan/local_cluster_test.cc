@@ -167,7 +167,7 @@ devices = [{ type = "T4", count = 2 }]
                   node),
             "c.toml:6: device_type[0]: 'core_fraction' must be in (0, 1]");
   EXPECT_EQ(error("[[node]]\ncore_contention = -1\ndevices = [{ type = \"T4\" }]\n"),
-            "c.toml:2: node 'node0': 'core_contention' must be >= 0");
+            "c.toml:2: node 'node0': 'core_contention' must be a finite number in [0, 1e9]");
 }
 
 // On a measured type the cost model takes the rates as achieved: a math-bound forward pass is

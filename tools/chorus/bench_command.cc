@@ -52,6 +52,7 @@ void addBenchComm(CLI::App& bench, Action& action, CLI::App& app) {
   comm->add_option("--shm-chunk", args->shm_chunk,
                    "Chunk buffer of the shared-memory transport (default 1M)");
   comm->add_option("--timeout", args->timeout_s, "Communication deadline, seconds")
+      ->check(secondsIn(kMinTimeoutSeconds, kMaxTimeoutSeconds))
       ->capture_default_str();
   comm->add_flag("--json", args->json, "Print a JSON list of rows");
   comm->callback([&action, args, &app] {

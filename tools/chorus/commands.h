@@ -28,6 +28,15 @@ constexpr int kExitInterrupted = 130;
 
 int exitCodeFor(const Error& error);
 
+// A number of seconds in [low, high]. CLI11's Range lets nan through (every comparison with it is
+// false), and `--timeout nan` then became an undefined cast to milliseconds.
+CLI::Validator secondsIn(double low, double high);
+
+// Deadlines of workers' communication (--timeout): 1 ms to a week. Workers get the deadline in
+// milliseconds as an int, which a week fits with room to spare.
+constexpr double kMinTimeoutSeconds = 0.001;
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+
 void addDevicesCommand(CLI::App& app, Action& action);
 void addRunCommand(CLI::App& app, Action& action);
 void addTrainCommand(CLI::App& app, Action& action);

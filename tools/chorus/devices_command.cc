@@ -204,11 +204,14 @@ void addDevicesCommand(CLI::App& app, Action& action) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   command->add_flag("--quick", options->quick, "Smaller, faster measurements (for tests)");
-  command->add_option("--cluster-toml", options->cluster_toml,
-                      "Also write this node as a cluster file for chorus plan");
+  CLI::Option* cluster_toml =
+      command->add_option("--cluster-toml", options->cluster_toml,
+                          "Also write this node as a cluster file for chorus plan");
+  // Without a cluster file to describe, --devices did nothing: refuse it rather than ignore it.
   command
       ->add_option("--devices", options->devices,
                    "Worker specs of that cluster file (e.g. cpu@1.0,cpu@0.5/512MiB)")
+      ->needs(cluster_toml)
       ->capture_default_str();
   command->callback([options, &action] { action = [options] { return runDevices(*options); }; });
 }

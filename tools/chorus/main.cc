@@ -16,6 +16,24 @@ int exitCodeFor(const Error& error) {
   return kExitFailure;
 }
 
+CLI::Validator secondsIn(double low, double high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        double value = 0;
+        std::size_t used = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !(value >= low && value <= high))
+          return detail::concat("'", text, "' is not a number of seconds in [", low, ", ", high,
+                                "]");
+        return "";
+      },
+      detail::concat("SECONDS in [", low, ", ", high, "]"));
+}
+
 namespace {
 
 // CLI11 reports a mistyped subcommand as "A subcommand is required"; name it instead.

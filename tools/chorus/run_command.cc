@@ -30,8 +30,10 @@ void addRunCommand(CLI::App& app, Action& action) {
   run->add_option("--log-dir", options->log_dir, "Also write each rank's output to DIR/rank-N.log");
   run->add_flag("--no-prefix", *no_prefix, "Do not prefix output lines with [rank N]");
   run->add_option("--timeout", *timeout_s, "Workers' communication deadline, seconds")
+      ->check(secondsIn(kMinTimeoutSeconds, kMaxTimeoutSeconds))
       ->capture_default_str();
   run->add_option("--grace", *grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->check(secondsIn(0, 3600))
       ->capture_default_str();
   run->add_option("command", options->command, "The worker program and its arguments, after --")
       ->required();

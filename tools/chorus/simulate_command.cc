@@ -7,8 +7,8 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "chorus/core/input_file.h"
 #include "chorus/plan/cluster_file.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/simulator.h"
@@ -31,11 +31,8 @@ struct SimulateArgs {
 
 // A plan file, or the answer of `chorus plan --json` (then plans[index]).
 plan::Plan readPlan(const SimulateArgs& args) {
-  std::ifstream in(args.plan);
-  if (!in) CHORUS_THROW(ConfigError, "cannot read plan file '", args.plan, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const auto json = nlohmann::json::parse(text.str(), nullptr, false);
+  const std::string text = readInputFile(args.plan, "plan file");
+  const auto json = nlohmann::json::parse(text, nullptr, false);
   if (json.is_object() && json.contains("plans")) {
     CHORUS_CHECK_CONFIG(
         json["plans"].is_array() && args.index < static_cast<int>(json["plans"].size()), args.plan,
@@ -43,7 +40,7 @@ plan::Plan readPlan(const SimulateArgs& args) {
     return plan::parsePlanJson(json["plans"][args.index].dump(2),
                                args.plan + " plans[" + std::to_string(args.index) + "]");
   }
-  return plan::parsePlanJson(text.str(), args.plan);
+  return plan::parsePlanJson(text, args.plan);
 }
 
 std::string percent(double value) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "chorus/chorus.h"
 #include "chorus/core/config.h"
@@ -153,6 +154,10 @@ int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
   if (runtime::readJobConfig(config).plan == "auto") applyAutoPlan(args, config, argv);
   const runtime::JobConfig job = runtime::readJobConfig(config);
   checkTraceRequest(args, job);
+  // Rank 0 writes the log once the workers run; a path it cannot write is better refused now
+  // than as a worker's failure after the job started.
+  if (!args.log_json.empty() && !std::ofstream(args.log_json, std::ios::trunc))
+    CHORUS_THROW(ConfigError, "--log-json: cannot write ", args.log_json);
   runtime::AgentOptions agent;
   agent.devices = validateOnHost(job);
   agent.cpu_transport = job.comm.cpu_transport;
@@ -169,6 +174,7 @@ int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
     // Resolved once here, so that every worker resumes from the same checkpoint and a missing
     // or damaged one is reported before anything starts.
     const std::string dir = runtime::resolveCheckpoint(args.resume, job.checkpoint.dir);
+    runtime::validateResume(job, dir);
     std::cout << "chorus train: resuming from " << dir << std::endl;
     agent.command.insert(agent.command.end(), {"--resume", dir});
   }
@@ -225,8 +231,10 @@ void addTrainCommand(CLI::App& app, Action& action) {
   auto args = std::make_shared<TrainArgs>();
   train->add_option("config", args->config_path, "Job configuration (TOML); default: built-in job");
   train->add_option("--set", args->settings, "Override a config key: KEY=VALUE (repeatable)");
-  train->add_option("--steps", args->steps,
-                    "Number of training steps (same as --set train.steps=N)");
+  // 0 stands for "not given"; a given 0 or negative count was silently ignored before.
+  train
+      ->add_option("--steps", args->steps, "Number of training steps (same as --set train.steps=N)")
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
   train->add_option("--log-json", args->log_json, "Write one JSON object per step to FILE");
   train->add_option("--trace", args->trace,
                     "Write a timeline of the steps in --trace-steps to FILE (Chrome trace-event "

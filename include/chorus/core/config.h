@@ -32,7 +32,8 @@ class Config {
   Config(Config&& other) noexcept;
   Config& operator=(Config&& other) noexcept;
 
-  // Parses a TOML file. Throws ConfigError naming the file when it cannot be read, and
+  // Parses a TOML file. Throws ConfigError naming the file when it cannot be read (missing, a
+  // directory, larger than kMaxInputFileBytes), and
   // "FILE:LINE:COL: <parser message>" on a syntax error.
   static Config parseFile(const std::string& path);
   // Parses TOML text; `source` names it in messages.
@@ -51,7 +52,8 @@ class Config {
   // Typed reads: the value at `key`, or `fallback` when it is absent. Each marks `key` as known.
   // A present value of the wrong type throws ConfigError, e.g.
   //   config key 'optimizer.lr' (job.toml line 7): expected a number, got a string
-  // getDouble also accepts an integer; getInt does not accept a float.
+  // getDouble also accepts an integer; getInt does not accept a float. Neither getDouble nor
+  // getDoubles accepts nan or inf (no setting means them).
   double getDouble(const std::string& key, double fallback) const;
   int64_t getInt(const std::string& key, int64_t fallback) const;
   bool getBool(const std::string& key, bool fallback) const;

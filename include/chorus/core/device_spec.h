@@ -4,7 +4,9 @@
 //   auto                    every local GPU, or CPU workers on a CPU-only host (see device layer)
 //   cpu                     a CPU worker
 //   cuda:N                  CUDA (or ROCm, which libtorch exposes as cuda) device N
-//   <device>@S              emulated speed S in (0, 1]: compute phases are padded to 1/S their time
+//   <device>@S              emulated speed S in [0.001, 1]: compute phases are padded to 1/S their
+//                           time (below 0.001 a millisecond of work would sleep for seconds, and a
+//                           speed like 1e-300 would overflow the padding)
 //   <device>/SIZE           a memory budget (e.g. 512MiB, 20GiB) enforced by the device layer
 //   e.g. cpu@0.5/512MiB, cuda:1/20GiB, cuda:0@0.5
 // Parsing is pure: it knows nothing about which devices exist (that is the device layer's job).
@@ -18,6 +20,9 @@
 namespace chorus {
 
 enum class DeviceKind { kAuto, kCpu, kCuda };
+
+// The slowest emulated speed a spec may ask for: a device a thousand times slower than its host.
+constexpr double kMinEmulatedSpeed = 0.001;
 
 const char* toString(DeviceKind kind);
 

@@ -189,6 +189,12 @@ JobConfig readJobConfig(const Config& config);
 // gradients and optimizer state plus one sample. Throws ConfigError.
 void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& devices);
 
+// Checks, before any worker starts, that checkpoint `dir` (resolveCheckpoint's answer) was written
+// by this job: the same seed, global batch and model (the devices may differ). Throws
+// CheckpointError "checkpoint '<dir>' is of another job: ..." naming what differs, as a worker
+// resuming from it would, but before the job starts.
+void validateResume(const JobConfig& job, const std::string& dir);
+
 // ---- plan = "auto" (docs/planner.md, "Planning a chorus train job") ----
 
 // The keys plan = "auto" sets; with plan = "auto" a job must not set them itself.

@@ -1,0 +1,191 @@
+// Bad-input table, job files (JOB- rows of docs/errors.md): TOML that `chorus train` refuses
+// before any worker starts — syntax, unknown keys, types, ranges, and combinations that would
+// not do what they say.
+#include <gtest/gtest.h>
+
+#include "bad_input_table.h"
+#include "chorus/core/config.h"
+#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/pipeline_trainer.h"
+
+namespace chorus::runtime {
+namespace {
+
+using chorus::testing::BadInputRow;
+
+// A small valid job; each row adds TOML after it (new tables or top-level keys only) or --set
+// assignments.
+constexpr const char* kBaseJob = R"(devices = "cpu,cpu"
+[train]
+steps = 10
+global_batch = 16
+[model]
+kind = "mlp"
+input_shape = [1, 8, 8]
+hidden = [16]
+[data]
+dataset = "synthetic"
+size = 256
+)";
+
+struct JobRow {
+  BadInputRow row;
+  std::vector<std::string> settings = {};  // --set assignments
+  std::string toml = "";                   // appended to kBaseJob
+  std::string base = kBaseJob;
+};
+
+// gtest prints a failing row by its id.
+void PrintTo(const JobRow& param, std::ostream* out) { *out << param.row.id; }
+
+// What `chorus train` checks before it starts workers (tools/chorus/train_command.cc), with the
+// job's own devices standing in for this host's.
+void readAndValidate(const JobRow& param) {
+  Config config = Config::parseString(param.base + param.toml, "job.toml");
+  for (const std::string& setting : param.settings) config.set(setting);
+  const JobConfig job = readJobConfig(config);
+  if (job.parallel.pipeline_stages > 1)
+    validatePipelineJob(job, job.devices);
+  else
+    validateJobOnDevices(job, job.devices);
+}
+
+const std::vector<JobRow>& jobRows() {
+  static const std::vector<JobRow> rows = {
+      {{"JOB-01", "ConfigError",
+        "job.toml:13:13: Error while parsing key-value pair: expected value"},
+       {},
+       "[comm]\ntimeout_s = \n"},
+      {{"JOB-02", "ConfigError",
+        "unknown config key: 'optimizer.momentun' (job.toml line 13; did you mean "
+        "'optimizer.momentum'?)"},
+       {},
+       "[optimizer]\nmomentun = 0.5\n"},
+      {{"JOB-03", "ConfigError",
+        "config key 'train.steps' (--set): expected an integer, got a "
+        "string"},
+       {"train.steps=\"ten\""}},
+      {{"JOB-04", "ConfigError",
+        "config key 'train.global_batch' (--set): expected an integer, got a float"},
+       {"train.global_batch=16.5"}},
+      {{"JOB-05", "ConfigError",
+        "config key 'devices' (job.toml line 1): expected a string, got "
+        "an array"},
+       {},
+       "",
+       "devices = [\"cpu\", \"cpu\"]\n"},
+      {{"JOB-06", "ConfigError",
+        "config key 'optimizer.lr' (job.toml line 13): expected a finite number, got nan"},
+       {},
+       "[optimizer]\nlr = nan\n"},
+      {{"JOB-07", "ConfigError",
+        "config key 'comm.timeout_s' (job.toml line 13): expected a finite number, got inf"},
+       {},
+       "[comm]\ntimeout_s = inf\n"},
+      {{"JOB-08", "ConfigError",
+        "config key 'comm.timeout_s': must be in [0.001, 604800] seconds (1 ms to a week)"},
+       {"comm.timeout_s=1e7"}},
+      {{"JOB-09", "ConfigError", "'99999999999999999999' is not representable in 64 bits"},
+       {},
+       "seed = 99999999999999999999\n"},
+      {{"JOB-10", "ConfigError", "config key 'optimizer.lr': must be positive"},
+       {"optimizer.lr=-1"}},
+      {{"JOB-11", "ConfigError", "config key 'train.target_accuracy': must be in [0, 1]"},
+       {"train.target_accuracy=2"}},
+      {{"JOB-12", "ConfigError", "config key 'seed': must be >= 0"}, {"seed=-1"}},
+      {{"JOB-13", "ConfigError",
+        "config key 'balance': 'fast' is unknown; expected off, static or adaptive"},
+       {"balance=fast"}},
+      {{"JOB-14", "ConfigError", "model.kind \"rnn\" is unknown; known kinds: mlp, cnn, gpt"},
+       {"model.kind=rnn"}},
+      {{"JOB-15", "ConfigError", "config key 'comm.compression': 'zstd' is unknown"},
+       {"comm.compression=zstd"}},
+      {{"JOB-16", "ConfigError",
+        "config key 'precision.default': 'fp8' is unknown; expected fp32, bf16 or fp16"},
+       {"precision.default=fp8"}},
+      {{"JOB-17", "ConfigError", "config key 'data.dataset': 'text' does not fit model.kind 'mlp'"},
+       {"data.dataset=text"}},
+      {{"JOB-18", "ConfigError", "model.width (100) must be divisible by model.heads (3)"},
+       {"model.kind=gpt", "model.width=100", "model.heads=3"}},
+      {{"JOB-19", "ConfigError",
+        "config key 'balancer.shares': must sum to train.global_batch (16), not 20"},
+       {"balancer.shares=[10, 10]"}},
+      {{"JOB-20", "ConfigError",
+        "config key 'balancer.initial_shares': cannot be combined with balancer.shares"},
+       {"balancer.shares=[8, 8]", "balancer.initial_shares=[8, 8]"}},
+      {{"JOB-21", "ConfigError", "config key 'checkpoint.every': needs checkpoint.dir"},
+       {"checkpoint.every=5"}},
+      {{"JOB-22", "ConfigError", "config key 'checkpoint.async': needs checkpoint.dir"},
+       {"checkpoint.async=true"}},
+      {{"JOB-23", "ConfigError",
+        "config key 'parallel.pipeline_stages': plan = \"auto\" chooses it"},
+       {"plan=auto", "parallel.pipeline_stages=2"}},
+      {{"JOB-24", "ConfigError",
+        "config key 'parallel.replicas': needs parallel.pipeline_stages > 1"},
+       {"parallel.replicas=2"}},
+      {{"JOB-25", "ConfigError",
+        "config key 'parallel.activation_checkpointing': needs parallel.pipeline_stages > 1"},
+       {"parallel.activation_checkpointing=layer"}},
+      {{"JOB-26", "ConfigError",
+        "config key 'parallel.micro_batches': needs parallel.pipeline_stages > 1"},
+       {"parallel.micro_batches=4"}},
+      {{"JOB-27", "ConfigError",
+        "config key 'comm.compression': is not supported with parallel.pipeline_stages > 1"},
+       {"parallel.pipeline_stages=2", "comm.compression=fp16"}},
+      {{"JOB-28", "ConfigError",
+        "config key 'parallel.partition': 1 layer counts for 2 pipeline stages"},
+       {"parallel.pipeline_stages=2", "parallel.partition=[3]"}},
+      {{"JOB-29", "ConfigError",
+        "config key 'model.classes': 5 does not fit Fashion-MNIST, which has 10 classes"},
+       {"data.dataset=fashion-mnist", "model.classes=5"}},
+      {{"JOB-30", "ConfigError", "config key 'model.vocab': is taken from the corpus"},
+       {"model.kind=gpt", "data.dataset=text", "model.vocab=50"}},
+      {{"JOB-31", "ConfigError",
+        "config key 'train.global_batch': 1000 is larger than the synthetic data set (data.size "
+        "= 256)"},
+       {"train.global_batch=1000"}},
+      {{"JOB-32", "ConfigError",
+        "config key 'train.global_batch': 1 is smaller than the number of devices (2: cpu,cpu)"},
+       {"train.global_batch=1"}},
+      {{"JOB-33", "ConfigError", "config key 'precision.ranks': 3 entries for 2 devices (cpu,cpu)"},
+       {"precision.ranks=[\"fp32\", \"bf16\", \"fp32\"]"}},
+      {{"JOB-34", "ConfigError",
+        "device 'cpu/1K': the memory budget of 1 KiB cannot hold one training sample"},
+       {"devices=cpu/1KiB"}},
+      {{"JOB-35", "ConfigError", "Fashion-MNIST not found at /nonexistent"},
+       {"data.dataset=fashion-mnist", "model.input_shape=[1, 28, 28]", "data.dir=/nonexistent"}},
+      {{"JOB-36", "ConfigError", "config key 'data.path': no text file at /nonexistent.txt"},
+       {"model.kind=gpt", "data.dataset=text", "data.path=/nonexistent.txt"}},
+      {{"JOB-37", "ConfigError",
+        "invalid --set 'train.steps.x=1': 'train.steps' is an integer, not a table"},
+       {"train.steps.x=1"}},
+      {{"JOB-38", "ConfigError", "config key 'precision.loss_scale.backoff': must be in (0, 1)"},
+       {"precision.loss_scale.backoff=1.5"}},
+  };
+  return rows;
+}
+
+class JobBadInput : public ::testing::TestWithParam<JobRow> {};
+
+TEST_P(JobBadInput, IsRefusedBeforeAnyWorkerStarts) {
+  const JobRow& param = GetParam();
+  try {
+    readAndValidate(param);
+    ADD_FAILURE() << param.row.id << ": the job was accepted";
+  } catch (const Error& error) {
+    EXPECT_TRUE(chorus::testing::matchesRow(error, param.row));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, JobBadInput, ::testing::ValuesIn(jobRows()),
+                         chorus::testing::rowName<JobRow>);
+
+TEST(JobBadInputTable, RowsMatchDocsErrorsMd) {
+  chorus::testing::expectRowsDocumented("JOB-", chorus::testing::rowsOf(jobRows()));
+}
+
+// The base job itself is fine, so each row fails for its own reason.
+TEST(JobBadInputTable, BaseJobIsAccepted) { EXPECT_NO_THROW(readAndValidate({})); }
+
+}  // namespace
+}  // namespace chorus::runtime
