@@ -56,7 +56,7 @@ std::unique_ptr<Trainer> makeTrainer(const std::vector<std::string>& settings) {
   options.environment = Environment{{"CHORUS_RANK", "0"},
                                     {"CHORUS_WORLD_SIZE", "1"},
                                     {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                    {"CHORUS_JOB_SECRET", "in-memory-test-secret"},
+                                    {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
                                     {"CHORUS_LOG_LEVEL", "error"}};
   options.store = std::make_shared<comm::MemoryStore>();
   return std::make_unique<Trainer>(jobWith(settings), init(options));
