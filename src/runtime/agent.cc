@@ -106,8 +106,7 @@ std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int
   if (!described.empty())
     logInfo("chorus run: ", devices.size(), " workers on ", cores,
             " cores take turns within a data-parallel step, so that fewer compute at once: ",
-            described,
-            " of its emulated compute time");
+            described, " of its emulated compute time");
   return offsets;
 }
 
