@@ -1,173 +1,146 @@
+// SpeedEmulator on a clock the test moves (fake_emulation_clock.h): what a phase pads, what it
+// leaves out (waits, time off the core), where a step's turn falls, and what a wait for a core
+// gives back, each exact. Two tests on the host's clocks check that real sleeps pad real compute
+// (lower bounds only: a loaded host wakes late, never early).
 #include "chorus/device/speed_emulator.h"
 
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <sys/resource.h>
 
-#include <time.h>
-
-#include <atomic>
-#include <fstream>
 #include <stdexcept>
 #include <thread>
 
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
+#include "fake_emulation_clock.h"
 
 namespace chorus::device {
 namespace {
 
-// Keeps the CPU busy, as real compute does, rather than sleeping: the emulator must pad whatever
-// the phase spent, not only idle time.
-void busyFor(double seconds) {
-  Stopwatch watch;
-  volatile double sink = 0;
-  while (watch.seconds() < seconds) sink = sink + 1.0;
-}
+using testing::FakeEmulationClock;
 
-// Burns `seconds` of this thread's CPU time, however long that takes on a loaded host.
-void busyForCpu(double seconds) {
-  const auto cpuNow = [] {
-    timespec now{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-    return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-  };
-  const double end = cpuNow() + seconds;
-  volatile double sink = 0;
-  while (cpuNow() < end) sink = sink + 1.0;
-}
-
-// Generous on the slow side: on a loaded 2-core machine a sleeping thread may wake one scheduler
-// time slice late. Still far below the differences the tests look for (50 ms and more).
-constexpr double kTolerance = 0.025;
+// Nanosecond rounding of the emulator's counters.
+constexpr double kRounding = 1e-8;
 
 TEST(SpeedEmulatorTest, HalfSpeedDoublesComputePhase) {
-  SpeedEmulator emulator(0.5);
-  Stopwatch watch;
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.5, TimeBasis::kWall, clock);
+  const double start = clock.seconds();
   {
     auto scope = emulator.compute();
-    busyFor(0.050);
+    clock.compute(0.050);
   }
-  const double total = watch.seconds();
-  EXPECT_GE(total, 0.100 - 0.002);
-  EXPECT_LE(total, 0.100 + kTolerance);
+  EXPECT_NEAR(clock.seconds() - start, 0.100, kRounding);
   const EmulationTotals totals = emulator.totals();
   EXPECT_EQ(totals.phases, 1);
-  EXPECT_GE(totals.compute_seconds, 0.050);
-  EXPECT_LE(totals.compute_seconds, 0.050 + kTolerance);
-  EXPECT_GE(totals.padded_seconds, totals.compute_seconds - 0.001);
-  EXPECT_LE(totals.padded_seconds, totals.compute_seconds + kTolerance);
+  EXPECT_NEAR(totals.compute_seconds, 0.050, kRounding);
+  EXPECT_NEAR(totals.padded_seconds, 0.050, kRounding);
 }
 
 TEST(SpeedEmulatorTest, PauseForWaitIsNotPadded) {
-  SpeedEmulator emulator(0.5);
-  Stopwatch watch;
-  double waited = 0;
-  {
-    auto scope = emulator.compute();
-    busyFor(0.030);
-    scope.pauseForWait();
-    Stopwatch wait;
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // waiting for a peer
-    waited = wait.seconds();
-    scope.resume();
-    busyFor(0.020);
-  }
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.5, TimeBasis::kWall, clock);
+  const double start = clock.seconds();
+  auto scope = emulator.compute();
+  clock.compute(0.030);
+  scope.pauseForWait();
+  clock.block(0.060);  // waiting for a peer
+  scope.resume();
+  clock.compute(0.020);
+  scope.end();
   // 50 ms of compute padded to 100 ms, plus the 60 ms wait once: 160 ms, not 220 ms.
-  const double compute = emulator.totals().compute_seconds;
-  EXPECT_GE(compute, 0.050);
-  EXPECT_LE(compute, 0.050 + kTolerance);
-  EXPECT_GE(watch.seconds(), 2 * compute + waited - 0.002);
-  EXPECT_LE(watch.seconds(), 2 * compute + waited + kTolerance);
+  EXPECT_NEAR(emulator.totals().compute_seconds, 0.050, kRounding);
+  EXPECT_NEAR(clock.seconds() - start, 0.160, kRounding);
+  EXPECT_NEAR(scope.deviceSeconds(), 0.100, kRounding);
 }
 
 TEST(SpeedEmulatorTest, ExcludedWaitIsNotPadded) {
-  SpeedEmulator emulator(0.5);
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.5, TimeBasis::kWall, clock);
   auto scope = emulator.compute();
-  busyFor(0.040);
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  clock.compute(0.040);
+  clock.block(0.040);
   scope.excludeWait(0.040);
-  const double slept = scope.end();
-  EXPECT_NEAR(slept, 0.040, kTolerance);
+  EXPECT_NEAR(scope.end(), 0.040, kRounding);
   EXPECT_EQ(scope.end(), 0.0);  // already ended
   EXPECT_EQ(emulator.totals().phases, 1);
 }
 
 TEST(SpeedEmulatorTest, ExcludingMoreThanElapsedPadsNothing) {
-  SpeedEmulator emulator(0.25);
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.25, TimeBasis::kWall, clock);
   auto scope = emulator.compute();
-  busyFor(0.005);
+  clock.compute(0.005);
   scope.excludeWait(10.0);
   EXPECT_EQ(scope.end(), 0.0);
   EXPECT_EQ(emulator.totals().compute_seconds, 0.0);
 }
 
 TEST(SpeedEmulatorTest, FullSpeedAddsNothing) {
-  SpeedEmulator emulator(1.0);
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(1.0, TimeBasis::kWall, clock);
   EXPECT_FALSE(emulator.emulated());
-  Stopwatch watch;
   {
     auto scope = emulator.compute();
-    busyFor(0.030);
+    clock.compute(0.030);
   }
-  EXPECT_LE(watch.seconds(), 0.030 + kTolerance);
+  EXPECT_EQ(clock.sleeps(), 0);
   EXPECT_EQ(emulator.totals().padded_seconds, 0.0);
-  EXPECT_GE(emulator.totals().compute_seconds, 0.030);
-  EXPECT_LE(emulator.totals().compute_seconds, 0.030 + kTolerance);
+  EXPECT_NEAR(emulator.totals().compute_seconds, 0.030, kRounding);
 }
 
-TEST(SpeedEmulatorTest, ManyShortPhasesKeepExactRatio) {
-  // 1 ms phases: each sleep wakes late, and the carried overshoot must keep the sum right.
-  SpeedEmulator emulator(0.5);
-  Stopwatch watch;
-  for (int i = 0; i < 50; ++i) {
+TEST(SpeedEmulatorTest, ManyShortPhasesKeepTheRatioThoughEverySleepWakesLate) {
+  // 1 ms phases, every sleep 80 us late: the overshoot carried into the next phase keeps the sum
+  // right, so the whole run is off by at most one sleep's lateness, not 200 of them.
+  FakeEmulationClock clock(80000);
+  SpeedEmulator emulator(0.5, TimeBasis::kWall, clock);
+  const double start = clock.seconds();
+  for (int i = 0; i < 200; ++i) {
     auto scope = emulator.compute();
-    busyFor(0.001);
+    clock.compute(0.001);
   }
   const EmulationTotals totals = emulator.totals();
-  EXPECT_GE(totals.padded_seconds, totals.compute_seconds - 0.001);
-  EXPECT_LE(totals.padded_seconds, totals.compute_seconds + kTolerance);
-  EXPECT_NEAR(watch.seconds(), 2 * totals.compute_seconds, kTolerance);
+  EXPECT_NEAR(totals.compute_seconds, 0.200, kRounding);
+  EXPECT_GE(totals.padded_seconds, 0.200 - kRounding);
+  EXPECT_LE(totals.padded_seconds, 0.200 + 80e-6 + kRounding);
+  EXPECT_LE(clock.seconds() - start, 0.400 + 80e-6 + kRounding);
 }
 
 TEST(SpeedEmulatorTest, PhaseEndedByExceptionIsNotPadded) {
-  SpeedEmulator emulator(0.1);
-  Stopwatch watch;
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.1, TimeBasis::kWall, clock);
   try {
     auto scope = emulator.compute();
-    busyFor(0.020);
+    clock.compute(0.020);
     throw std::runtime_error("worker failed");
   } catch (const std::runtime_error&) {
   }
-  EXPECT_LT(watch.seconds(), 0.020 + kTolerance);  // not the 200 ms a 0.1 speed would take
+  EXPECT_EQ(clock.sleeps(), 0);  // not the 180 ms a 0.1 speed would add
   EXPECT_EQ(emulator.totals().phases, 1);
   EXPECT_EQ(emulator.totals().padded_seconds, 0.0);
 }
 
-// In the CPU basis a worker that is off its core (a sleep here) uses no CPU time: the padding of a
-// slow device absorbs such a loss, but what the phase held the step up for is its wall time when
-// that is longer, and that is what a balancer must see.
+// In the CPU basis a worker off its core uses no CPU time: the padding of a slow device absorbs
+// such a loss, but what the phase held the step up for is its wall time when that is longer, and
+// that is what a balancer must see.
 TEST(SpeedEmulatorTest, DeviceSecondsIncludeTimeOffTheCoreThePaddingCannotAbsorb) {
-  SpeedEmulator full(1.0, TimeBasis::kThreadCpu);
+  FakeEmulationClock clock;
+  SpeedEmulator full(1.0, TimeBasis::kThreadCpu, clock);
   auto lost = full.compute();
-  busyForCpu(0.010);
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  clock.compute(0.010);
+  clock.waitForCore(0.040);
   lost.end();
-  EXPECT_GE(lost.deviceSeconds(), 0.050);
-  EXPECT_LE(lost.deviceSeconds(), 0.050 + kTolerance);
+  EXPECT_NEAR(lost.deviceSeconds(), 0.050, kRounding);
 
-  SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu);
-  Stopwatch watch;
+  SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu, clock);
+  const double start = clock.seconds();
   auto absorbed = quarter.compute();
-  busyForCpu(0.020);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const double slept = absorbed.end();
-  // 20 ms of CPU at a quarter speed; the 20 ms or more off the core came out of the padding.
-  EXPECT_GE(absorbed.deviceSeconds(), 0.080);
-  EXPECT_LE(absorbed.deviceSeconds(), 0.080 + 0.002);
-  EXPECT_LE(slept, 0.040 + 0.002);
-  EXPECT_GE(watch.seconds(), 0.080);
-  EXPECT_LE(watch.seconds(), 0.080 + kTolerance);
+  clock.compute(0.020);
+  clock.waitForCore(0.020);
+  // 20 ms of CPU at a quarter speed is 80 ms; the 20 ms off the core came out of the padding.
+  EXPECT_NEAR(absorbed.end(), 0.040, kRounding);
+  EXPECT_NEAR(absorbed.deviceSeconds(), 0.080, kRounding);
+  EXPECT_NEAR(clock.seconds() - start, 0.080, kRounding);
 }
 
 TEST(SpeedEmulatorTest, PaddingForIsOneOverSpeedMinusOne) {
@@ -176,17 +149,145 @@ TEST(SpeedEmulatorTest, PaddingForIsOneOverSpeedMinusOne) {
   EXPECT_DOUBLE_EQ(SpeedEmulator(1.0).paddingFor(1.0), 0.0);
 }
 
-TEST(SpeedEmulatorTest, SlowerDevicesAskForLowerPriority) {
-  EXPECT_EQ(SpeedEmulator::niceFor(1.0), 0);
-  EXPECT_EQ(SpeedEmulator::niceFor(0.5), 5);
-  EXPECT_EQ(SpeedEmulator::niceFor(0.25), 10);
-  EXPECT_EQ(SpeedEmulator::niceFor(0.125), 15);
-  EXPECT_EQ(SpeedEmulator::niceFor(0.01), 19);  // the most nice allows
+TEST(SpeedEmulatorTest, AStepOffsetMovesTheComputeLaterButNotTheStepsEnd) {
+  // Quarter speed, offset 0.5: the first step computes first (nothing to predict from); the
+  // second sleeps half of the first's 200 ms window first, computes 50 ms, and pads only what is
+  // left, so it still takes 200 ms and its compute starts 100 ms in.
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu, clock);
+  emulator.setStepOffset(0.5);
+  for (int step = 0; step < 3; ++step) {
+    const double start = clock.seconds();
+    emulator.beginStep();
+    const double compute_starts = clock.seconds() - start;
+    auto phase = emulator.compute();
+    clock.compute(0.050);
+    phase.end();
+    EXPECT_NEAR(clock.seconds() - start, 0.200, kRounding) << "step " << step;
+    EXPECT_NEAR(phase.deviceSeconds(), 0.200, kRounding) << "step " << step;
+    EXPECT_NEAR(compute_starts, step == 0 ? 0.0 : 0.100, kRounding) << "step " << step;
+  }
+}
+
+TEST(SpeedEmulatorTest, APauseBetweenStepsIsNotSleptAgain) {
+  // A 20 ms compute at quarter speed is an 80 ms step; after a 400 ms pause (an evaluation) the
+  // head start is half of at most twice that, 80 ms, not half of the 480 ms since the last step.
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu, clock);
+  emulator.setStepOffset(0.5);
+  emulator.beginStep();
+  {
+    auto phase = emulator.compute();
+    clock.compute(0.020);
+  }
+  clock.block(0.400);
+  const double start = clock.seconds();
+  emulator.beginStep();
+  EXPECT_NEAR(clock.seconds() - start, 0.080, kRounding);
+}
+
+TEST(SpeedEmulatorTest, StepsShorterThanTimeSlicesAreNotStaggered) {
+  FakeEmulationClock clock;
+  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu, clock);
+  emulator.setStepOffset(0.5);
+  for (int step = 0; step < 3; ++step) {
+    emulator.beginStep();
+    auto phase = emulator.compute();
+    clock.compute(0.002);  // an 8 ms step on the device
+  }
+  const double start = clock.seconds();
+  emulator.beginStep();
+  EXPECT_EQ(clock.seconds(), start);
+}
+
+TEST(SpeedEmulatorTest, AStepOffsetMustLeaveRoomForTheCompute) {
+  SpeedEmulator emulator(0.25);
+  EXPECT_THROW(emulator.setStepOffset(0.8), ConfigError);
+  EXPECT_THROW(emulator.setStepOffset(-0.1), ConfigError);
+  emulator.setStepOffset(0.75);
+  EXPECT_DOUBLE_EQ(emulator.stepOffset(), 0.75);
+  SpeedEmulator full(1.0);
+  EXPECT_THROW(full.setStepOffset(0.1), ConfigError);
+}
+
+TEST(SpeedEmulatorTest, TimeWaitingForACoreBetweenStepsComesOutOfThePadding) {
+  // Three workers, each a thread with its own clocks.
+  FakeEmulationClock quarter_clock, full_clock, gpu_clock;
+  SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu, quarter_clock);
+  SpeedEmulator full(1.0, TimeBasis::kThreadCpu, full_clock);
+  SpeedEmulator gpu(0.25, TimeBasis::kWall, gpu_clock);
+  const auto step = [](SpeedEmulator& emulator, FakeEmulationClock& clock) {
+    emulator.beginStep();
+    auto phase = emulator.compute();
+    clock.compute(0.025);  // a 100 ms step at a quarter speed
+  };
+  step(quarter, quarter_clock);
+  step(full, full_clock);
+  step(gpu, gpu_clock);
+  for (FakeEmulationClock* clock : {&quarter_clock, &full_clock, &gpu_clock})
+    clock->waitForCore(0.020);
+  quarter.beginStep();
+  full.beginStep();
+  gpu.beginStep();
+  // Only a padded CPU worker has slack to give the wait back from.
+  EXPECT_EQ(full.totals().host_delay_seconds, 0.0);
+  EXPECT_EQ(gpu.totals().host_delay_seconds, 0.0);
+  EXPECT_NEAR(quarter.totals().host_delay_seconds, 0.020, kRounding);
+  // 20 ms of CPU at a quarter speed is 80 ms on the device, counted from when it could have
+  // started: the phase lasts 80 ms less the wait, and the balancer still sees 80 ms.
+  const double start = quarter_clock.seconds();
+  auto phase = quarter.compute();
+  quarter_clock.compute(0.020);
+  phase.end();
+  EXPECT_NEAR(quarter_clock.seconds() - start, 0.060, kRounding);
+  EXPECT_NEAR(phase.deviceSeconds(), 0.080, kRounding);
+
+  // A wait during a pause between steps (an evaluation) is not given back.
+  quarter_clock.block(0.400);
+  quarter_clock.waitForCore(0.020);
+  quarter.beginStep();
+  EXPECT_NEAR(quarter.totals().host_delay_seconds, 0.020, kRounding);
+}
+
+TEST(SpeedEmulatorTest, RejectsSpeedOutsideZeroOne) {
+  EXPECT_THROW(SpeedEmulator(0.0), ConfigError);
+  EXPECT_THROW(SpeedEmulator(1.5), ConfigError);
+  EXPECT_THROW(SpeedEmulator(-0.5), ConfigError);
+}
+
+// ---- the host's clocks: a real sleep pads real compute (lower bounds; a host wakes late) ----
+
+void busyForCpu(double seconds) {
+  Stopwatch watch;
+  volatile double sink = 0;
+  while (watch.seconds() < seconds) sink = sink + 1.0;
+}
+
+TEST(SpeedEmulatorHostClock, RealSleepPadsRealCompute) {
+  SpeedEmulator emulator(0.5);
+  Stopwatch watch;
+  {
+    auto scope = emulator.compute();
+    busyForCpu(0.020);
+  }
+  const EmulationTotals totals = emulator.totals();
+  EXPECT_GE(totals.compute_seconds, 0.020);
+  EXPECT_GE(totals.padded_seconds, totals.compute_seconds - 1e-6);
+  EXPECT_GE(watch.seconds(), 2 * totals.compute_seconds - 1e-6);
+}
+
+TEST(SpeedEmulatorHostClock, TheCpuBasisCountsOnlyTheThreadsCpuTime) {
+  SpeedEmulator emulator(1.0, TimeBasis::kThreadCpu);
+  auto scope = emulator.compute();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // off the core: no CPU time
+  scope.end();
+  EXPECT_LT(emulator.totals().compute_seconds, 0.015);
+  EXPECT_GE(scope.deviceSeconds(), 0.030);  // but the step was held up that long
 }
 
 // The priority is the calling thread's, and threads it starts inherit it; a thread of its own
 // keeps the test's main thread as it was.
-TEST(SpeedEmulatorTest, YieldLowersTheCallingThreadsPriorityOnlyInTheCpuBasis) {
+TEST(SpeedEmulatorHostClock, YieldLowersTheCallingThreadsPriorityOnlyInTheCpuBasis) {
   const int main_nice = ::getpriority(PRIO_PROCESS, 0);
   int asked = -1, seen = -1, inherited = -1, wall_asked = -1, wall_seen = -1;
   std::thread([&] {
@@ -206,164 +307,6 @@ TEST(SpeedEmulatorTest, YieldLowersTheCallingThreadsPriorityOnlyInTheCpuBasis) {
     EXPECT_TRUE(seen == 10 || seen == main_nice) << seen;
   EXPECT_EQ(inherited, seen);
   EXPECT_EQ(::getpriority(PRIO_PROCESS, 0), main_nice);
-}
-
-TEST(SpeedEmulatorTest, AStepOffsetMovesTheComputeLaterButNotTheStepsEnd) {
-  // Quarter speed, offset 0.5: the first step computes first (nothing to predict from); the
-  // second sleeps half of the first's 200 ms window first, computes 50 ms, and pads only what is
-  // left, so it still takes 200 ms and its compute starts 100 ms in.
-  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu);
-  emulator.setStepOffset(0.5);
-  for (int step = 0; step < 2; ++step) {
-    Stopwatch watch;
-    emulator.beginStep();
-    const double compute_starts = watch.seconds();
-    auto phase = emulator.compute();
-    busyForCpu(0.050);
-    phase.end();
-    const double total = watch.seconds();
-    EXPECT_GE(total, 0.200 - 0.002) << "step " << step;
-    EXPECT_LE(total, 0.200 + kTolerance) << "step " << step;
-    EXPECT_GE(phase.deviceSeconds(), 0.200 - 0.002);
-    EXPECT_LE(phase.deviceSeconds(), 0.200 + kTolerance);
-    if (step == 0) {
-      EXPECT_LT(compute_starts, 0.002);
-    } else {
-      EXPECT_GE(compute_starts, 0.100 - 0.001);
-      EXPECT_LE(compute_starts, 0.100 + kTolerance);
-    }
-  }
-}
-
-TEST(SpeedEmulatorTest, APauseBetweenStepsIsNotSleptAgain) {
-  // A 20 ms compute at quarter speed is an 80 ms step; after a 400 ms pause (an evaluation) the
-  // head start is half of at most twice that, 80 ms, not half of the 480 ms since the last step.
-  SpeedEmulator emulator(0.25, TimeBasis::kThreadCpu);
-  emulator.setStepOffset(0.5);
-  emulator.beginStep();
-  {
-    auto phase = emulator.compute();
-    busyForCpu(0.020);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  Stopwatch watch;
-  emulator.beginStep();
-  const double head_start = watch.seconds();
-  EXPECT_GE(head_start, 0.080 - 0.001);
-  EXPECT_LE(head_start, 0.080 + kTolerance);
-}
-
-TEST(SpeedEmulatorTest, AStepOffsetMustLeaveRoomForTheCompute) {
-  SpeedEmulator emulator(0.25);
-  EXPECT_THROW(emulator.setStepOffset(0.8), ConfigError);
-  EXPECT_THROW(emulator.setStepOffset(-0.1), ConfigError);
-  emulator.setStepOffset(0.75);
-  EXPECT_DOUBLE_EQ(emulator.stepOffset(), 0.75);
-  SpeedEmulator full(1.0);
-  EXPECT_THROW(full.setStepOffset(0.1), ConfigError);
-}
-
-// Makes the calling thread wait for its CPU: pins it and a competitor at the same priority to one
-// CPU and burns `cpu_seconds` of the caller's CPU time while the competitor spins, so that the
-// caller is runnable about as long again without running. Restores the caller's affinity.
-void waitForACore(double cpu_seconds) {
-  cpu_set_t before;
-  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(sched_getcpu(), &one);
-  std::atomic<bool> spinning{false}, done{false};
-  std::thread competitor([&] {
-    sched_setaffinity(0, sizeof one, &one);
-    spinning = true;
-    while (!done) {
-    }
-  });
-  while (!spinning) std::this_thread::yield();
-  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-  busyForCpu(cpu_seconds);
-  done = true;
-  competitor.join();
-  sched_setaffinity(0, sizeof before, &before);
-}
-
-bool kernelReportsRunDelay() { return std::ifstream("/proc/thread-self/schedstat").good(); }
-
-TEST(SpeedEmulatorTest, TimeWaitingForACoreBetweenStepsComesOutOfThePadding) {
-  if (!kernelReportsRunDelay()) GTEST_SKIP() << "no /proc/thread-self/schedstat";
-  SpeedEmulator quarter(0.25, TimeBasis::kThreadCpu);
-  SpeedEmulator full(1.0, TimeBasis::kThreadCpu);
-  SpeedEmulator gpu(0.25, TimeBasis::kWall);
-  for (SpeedEmulator* emulator : {&full, &gpu}) {
-    emulator->beginStep();
-    auto phase = emulator->compute();
-    busyForCpu(0.002);
-  }
-  // A step of 100 ms on the device: the next one ~40 ms after it ends is no pause (< 200 ms).
-  Stopwatch since_step;
-  quarter.beginStep();
-  {
-    auto phase = quarter.compute();
-    busyForCpu(0.025);
-  }
-  waitForACore(0.020);
-  for (SpeedEmulator* emulator : {&quarter, &full, &gpu}) emulator->beginStep();
-  ASSERT_LT(since_step.seconds(), 0.200) << "the host was too slow to tell a step from a pause";
-  // Only a padded CPU worker has slack to give the wait back from.
-  EXPECT_EQ(full.totals().host_delay_seconds, 0.0);
-  EXPECT_EQ(gpu.totals().host_delay_seconds, 0.0);
-  const double waited = quarter.totals().host_delay_seconds;
-  EXPECT_GE(waited, 0.005);
-  EXPECT_LE(waited, 0.060);
-  // 20 ms of CPU at a quarter speed is 80 ms on the device, counted from when it could have
-  // started: the phase lasts 80 ms less the wait.
-  Stopwatch watch;
-  auto phase = quarter.compute();
-  busyForCpu(0.020);
-  phase.end();
-  EXPECT_GE(watch.seconds(), 0.080 - waited - 0.002);
-  EXPECT_LE(watch.seconds(), 0.080 - waited + kTolerance);
-  EXPECT_GE(phase.deviceSeconds(), 0.080 - 0.002);  // what the balancer sees does not change
-
-  // A wait during a pause between steps (an evaluation) is not given back.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  waitForACore(0.020);
-  quarter.beginStep();
-  EXPECT_EQ(quarter.totals().host_delay_seconds, waited);
-}
-
-TEST(StaggerOffsets, WorkersTakeTurnsOnACore) {
-  // cpu@1 has a core; cpu@0.5 another, and cpu@0.25 computes after it, whatever the order and
-  // however many cores are idle (computing at once slows both through the shared caches), the
-  // core's spare quarter split between the two turns' ends: [0, 0.5) and [0.625, 0.875).
-  EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 3), (std::vector<double>{0, 0, 0.625}));
-  EXPECT_EQ(staggerOffsets({1.0, 0.5, 0.25}, 2), (std::vector<double>{0, 0, 0.625}));
-  EXPECT_EQ(staggerOffsets({0.25, 1.0, 0.5}, 2), (std::vector<double>{0.625, 0, 0}));
-  // Two devices that need 0.6 of a core together take turns on one: [0, 0.522), [0.7225, 0.799).
-  const std::vector<double> pair = staggerOffsets({0.522, 0.077}, 2);
-  EXPECT_EQ(pair[0], 0);
-  EXPECT_NEAR(pair[1], 0.7225, 1e-12);
-  // The fullest core that stays at most 0.8 busy takes the third: 0.6 + (1 - 0.75) / 2; 0.3
-  // would have made it 0.9, so it got the other core.
-  const std::vector<double> thirds = staggerOffsets({0.6, 0.3, 0.15}, 2);
-  EXPECT_EQ(thirds[0], 0);
-  EXPECT_EQ(thirds[1], 0);
-  EXPECT_NEAR(thirds[2], 0.725, 1e-12);
-  // Four half-speed workers on two cores: two turns per core, no room to spare.
-  EXPECT_EQ(staggerOffsets({0.5, 0.5, 0.5, 0.5}, 2), (std::vector<double>{0, 0, 0.5, 0.5}));
-  // No room anywhere: computes at once, as without staggering.
-  EXPECT_EQ(staggerOffsets({1.0, 1.0, 0.5}, 2), (std::vector<double>{0, 0, 0}));
-  EXPECT_EQ(staggerOffsets({1.0, 1.0, 0.5}, 1), (std::vector<double>{0, 0, 0}));
-  // Every turn ends inside its window.
-  const std::vector<double> speeds = {0.35, 0.35, 0.35, 0.2, 0.1};
-  const std::vector<double> offsets = staggerOffsets(speeds, 2);
-  for (size_t i = 0; i < speeds.size(); ++i) EXPECT_LE(offsets[i] + speeds[i], 1 + 1e-12) << i;
-}
-
-TEST(SpeedEmulatorTest, RejectsSpeedOutsideZeroOne) {
-  EXPECT_THROW(SpeedEmulator(0.0), ConfigError);
-  EXPECT_THROW(SpeedEmulator(1.5), ConfigError);
-  EXPECT_THROW(SpeedEmulator(-0.5), ConfigError);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "chorus/comm/memory_store.h"
 #include "chorus/core/config.h"
 #include "chorus/device/discovery.h"
+#include "chorus/device/host_sharing.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/trainer.h"

@@ -19,9 +19,10 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <vector>
+
+#include "chorus/device/emulation_clock.h"
 
 namespace chorus::device {
 
@@ -60,8 +61,9 @@ struct EmulationTotals {
 // thread; phases do not nest and are not shared between threads. totals() may be read from any
 // thread (a metrics exporter) while phases run. The emulator must outlive its scopes.
 //
-// Timing is host wall time. For CUDA work, which is asynchronous, the caller must synchronize the
-// device (torch::cuda::synchronize) before a phase ends, or only the kernel launches are measured.
+// Timing is the clock's (EmulationClock: the host's wall and thread-CPU clocks, or a test's). For
+// CUDA work, which is asynchronous, the caller must synchronize the device
+// (torch::cuda::synchronize) before a phase ends, or only the kernel launches are measured.
 class SpeedEmulator {
  public:
   // RAII compute phase: starts timing on construction and pads when it ends (end() or the
@@ -116,13 +118,14 @@ class SpeedEmulator {
     std::int64_t owedSoFar(double compute_seconds, double wall_seconds);
 
     SpeedEmulator* owner_;
-    std::chrono::steady_clock::time_point start_;
+    // Times in nanoseconds of the owner's clock.
+    std::int64_t start_ns_ = 0;
     std::int64_t cpu_start_ns_ = 0;
     double device_seconds_ = 0;
-    std::chrono::steady_clock::time_point paused_at_;
-    std::chrono::steady_clock::duration excluded_{0};
+    std::int64_t paused_at_ns_ = 0;
+    std::int64_t excluded_ns_ = 0;
     // Sleep taken by padTo(): excluded from the phase's compute and wall time like a wait.
-    std::chrono::steady_clock::duration slept_{0};
+    std::int64_t slept_ns_ = 0;
     // Padding of the phase settled by padTo() (before credit and overshoot), in nanoseconds: the
     // padding of the phase up to the last point released, so that the next pads only what
     // follows.
@@ -132,8 +135,10 @@ class SpeedEmulator {
   };
 
   // REQUIRES: 0 < speed <= 1 (throws ConfigError otherwise). speed 1.0 measures but never sleeps.
-  // `basis`: see TimeBasis. Default: kWall.
-  explicit SpeedEmulator(double speed, TimeBasis basis = TimeBasis::kWall);
+  // `basis`: see TimeBasis. Default: kWall. `clock`: not owned, must outlive the emulator.
+  // Default: EmulationClock::host().
+  explicit SpeedEmulator(double speed, TimeBasis basis = TimeBasis::kWall,
+                         EmulationClock& clock = EmulationClock::host());
   SpeedEmulator(const SpeedEmulator&) = delete;
   SpeedEmulator& operator=(const SpeedEmulator&) = delete;
 
@@ -147,21 +152,14 @@ class SpeedEmulator {
   double paddingFor(double compute_seconds) const;
 
   // Lowers the CPU priority of the calling thread, and of the threads it starts later, the slower
-  // this device is: nice = round(5 x log2(1 / speed)), at most 19 (cpu@0.5 -> 5, cpu@0.25 -> 10).
-  // Why: emulated devices share the host's cores, but only padded workers have slack. In the
-  // kThreadCpu basis a padded worker that is descheduled in a phase still finishes it at
-  // compute / speed (the wait comes out of its sleep), whereas a worker at full speed, or one
-  // with less padding, is late by as long as it waited, and so is every step that waits for it.
-  // Real devices do not share cores; handing the core to the worker with the least slack is the
-  // closer emulation. Does nothing in the kWall basis (GPUs). A failure (raising a priority again
-  // needs CAP_SYS_NICE) is ignored: the priority is a hint. Returns the nice value asked for.
+  // this device is (device::lowerThreadPriority in host_sharing.h says why). Does nothing in the
+  // kWall basis (GPUs). Returns the nice value asked for (0 in kWall).
   int yieldCoreToFasterDevices() const;
-  // The nice value yieldCoreToFasterDevices() asks for at `speed`.
-  static int niceFor(double speed);
 
   // Where in each training step this device does its real compute, as the fraction of the step's
   // emulated compute time it sleeps *before* computing (the rest of the padding follows the
-  // compute as usual). Default 0: compute first, then pad. See staggerOffsets() for why.
+  // compute as usual). Default 0: compute first, then pad. See staggerOffsets() (host_sharing.h)
+  // for why.
   // REQUIRES: 0 <= fraction <= 1 - speed (throws ConfigError): the compute must fit the window.
   void setStepOffset(double fraction);
   double stepOffset() const { return step_offset_; }
@@ -201,6 +199,7 @@ class SpeedEmulator {
 
   const double speed_;
   const TimeBasis basis_;
+  EmulationClock& clock_;
   // Sleep overshoot carried into the next phase, in nanoseconds (training thread only), so that
   // padding stays exact over many short phases even though each sleep wakes late.
   std::int64_t overshoot_ns_ = 0;
@@ -212,7 +211,7 @@ class SpeedEmulator {
   std::int64_t last_step_target_ns_ = 0;
   std::int64_t credit_ns_ = 0;
   bool step_began_ = false;
-  std::chrono::steady_clock::time_point last_step_began_;
+  std::int64_t last_step_began_ns_ = 0;
   // The thread's run delay when its last phase ended, or -1 (training thread only).
   std::int64_t delay_mark_ns_ = -1;
   std::atomic<std::int64_t> delay_ns_{0};
@@ -221,23 +220,5 @@ class SpeedEmulator {
   std::atomic<std::int64_t> phases_{0};
   std::atomic<std::int64_t> pad_points_{0};
 };
-
-// Step offsets (SpeedEmulator::setStepOffset) for emulated CPU workers of the given speeds on a
-// host with `cores` cores, in the order given. Why: emulated devices stand for devices that share
-// nothing, but here they share the host's cores, caches and memory, and in data parallelism every
-// worker starts its compute at the same moment (right after the previous step's all-reduce). With
-// more workers than cores they then all compute at once: they are switched in and out of the
-// cores and, more costly, evict each other's caches (measured on a 2-core host, cpu@1,cpu@0.5,
-// cpu@0.25: each worker's CPU time per sample rose 7-25% over the same worker alone). Even on
-// separate cores two workers computing at once slow each other through the shared L3 and memory
-// (cpu@0.332 took 2.25 ms a sample in a job beside cpu@0.223 against 1.75-2.0 alone). A padded
-// worker may do its compute anywhere in its emulated window, so the workers take turns instead:
-// each core is a bin of capacity 1 (one step's window); workers in descending speed go to the
-// fullest core they fit on while it stays at most 0.8 busy (0.2 kept as slack), else to a core of
-// their own while one is left, else to the core with the most room; a core's spare time is split
-// evenly after each of its turns, so that a turn that runs a little long does not reach the next
-// (cpu@1 | cpu@0.5 at 0, cpu@0.25 at 0.625; cpu@0.522 at 0, cpu@0.077 at 0.7225, on any number
-// of cores). A worker that fits nowhere gets 0.
-std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores);
 
 }  // namespace chorus::device
