@@ -1,7 +1,10 @@
 #include "pipeline_stage.h"
 
+#include <ATen/Context.h>
 #include <torch/autograd.h>
 #include <torch/utils.h>
+
+#include <mutex>
 
 #include <algorithm>
 
@@ -14,7 +17,42 @@ std::uint64_t bytesOf(const at::Tensor& tensor) {
   return tensor.defined() ? static_cast<std::uint64_t>(tensor.nbytes()) : 0;
 }
 
+at::Tensor generatorState(c10::Device device) {
+  at::Generator generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void setGeneratorState(c10::Device device, const at::Tensor& state) {
+  at::Generator generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+// Runs a recompute with the generators as they were at its original forward, and puts them back
+// afterwards, so the recompute neither changes the masks nor the draws of later forwards.
+template <typename Body>
+void withRngOf(const RngState& saved, Body&& body) {
+  const RngState now = RngState::capture(saved.where);
+  saved.restore();
+  body();
+  now.restore();
+}
+
 }  // namespace
+
+RngState RngState::capture(c10::Device device) {
+  RngState state;
+  state.where = device;
+  state.cpu = generatorState(c10::Device(c10::kCPU));
+  if (!device.is_cpu()) state.device = generatorState(device);
+  return state;
+}
+
+void RngState::restore() const {
+  setGeneratorState(c10::Device(c10::kCPU), cpu);
+  if (device.defined()) setGeneratorState(where, device);
+}
 
 StageRunner::StageRunner(std::shared_ptr<model::ZooModel> model, int first, int last, bool is_first,
                          bool is_last, Checkpointing checkpointing)
@@ -75,8 +113,12 @@ at::Tensor StageRunner::forward(int micro_batch, const at::Tensor& input,
     torch::NoGradGuard no_grad;
     held.input = input.detach();
     at::Tensor x = held.input;
+    if (checkpointing_ == Checkpointing::kStage) held.rng.push_back(RngState::capture(x.device()));
     for (int layer = first_; layer < last_; ++layer) {
-      if (checkpointing_ == Checkpointing::kLayer) held.boundaries.push_back(x);
+      if (checkpointing_ == Checkpointing::kLayer) {
+        held.boundaries.push_back(x);
+        held.rng.push_back(RngState::capture(x.device()));
+      }
       x = runLayers(layer, layer + 1, x);
     }
     output = x;
@@ -113,7 +155,8 @@ at::Tensor StageRunner::backwardLayers(Held held, at::Tensor gradient) {
     const bool needs_gradient = k > 0 || !is_first_;
     const at::Tensor x = leafOf(inputs[k], needs_gradient);
     inputs[k] = at::Tensor();  // the recomputed graph holds it now, and frees it with itself
-    const at::Tensor y = runLayers(ranges[k].first, ranges[k].second, x);
+    at::Tensor y;
+    withRngOf(held.rng.at(k), [&] { y = runLayers(ranges[k].first, ranges[k].second, x); });
     if (is_last_ && k + 1 == static_cast<int>(ranges.size()))
       model_->lossSum(y, targets).backward();
     else

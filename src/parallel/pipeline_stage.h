@@ -20,6 +20,17 @@
 
 namespace chorus::parallel::detail {
 
+// The states of the random generators a forward on `device` draws from: the CPU's, and the
+// device's own when it is not the CPU (as torch.utils.checkpoint saves them). Value type.
+struct RngState {
+  at::Tensor cpu;
+  at::Tensor device;
+  c10::Device where = c10::Device(c10::kCPU);
+
+  static RngState capture(c10::Device device);
+  void restore() const;
+};
+
 // Used by the stage's thread only. Shares the model with its owner; touches only its layers.
 class StageRunner {
  public:
@@ -53,6 +64,9 @@ class StageRunner {
     at::Tensor output;
     // kLayer: the input of every layer of the stage.
     std::vector<at::Tensor> boundaries;
+    // With checkpointing: the random generators' states where each recomputed range (the stage,
+    // or each layer) began its forward, so that its recompute draws the same dropout masks.
+    std::vector<RngState> rng;
     at::Tensor targets;
     std::uint64_t bytes = 0;
   };

@@ -9,8 +9,10 @@
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/device/discovery.h"
+#include "chorus/device/host_sharing.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/identity.h"
+#include "chorus/runtime/job_package.h"
 #include "chorus/runtime/supervisor.h"
 #include "node_rendezvous.h"
 
@@ -169,22 +171,33 @@ int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::
   return 0;
 }
 
+// Node 0 hands the job to every worker; a job that cannot be prepared stops the other nodes too.
+void publishJob(const AgentOptions& options, const NodeSlot& slot, comm::Store& store) {
+  try {
+    store.setString(kJobPackageKey, options.prepare_job(slot.devices, slot.node_of_rank));
+  } catch (const std::exception& error) {
+    if (options.nnodes > 1) reportJobFailure(store, error.what());
+    throw;
+  }
+}
+
 }  // namespace
 
 int runAgent(const AgentOptions& options) {
   validateOptions(options);
-  const auto found = device::discoverDevices();
+  const auto found = options.discovered.empty() ? device::discoverDevices() : options.discovered;
   const std::vector<DeviceSpec> devices = device::expandAuto(options.devices, found);
   device::validateSpecs(devices, found);
   const comm::JobSecret secret = options.secret_file.empty()
                                      ? comm::JobSecret::generate()
                                      : comm::JobSecret::fromFile(options.secret_file);
   StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
-  const NodeSlot slot = joinNodes(*store.client, options.node_rank, options.nnodes,
-                                  static_cast<int>(devices.size()), options.rdzv_timeout);
+  const NodeSlot slot =
+      joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);
   if (store.server)
     store.server->setMaxConnections(slot.world_size + options.nnodes +
                                     comm::kStoreConnectionMargin);
+  if (options.prepare_job && options.node_rank == 0) publishJob(options, slot, *store.client);
   logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
           "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
           " on ", toString(devices), ", store ", store.endpoint);

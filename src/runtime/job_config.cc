@@ -158,6 +158,20 @@ CommSection readComm(const Config& config) {
   require(comm.powersgd_start_step >= 0, "comm.powersgd_start_step", "must be >= 0");
   require(comm.topk_ratio > 0 && comm.topk_ratio <= 1, "comm.topk_ratio", "must be in (0, 1]");
   require(comm.sync_every >= 1, "comm.sync_every", "must be at least 1");
+  // Local SGD averages parameters with one plain all-reduce over all ranks: neither a codec nor a
+  // hierarchy would be applied, so neither is accepted with it.
+  require(comm.sync_every == 1 || comm.compression == "none", "comm.compression",
+          "cannot be combined with comm.sync_every > 1 (local SGD averages parameters with a "
+          "plain all-reduce); set comm.compression = \"none\" or comm.sync_every = 1");
+  require(comm.sync_every == 1 || comm.algorithm == "flat", "comm.algorithm",
+          "cannot be combined with comm.sync_every > 1 (local SGD averages parameters with a "
+          "plain all-reduce); set comm.algorithm = \"flat\" or comm.sync_every = 1");
+  // A codec compresses what the host leaders exchange, a step only the hierarchical algorithm
+  // has ("flat" runs it among all ranks as leaders of themselves; "auto" then picks
+  // hierarchical); "2d" would silently become hierarchical.
+  require(comm.compression == "none" || comm.algorithm != "2d", "comm.algorithm",
+          "'2d' cannot carry a codec (comm.compression = '" + comm.compression +
+              "'): use \"hierarchical\", or \"flat\" to run the codec among all ranks");
   require(comm.bucket_mb > 0, "comm.bucket_mb", "must be positive");
   require(comm.first_bucket_mb > 0, "comm.first_bucket_mb", "must be positive");
   require(comm.min_buckets >= 1 && comm.min_buckets <= 1024, "comm.min_buckets",

@@ -25,14 +25,19 @@ std::vector<int> absentNodes(comm::Store& store, int nnodes, std::string (*key)(
 
 }  // namespace
 
-NodeSlot joinNodes(comm::Store& store, int node_rank, int nnodes, int local_size,
+NodeSlot joinNodes(comm::Store& store, int node_rank, int nnodes,
+                   const std::vector<DeviceSpec>& local_devices,
                    std::chrono::milliseconds timeout) {
-  store.setString(nodeKey(node_rank), std::to_string(local_size));
+  store.setString(nodeKey(node_rank), toString(local_devices));
   const Deadline deadline = Deadline::after(timeout);
   NodeSlot slot;
   for (int node = 0; node < nnodes; ++node) {
     try {
-      slot.local_sizes.push_back(std::stoi(store.getString(nodeKey(node), deadline.remaining())));
+      const std::vector<DeviceSpec> devices =
+          parseDeviceSpecs(store.getString(nodeKey(node), deadline.remaining()));
+      slot.local_sizes.push_back(static_cast<int>(devices.size()));
+      slot.devices.insert(slot.devices.end(), devices.begin(), devices.end());
+      slot.node_of_rank.insert(slot.node_of_rank.end(), devices.size(), node);
     } catch (const TimeoutError&) {
       const std::vector<int> absent = absentNodes(store, nnodes, nodeKey);
       CHORUS_THROW(TimeoutError, "rendezvous: nodes ", joinInts(absent), " of ", nnodes,

@@ -7,20 +7,23 @@
 #include <vector>
 
 #include "chorus/comm/store.h"
+#include "chorus/core/device_spec.h"
 
 namespace chorus::runtime {
 
 // Where this node's workers sit in the job. Value type.
 struct NodeSlot {
-  int rank_offset = 0;           // global rank of this node's local rank 0
-  int world_size = 0;            // workers in the whole job
-  std::vector<int> local_sizes;  // workers per node, by node rank
+  int rank_offset = 0;              // global rank of this node's local rank 0
+  int world_size = 0;               // workers in the whole job
+  std::vector<int> local_sizes;     // workers per node, by node rank
+  std::vector<DeviceSpec> devices;  // every rank's device, in rank order
+  std::vector<int> node_of_rank;    // the node rank of every rank
 };
 
-// Publishes this node's worker count and waits for every node's (TimeoutError naming the absent
-// nodes). Ranks are numbered node by node in node-rank order.
-NodeSlot joinNodes(comm::Store& store, int node_rank, int nnodes, int local_size,
-                   std::chrono::milliseconds timeout);
+// Publishes this node's devices (one worker each) and waits for every node's (TimeoutError naming
+// the absent nodes). Ranks are numbered node by node in node-rank order.
+NodeSlot joinNodes(comm::Store& store, int node_rank, int nnodes,
+                   const std::vector<DeviceSpec>& local_devices, std::chrono::milliseconds timeout);
 
 // The job-wide failure flag: the first agent to report a failure wins; all agents poll it.
 void reportJobFailure(comm::Store& store, const std::string& message);

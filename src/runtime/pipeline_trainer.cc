@@ -13,27 +13,44 @@
 #include "chorus/core/logging.h"
 #include "chorus/core/units.h"
 #include "chorus/device/speed_emulator.h"
+#include "chorus/runtime/job_plan.h"
 #include "pipeline_trainer_state.h"
 
 namespace chorus::runtime {
 namespace {
 
-// Every rank's device spec (speed, memory budget), so that all ranks cut the model alike.
-std::vector<std::vector<parallel::StageDevice>> gatherDevices(
-    comm::Communicator& world, const DeviceSpec& mine, const parallel::PipelineLayout& layout) {
-  const at::Tensor local =
-      at::tensor({mine.speed, static_cast<double>(mine.memory_budget.value_or(0))}, at::kDouble);
-  at::Tensor all = at::empty({2 * world.size()}, at::kDouble);
-  world.allGather(local, all).wait();
-  const auto values = all.accessor<double, 1>();
+// Every rank's device (speed, memory budget) as the plan names it, [replica][stage]: an executed
+// plan's device types are device specs (job_plan.h).
+std::vector<std::vector<parallel::StageDevice>> stageDevices(
+    const plan::Plan& plan, const parallel::PipelineLayout& layout) {
   std::vector<std::vector<parallel::StageDevice>> devices(
       layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
-  for (int rank = 0; rank < world.size(); ++rank) {
+  for (int rank = 0; rank < layout.worldSize(); ++rank) {
     const parallel::StagePosition where = layout.positionOf(rank);
-    devices[where.replica][where.stage] = {values[2 * rank],
-                                           static_cast<std::uint64_t>(values[2 * rank + 1])};
+    const DeviceSpec spec = parseDeviceSpec(plan.ranks.at(rank).device_type);
+    devices[where.replica][where.stage] = {spec.speed, spec.memory_budget.value_or(0)};
   }
   return devices;
+}
+
+// The engine's options for `plan` (rank order): its layout, micro-batches, schedule and
+// checkpointing; the rest from the job. A plan that checkpoints uses the job's mode, or keeps
+// layer outputs (the planner's meaning) when the job names none.
+parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Plan& plan) {
+  CHORUS_CHECK_CONFIG(plan.stageCount() > 1,
+                      "pipeline: a plan of one stage per replica is run by "
+                      "the data-parallel trainer");
+  parallel::PipelineOptions options = pipelineOptions(job);
+  options.pipeline_stages = plan.stageCount();
+  options.replicas = static_cast<int>(plan.replicas.size());
+  options.micro_batches = plan.micro_batches;
+  options.schedule = plan.schedule == plan::Schedule::kGpipe ? parallel::Schedule::kGPipe
+                                                             : parallel::Schedule::kOneFOneB;
+  if (!plan.replicas[0].stages[0].checkpoint)
+    options.activation_checkpointing = parallel::Checkpointing::kNone;
+  else if (options.activation_checkpointing == parallel::Checkpointing::kNone)
+    options.activation_checkpointing = parallel::Checkpointing::kLayer;
+  return options;
 }
 
 std::string describePlan(const PipelineTrainer::State& s) {
@@ -98,31 +115,36 @@ void applySpeedHook(PipelineTrainer::State& s, const TrainerHooks& hooks, std::i
 }  // namespace
 
 PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
+    : PipelineTrainer(job, planOfWorld(job, *worker), worker) {}
+
+PipelineTrainer::PipelineTrainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.job = std::move(job);
   s.worker = std::move(worker);
   comm::Communicator& world = *s.worker->world();
-  s.options = pipelineOptions(s.job);
+  s.options = pipelineOptionsOf(s.job, plan);
   const parallel::PipelineLayout layout(s.options.replicas, s.options.pipeline_stages);
-  CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "parallel.pipeline_stages (",
-                      layout.stages(), ") x parallel.replicas (", layout.replicas(), ") needs ",
-                      layout.worldSize(), " ranks, the job has ", world.size());
+  CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "pipeline: a plan of ", layout.stages(),
+                      " stages x ", layout.replicas(), " replicas needs ", layout.worldSize(),
+                      " ranks, the job has ", world.size());
+  const plan::RankPlan& mine = plan.ranks.at(world.rank());
+  CHORUS_CHECK_CONFIG(mine.device_type == s.worker->identity().device.toString(), "pipeline: rank ",
+                      world.rank(), " was planned for '", mine.device_type, "' but runs on '",
+                      s.worker->identity().device.toString(), "'");
   TrainingStart start = startTraining(s.job, *s.worker);
   s.data = std::move(start.data);
   s.sampler = std::move(start.sampler);
   s.model = std::move(start.model);
 
-  parallel::CutRequest request;
-  request.profile = s.model->profile();
-  request.options = s.options;
-  request.devices = gatherDevices(world, s.worker->identity().device, layout);
-  s.cuts = parallel::stageCuts(request);
-  s.options.replica_shares =
-      pipelineReplicaShares(s.options, request.profile, s.cuts, request.devices);
+  for (const plan::StagePlan& stage : plan.replicas.at(0).stages)
+    s.cuts.push_back(stage.first_layer);
+  s.cuts.push_back(plan.replicas[0].stages.back().last_layer);
+  for (const plan::ReplicaPlan& replica : plan.replicas)
+    s.options.replica_shares.push_back(replica.share);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, request.profile, s.cuts, request.devices));
+      pipelineShareCaps(s.options, s.model->profile(), s.cuts, stageDevices(plan, layout)));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;
   resources.world = s.worker->world();

@@ -16,6 +16,7 @@
 #include "chorus/data/sharding.h"
 #include "chorus/device/memory_budget.h"
 #include "chorus/observe/trace_recorder.h"
+#include "chorus/runtime/job_plan.h"
 #include "trainer_state.h"
 
 namespace chorus::runtime {
@@ -241,11 +242,9 @@ parallel::ReducerOptions reducerOptions(Trainer::State& s) {
   return options;
 }
 
-// The rank's compute format, and a loss scaler when it is fp16.
-void setUpPrecision(Trainer::State& s) {
-  const int rank = s.worker->rank();
-  s.precision =
-      parallel::parsePrecision(precisionOf(s.job.precision, rank, s.worker->identity().device));
+// The rank's compute format (the plan's), and a loss scaler when it is fp16.
+void setUpPrecision(Trainer::State& s, const plan::RankPlan& rank) {
+  s.precision = parallel::parsePrecision(precisionName(rank));
   parallel::allowTf32(s.job.precision.tf32);
   if (!parallel::needsLossScaling(s.precision)) return;
   const bool cuda = s.worker->identity().device.kind == DeviceKind::kCuda;
@@ -259,14 +258,44 @@ void setUpPrecision(Trainer::State& s) {
   s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.model->parameters());
 }
 
+// Each rank's start share under `plan`, by rank. Throws ConfigError unless the plan is a
+// data-parallel plan for this world and this rank's device.
+std::vector<std::int64_t> planShares(const plan::Plan& plan, const Worker& worker) {
+  const int ranks = worker.worldSize();
+  CHORUS_CHECK_CONFIG(plan.stageCount() == 1, "trainer: a plan of ", plan.stageCount(),
+                      " stages is run by the pipeline trainer");
+  CHORUS_CHECK_CONFIG(static_cast<int>(plan.ranks.size()) == ranks, "trainer: a plan of ",
+                      plan.ranks.size(), " ranks in a job of ", ranks);
+  const plan::RankPlan& mine = plan.ranks.at(worker.rank());
+  CHORUS_CHECK_CONFIG(mine.device_type == worker.identity().device.toString(), "trainer: rank ",
+                      worker.rank(), " was planned for '", mine.device_type, "' but runs on '",
+                      worker.identity().device.toString(), "'");
+  std::vector<std::int64_t> shares(ranks, 0);
+  for (const plan::ReplicaPlan& replica : plan.replicas)
+    shares.at(replica.stages.at(0).rank) = replica.share;
+  return shares;
+}
+
+// The plan's micro-batch for this rank when it asks for accumulation, else the job's limit.
+std::int64_t planMicroBatch(const plan::Plan& plan, const JobConfig& job, int rank) {
+  for (const plan::ReplicaPlan& replica : plan.replicas)
+    if (replica.stages.at(0).rank == rank && replica.stages[0].micro_batch < replica.share)
+      return replica.stages[0].micro_batch;
+  return job.train.micro_batch;
+}
+
 }  // namespace
 
 Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
+    : Trainer(job, planOfWorld(job, *worker), worker) {}
+
+Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.job = std::move(job);
   s.worker = std::move(worker);
   comm::Communicator& world = *s.worker->world();
+  const std::vector<std::int64_t> start_shares = planShares(plan, *s.worker);
   TrainingStart start = startTraining(s.job, *s.worker);
   s.data = std::move(start.data);
   s.sampler = std::move(start.sampler);
@@ -275,7 +304,7 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   parallel::ReducerOptions reducing = reducerOptions(s);
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
                                                           reducing);
-  setUpPrecision(s);
+  setUpPrecision(s, plan.ranks.at(world.rank()));
   if (world.rank() == 0)
     logInfo("world: ", world.size(), " ranks, CPU collectives over ", world.cpuTransport(),
             ", rank 0 computes in ", parallel::toString(s.precision));
@@ -286,13 +315,13 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
     s.checkpoints =
         std::make_unique<CheckpointWriter>(options, s.worker->store(), world.rank(), world.size());
   }
-  if (!s.job.balancer.shares.empty() &&
-      s.job.balancer.shares.size() != static_cast<size_t>(world.size()))
-    CHORUS_THROW(ConfigError, "config key 'balancer.shares': ", s.job.balancer.shares.size(),
-                 " shares for ", world.size(), " ranks");
-  s.balancer = std::make_unique<plan::LoadBalancer>(balancerOptions(s.job.balancer), world.size(),
-                                                    s.job.train.global_batch,
-                                                    std::vector<std::int64_t>(world.size(), 0));
+  // balancer.shares fixes the shares: the balancer does not run.
+  if (!s.job.balancer.shares.empty()) s.fixed_shares = start_shares;
+  plan::BalancerOptions balancing = balancerOptions(s.job.balancer);
+  balancing.initial_shares = start_shares;
+  s.balancer =
+      std::make_unique<plan::LoadBalancer>(balancing, world.size(), s.job.train.global_batch,
+                                           std::vector<std::int64_t>(world.size(), 0));
   s.speed = s.worker->identity().device.speed;
   s.emulator = &s.worker->emulator();
   const auto& budget = s.worker->identity().device.memory_budget;
@@ -301,9 +330,9 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
   s.micro_limit = budget ? maxMicroBatch(*s.model, s.job.optimizer, *budget,
                                          s.worker->identity().device.toString())
                          : 0;
-  if (s.job.train.micro_batch > 0)
-    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, s.job.train.micro_batch)
-                                      : s.job.train.micro_batch;
+  const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
+  if (planned_micro > 0)
+    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;
   // Data and model are in place: from here on the budget counts what training allocates.
   if (budget) {
     const std::int64_t measured = calibrateMicroBatch(s, *s.worker->enforceMemoryBudget());
@@ -335,8 +364,7 @@ double Trainer::lossScale() const { return state_->scaler ? state_->scaler->scal
 model::ZooModel& Trainer::model() { return *state_->model; }
 
 const std::vector<std::int64_t>& Trainer::shares() const {
-  return state_->job.balancer.shares.empty() ? state_->balancer->shares()
-                                             : state_->job.balancer.shares;
+  return state_->fixed_shares.empty() ? state_->balancer->shares() : state_->fixed_shares;
 }
 
 StepRecord Trainer::step(const TrainerHooks& hooks) {
@@ -404,7 +432,7 @@ StepRecord Trainer::step(const TrainerHooks& hooks) {
   record.wait_seconds = figures.column(kWait);
   record.loss_scales = figures.column(kLossScale);
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
-  if (s.job.balancer.shares.empty() && step > 0 && s.balancer->update(step, record.compute_seconds))
+  if (s.fixed_shares.empty() && step > 0 && s.balancer->update(step, record.compute_seconds))
     record.rebalance = s.balancer->lastChange();
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;

@@ -92,6 +92,8 @@ struct Trainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<parallel::GradientReducer> reducer;
   std::unique_ptr<plan::LoadBalancer> balancer;
+  // The plan's shares when balancer.shares fixes them (the balancer then does not run); else empty.
+  std::vector<std::int64_t> fixed_shares;
   device::SpeedEmulator* emulator = nullptr;  // the worker's, or speed_override's
   // The compute phase in progress (runShare), in which the reducer holds each gradient bucket
   // back (reducerOptions) when this rank emulates a slower device; null between phases.

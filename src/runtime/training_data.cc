@@ -64,6 +64,10 @@ TrainingStart startTraining(JobConfig& job, Worker& worker) {
   start.sampler = std::make_unique<data::GlobalSampler>(sampling);
   start.model = model::makeModel(job.model, job.seed);
   start.model->to(worker.device());
+  // Dropout draws its masks from libtorch's default generators: seeded from the job and the rank,
+  // a job draws the same masks every time it runs (and the recompute of activation checkpointing
+  // can replay them); without this they depended on what ran in the process before.
+  at::manual_seed(job.seed * 1000003ULL + static_cast<std::uint64_t>(worker.rank()));
   torch::NoGradGuard no_grad;
   for (auto& parameter : start.model->parameters()) worker.world()->broadcast(parameter, 0).wait();
   return start;

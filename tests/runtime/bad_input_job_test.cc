@@ -161,6 +161,14 @@ const std::vector<JobRow>& jobRows() {
        {"train.steps.x=1"}},
       {{"JOB-38", "ConfigError", "config key 'precision.loss_scale.backoff': must be in (0, 1)"},
        {"precision.loss_scale.backoff=1.5"}},
+      {{"JOB-39", "ConfigError",
+        "config key 'comm.compression': cannot be combined with comm.sync_every > 1"},
+       {"comm.sync_every=4", "comm.compression=fp16"}},
+      {{"JOB-40", "ConfigError",
+        "config key 'comm.algorithm': cannot be combined with comm.sync_every > 1"},
+       {"comm.sync_every=4", "comm.algorithm=hierarchical"}},
+      {{"JOB-41", "ConfigError", "config key 'comm.algorithm': '2d' cannot carry a codec"},
+       {"comm.algorithm=2d", "comm.compression=int8"}},
   };
   return rows;
 }

@@ -1,8 +1,10 @@
-// `chorus train`: the built-in trainer. The command validates the whole job first (with plan =
-// "auto" it plans the job on the measured devices and adds the plan's settings), then becomes
-// the node agent and starts one worker per device; each worker re-reads the same configuration
-// (`--worker`) and runs the Trainer (data parallel), or the PipelineTrainer when [parallel]
-// pipeline_stages > 1. Rank 0 prints progress and writes --log-json.
+// `chorus train`: the built-in trainer. The front end reads the job once, finds the devices
+// once, settles the plan (the job's keys as written, the planner's with plan = "auto", or a plan
+// file with --plan), validates it, and becomes the node agent; once every node has joined, node 0
+// builds the Plan on all the job's devices, logs it and puts the job and the Plan in the job's
+// store (runtime/job_package.h). Each worker (`--worker`) reads them from there and runs the
+// Trainer (one stage per replica) or the PipelineTrainer. Rank 0 prints progress and writes
+// --log-json.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,14 +15,18 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 
 #include "chorus/chorus.h"
 #include "chorus/core/config.h"
 #include "chorus/device/discovery.h"
 #include "chorus/observe/trace_recorder.h"
+#include "chorus/plan/plan_json.h"
 #include "chorus/runtime/agent.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
+#include "chorus/runtime/job_package.h"
+#include "chorus/runtime/job_plan.h"
 #include "chorus/runtime/pipeline_trainer.h"
 #include "chorus/runtime/trainer.h"
 #include "commands.h"
@@ -38,6 +44,8 @@ struct TrainArgs {
   std::string trace;
   std::string trace_steps = "0:20";
   std::string resume;
+  // A plan file (`chorus plan --out`) to run as it is.
+  std::string plan;
   bool worker = false;
   // Several nodes (as `chorus run`): every node runs `chorus train` with the same config.
   int nnodes = 1;
@@ -76,38 +84,97 @@ std::string selfExecutable() {
   return std::string(path, static_cast<size_t>(length));
 }
 
-// Checks what can be checked before any process starts: device specs against this host, the
-// global batch against the device count, the data files, and that each memory budget holds a
-// sample.
-std::vector<DeviceSpec> validateOnHost(const runtime::JobConfig& job) {
-  const auto found = device::discoverDevices();
-  const std::vector<DeviceSpec> devices = device::expandAuto(job.devices, found);
-  device::validateSpecs(devices, found);
-  if (job.parallel.pipeline_stages > 1)
-    runtime::validatePipelineJob(job, devices);
-  else
-    runtime::validateJobOnDevices(job, devices);
-  return devices;
-}
+// What the front end settles before any worker starts. Value type.
+struct SettledJob {
+  runtime::JobConfig job;
+  std::vector<device::DeviceInfo> found;  // this host's devices, discovered once
+  std::vector<DeviceSpec> devices;        // this node's, in rank order
+  // The plan when the front end settled it (a plan file, or the planner's); else node 0 builds it
+  // from the job's keys on every node's devices (runtime::planOfJob).
+  std::optional<plan::Plan> plan;
+};
 
 // plan = "auto": measures the job's devices, plans, prints the choice in one line and applies its
-// settings to `config` (this process) and to `argv` (every worker's command line), so that all
-// processes read one fully specified job and no worker plans on its own.
-void applyAutoPlan(const TrainArgs& args, Config& config, std::vector<std::string>& argv) {
+// settings to the job (the devices in the plan's rank order, the shares the balancer starts from,
+// the pipeline's layout), keeping the planner's prediction with the plan.
+void applyAutoPlan(const TrainArgs& args, Config& config, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1,
                       "config key 'plan': plan = \"auto\" plans one node's devices; with --nnodes "
                       "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
-  const runtime::JobConfig job = runtime::readJobConfig(config);
-  const auto found = device::discoverDevices();
-  const std::vector<DeviceSpec> devices = device::expandAuto(job.devices, found);
-  device::validateSpecs(devices, found);
   const runtime::PlannedJob planned =
-      runtime::planJob(job, devices, runtime::measureJobDevices(devices));
+      runtime::planJob(settled.job, settled.devices, runtime::measureJobDevices(settled.devices));
   std::cout << "chorus train: " << planned.summary << std::endl;
-  for (const std::string& setting : planned.settings) {
-    config.set(setting);
-    argv.insert(argv.end(), {"--set", setting});
+  for (const std::string& setting : planned.settings) config.set(setting);
+  settled.job = runtime::readJobConfig(config);
+  settled.devices = device::expandAuto(settled.job.devices, settled.found);
+  settled.plan = runtime::planOfJob(settled.job, settled.devices);
+  settled.plan->predicted = planned.plan.predicted;
+  settled.plan->reason = planned.plan.reason;
+}
+
+// --plan FILE: the plan as it is, its ranks on the job's devices (in the plan's order).
+void applyPlanFile(const TrainArgs& args, const Config& config, SettledJob& settled) {
+  CHORUS_CHECK_CONFIG(args.nnodes == 1, "--plan: a plan file runs on one node (--nnodes 1)");
+  CHORUS_CHECK_CONFIG(
+      settled.job.plan != "auto",
+      "--plan: the job says plan = \"auto\"; run either the planner or a plan file");
+  // What the plan decides must not be set twice; the checkpointing mode stays the job's choice.
+  for (const std::string& key : runtime::autoPlanKeys())
+    CHORUS_CHECK_CONFIG(key == "parallel.activation_checkpointing" || !config.has(key),
+                        "config key '", key, "': --plan ", args.plan,
+                        " decides it; remove the key or the --plan");
+  plan::Plan plan = runtime::inRankOrder(plan::loadPlanFile(args.plan));
+  const std::vector<DeviceSpec> listed = settled.devices;
+  settled.devices = runtime::devicesOfPlan(plan, listed);
+  // A planner may leave a device out (one that would only slow the step): say so.
+  if (settled.devices.size() < listed.size())
+    std::cout << "chorus train: --plan " << args.plan << " runs " << settled.devices.size()
+              << " of the job's " << listed.size() << " devices (" << toString(listed) << ")"
+              << std::endl;
+  for (size_t rank = 0; rank < plan.ranks.size(); ++rank)
+    plan.ranks[rank].device = static_cast<int>(rank);
+  runtime::checkPlanForJob(plan, settled.job, settled.devices);
+  settled.plan = std::move(plan);
+}
+
+// Reads the job (the only time its file is read), finds the devices (the only discovery) and
+// settles the plan where the front end can; then checks the job against this node's devices.
+SettledJob settleJob(const TrainArgs& args) {
+  Config config = loadConfig(args);
+  SettledJob settled;
+  settled.job = runtime::readJobConfig(config);
+  settled.found = device::discoverDevices();
+  settled.devices = device::expandAuto(settled.job.devices, settled.found);
+  device::validateSpecs(settled.devices, settled.found);
+  if (!args.plan.empty())
+    applyPlanFile(args, config, settled);
+  else if (settled.job.plan == "auto")
+    applyAutoPlan(args, config, settled);
+  const bool pipeline =
+      settled.plan ? settled.plan->stageCount() > 1 : settled.job.parallel.pipeline_stages > 1;
+  if (pipeline && !settled.plan) {
+    runtime::validatePipelineJob(settled.job, settled.devices);
+  } else {
+    // A pipeline's budgets bound its stages, which checkPlanForJob checked.
+    std::vector<DeviceSpec> devices = settled.devices;
+    if (pipeline)
+      for (auto& device : devices) device.memory_budget.reset();
+    runtime::validateJobOnDevices(settled.job, devices);
   }
+  return settled;
+}
+
+// Node 0, once every node joined: the plan on all the job's devices, logged and packed for the
+// workers.
+std::string prepareJob(const SettledJob& settled, const std::vector<DeviceSpec>& devices,
+                       const std::vector<int>& node_of_rank) {
+  std::vector<std::string> nodes;
+  for (const int node : node_of_rank) nodes.push_back("node" + std::to_string(node));
+  const plan::Plan plan =
+      settled.plan ? *settled.plan : runtime::planOfJob(settled.job, devices, nodes);
+  runtime::checkPlanForJob(plan, settled.job, devices);
+  std::cout << "chorus train: plan: " << runtime::describePlan(plan) << std::endl;
+  return runtime::encodeJobPackage(settled.job, plan);
 }
 
 // The parts of --trace that workers on this node wrote (<trace>.rank<N>).
@@ -128,10 +195,12 @@ std::vector<std::string> traceParts(const std::string& trace) {
 
 // --trace: refused where it would record nothing, and a path that cannot be written fails now,
 // not after training.
-void checkTraceRequest(const TrainArgs& args, const runtime::JobConfig& job) {
+void checkTraceRequest(const TrainArgs& args, const SettledJob& settled) {
   if (args.trace.empty()) return;
   observe::parseTraceSteps(args.trace_steps);
-  CHORUS_CHECK_CONFIG(job.parallel.pipeline_stages <= 1,
+  const bool pipeline =
+      settled.plan ? settled.plan->stageCount() > 1 : settled.job.parallel.pipeline_stages > 1;
+  CHORUS_CHECK_CONFIG(!pipeline,
                       "--trace records data-parallel training only; pipelines "
                       "(parallel.pipeline_stages > 1) are not traced yet");
   observe::checkTraceWritable(args.trace);
@@ -149,17 +218,17 @@ void mergeTrace(const std::string& trace) {
             << std::endl;
 }
 
-int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
-  Config config = loadConfig(args);
-  if (runtime::readJobConfig(config).plan == "auto") applyAutoPlan(args, config, argv);
-  const runtime::JobConfig job = runtime::readJobConfig(config);
-  checkTraceRequest(args, job);
+int runFrontEnd(const TrainArgs& args) {
+  const SettledJob settled = settleJob(args);
+  const runtime::JobConfig& job = settled.job;
+  checkTraceRequest(args, settled);
   // Rank 0 writes the log once the workers run; a path it cannot write is better refused now
   // than as a worker's failure after the job started.
   if (!args.log_json.empty() && !std::ofstream(args.log_json, std::ios::trunc))
     CHORUS_THROW(ConfigError, "--log-json: cannot write ", args.log_json);
   runtime::AgentOptions agent;
-  agent.devices = validateOnHost(job);
+  agent.devices = settled.devices;
+  agent.discovered = settled.found;
   agent.cpu_transport = job.comm.cpu_transport;
   agent.nnodes = args.nnodes;
   agent.node_rank = args.node_rank;
@@ -168,8 +237,18 @@ int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
   agent.comm_timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
   // Checkpointing workers finish their step and write a checkpoint when stopped: give them time.
   if (!job.checkpoint.dir.empty()) agent.grace = std::chrono::milliseconds(60000);
-  agent.command = {selfExecutable(), "train"};
-  agent.command.insert(agent.command.end(), argv.begin(), argv.end());
+  agent.prepare_job = [&settled](const std::vector<DeviceSpec>& devices,
+                                 const std::vector<int>& node_of_rank) {
+    return prepareJob(settled, devices, node_of_rank);
+  };
+  // Workers get the job and the plan from the store; their command line says only what to do
+  // with them.
+  agent.command = {selfExecutable(), "train", "--worker"};
+  if (!args.log_json.empty())
+    agent.command.insert(agent.command.end(), {"--log-json", args.log_json});
+  if (!args.trace.empty())
+    agent.command.insert(agent.command.end(),
+                         {"--trace", args.trace, "--trace-steps", args.trace_steps});
   if (!args.resume.empty()) {
     // Resolved once here, so that every worker resumes from the same checkpoint and a missing
     // or damaged one is reported before anything starts.
@@ -178,7 +257,6 @@ int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
     std::cout << "chorus train: resuming from " << dir << std::endl;
     agent.command.insert(agent.command.end(), {"--resume", dir});
   }
-  agent.command.push_back("--worker");
   const int code = runtime::runAgent(agent);
   if (!args.trace.empty()) mergeTrace(args.trace);
   return code;
@@ -186,11 +264,12 @@ int runFrontEnd(const TrainArgs& args, std::vector<std::string> argv) {
 
 // Runs a Trainer or a PipelineTrainer (same interface) to the end of the job.
 template <typename AnyTrainer>
-int train(const TrainArgs& args, const runtime::JobConfig& job,
+int train(const TrainArgs& args, const runtime::JobPackage& package,
           std::shared_ptr<runtime::Worker> worker) {
-  AnyTrainer trainer(job, worker);
+  const runtime::JobConfig& job = package.job;
+  AnyTrainer trainer(job, package.plan, worker);
   if (!args.resume.empty()) trainer.resume(args.resume);
-  TrainReport report(job, worker->rank() == 0, args.log_json);
+  TrainReport report(job, package.plan, worker->rank() == 0, args.log_json);
   runtime::TrainerHooks hooks;
   hooks.on_step = [&](const runtime::StepRecord& record) { report.step(record); };
   hooks.stop_requested = [] { return g_stop_requested != 0; };
@@ -210,11 +289,12 @@ int train(const TrainArgs& args, const runtime::JobConfig& job,
 }
 
 int runWorker(const TrainArgs& args) {
-  const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
   auto worker = chorus::init();
   catchStopSignals();
-  if (job.parallel.pipeline_stages > 1) return train<runtime::PipelineTrainer>(args, job, worker);
-  return train<runtime::Trainer>(args, job, worker);
+  const runtime::JobPackage package = runtime::fetchJobPackage(
+      *worker->store(), std::chrono::milliseconds(worker->identity().timeout_ms));
+  if (package.plan.stageCount() > 1) return train<runtime::PipelineTrainer>(args, package, worker);
+  return train<runtime::Trainer>(args, package, worker);
 }
 
 }  // namespace
@@ -244,6 +324,8 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_option("--resume", args->resume,
                     "Continue from a checkpoint: 'latest' (in checkpoint.dir), a checkpoint "
                     "directory, or a checkpoint root");
+  train->add_option("--plan", args->plan,
+                    "Run this plan (JSON, as `chorus plan --out` writes it) on the job's devices");
   train->add_option("--nnodes", args->nnodes, "Number of nodes (each runs chorus train)");
   train->add_option("--node-rank", args->node_rank, "This node's index in [0, nnodes)");
   train->add_option("--rdzv-endpoint", args->rdzv_endpoint,
@@ -253,17 +335,7 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
   train->callback([&action, args, train] {
-    action = [args, train] {
-      if (args->worker) return runWorker(*args);
-      std::vector<std::string> argv;
-      if (!args->config_path.empty()) argv.push_back(args->config_path);
-      for (const auto& setting : args->settings) argv.insert(argv.end(), {"--set", setting});
-      if (args->steps > 0) argv.insert(argv.end(), {"--steps", std::to_string(args->steps)});
-      if (!args->log_json.empty()) argv.insert(argv.end(), {"--log-json", args->log_json});
-      if (!args->trace.empty())
-        argv.insert(argv.end(), {"--trace", args->trace, "--trace-steps", args->trace_steps});
-      return runFrontEnd(*args, argv);
-    };
+    action = [args, train] { return args->worker ? runWorker(*args) : runFrontEnd(*args); };
   });
 }
 

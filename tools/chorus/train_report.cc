@@ -30,24 +30,27 @@ std::string scalesText(const std::vector<double>& scales) {
   return out.str();
 }
 
-// "balance=adaptive" for data parallelism; the pipeline's shape otherwise (its shares follow the
-// devices' speeds, no balancer runs).
-std::string parallelism(const runtime::JobConfig& job) {
-  const runtime::ParallelSection& parallel = job.parallel;
+// "balance=adaptive" for data parallelism; the pipeline's shape otherwise.
+std::string parallelism(const runtime::JobConfig& job, const plan::Plan& plan) {
   std::ostringstream text;
-  if (parallel.pipeline_stages == 1) {
+  if (plan.stageCount() == 1) {
     text << "balance=" << job.balancer.mode;
   } else {
-    text << "pipeline " << parallel.pipeline_stages << " stages x " << parallel.replicas
-         << (parallel.replicas == 1 ? " replica" : " replicas") << " (" << parallel.schedule << ", "
-         << parallel.micro_batches << " micro-batches, partition " << parallel.partition << ")";
+    text << "pipeline " << plan.stageCount() << " stages x " << plan.replicas.size()
+         << (plan.replicas.size() == 1 ? " replica" : " replicas") << " ("
+         << plan::toString(plan.schedule) << ", " << plan.micro_batches << " micro-batches, layers";
+    for (size_t s = 0; s < plan.replicas[0].stages.size(); ++s)
+      text << (s ? "/" : " ")
+           << plan.replicas[0].stages[s].last_layer - plan.replicas[0].stages[s].first_layer;
+    text << ")";
   }
   return text.str();
 }
 
 }  // namespace
 
-TrainReport::TrainReport(const runtime::JobConfig& job, bool writer, const std::string& json_path)
+TrainReport::TrainReport(const runtime::JobConfig& job, const plan::Plan& plan, bool writer,
+                         const std::string& json_path)
     : job_(job), writer_(writer) {
   if (!writer_) return;
   if (!json_path.empty()) {
@@ -56,7 +59,7 @@ TrainReport::TrainReport(const runtime::JobConfig& job, bool writer, const std::
   }
   std::cout << "chorus train: " << job_.model.kind << " on " << job_.data.dataset << ", "
             << job_.train.steps << " steps of " << job_.train.global_batch << " samples, "
-            << parallelism(job_) << ", config " << job_.source << std::endl;
+            << parallelism(job_, plan) << ", config " << job_.source << std::endl;
 }
 
 void TrainReport::progressLine(const runtime::StepRecord& record) const {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "chorus/core/clock.h"
+#include "chorus/plan/plan.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/trainer.h"
 
@@ -14,7 +15,8 @@ namespace chorus::cli {
 // Owned by the worker's main; not thread-safe (the training thread calls it).
 class TrainReport {
  public:
-  TrainReport(const runtime::JobConfig& job, bool writer, const std::string& json_path);
+  TrainReport(const runtime::JobConfig& job, const plan::Plan& plan, bool writer,
+              const std::string& json_path);
   void step(const runtime::StepRecord& record);
   void finish(const runtime::TrainResult& result);
 

@@ -8,16 +8,28 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "chorus/core/device_spec.h"
+#include "chorus/device/discovery.h"
 
 namespace chorus::runtime {
 
 struct AgentOptions {
   // Devices of this node, one worker each; `auto` is expanded by the agent. Required.
   std::vector<DeviceSpec> devices;
+  // What device::discoverDevices() found on this host, when the caller has it already. Default:
+  // empty = the agent discovers them.
+  std::vector<device::DeviceInfo> discovered;
+  // Node 0: called once every node has joined, with every rank's device and node rank in rank
+  // order, before any worker starts; what it returns is put in the job's store under
+  // kJobPackageKey (job_package.h), where `chorus train` workers read their job and plan. An
+  // exception it throws stops the job before it starts. Default: none.
+  std::function<std::string(const std::vector<DeviceSpec>& devices,
+                            const std::vector<int>& node_of_rank)>
+      prepare_job;
   // Number of nodes (agents) in the job. Default: 1.
   int nnodes = 1;
   // This node's index in [0, nnodes). Default: 0.

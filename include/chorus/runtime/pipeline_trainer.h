@@ -22,6 +22,7 @@
 
 #include "chorus/core/device_spec.h"
 #include "chorus/parallel/pipeline_layout.h"
+#include "chorus/plan/plan.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/trainer.h"
 #include "chorus/runtime/worker.h"
@@ -60,7 +61,12 @@ void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& de
 // job calls them, in the same order.
 class PipelineTrainer {
  public:
-  // Throws ConfigError when the world size is not pipeline_stages × replicas, or the plan does not
+  // Runs `plan` (job_plan.h; rank order, S > 1 stages per replica): its cut, replica start shares,
+  // micro-batches, schedule and checkpointing. Throws ConfigError when the plan is not one for
+  // this world and this rank's device.
+  PipelineTrainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker);
+  // The plan of `job` as written (planOfJob), every rank's device all-gathered; collective.
+  // Throws ConfigError when the world size is not pipeline_stages × replicas, or the cut does not
   // fit the model or the devices.
   PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker);
   ~PipelineTrainer();

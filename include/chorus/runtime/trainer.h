@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "chorus/device/speed_emulator.h"
+#include "chorus/plan/plan.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/worker.h"
 
@@ -88,6 +89,13 @@ struct TrainerHooks {
 // thread. Non-copyable.
 class Trainer {
  public:
+  // Runs `plan` (job_plan.h; rank order, one stage per replica): its shares are where the balancer
+  // starts (fixed when balancer.shares is set or balance = "off"), its precision and micro-batch
+  // per rank are this rank's. Throws ConfigError when the plan is not one for this world and
+  // this rank's device.
+  Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker);
+  // The plan of `job` as written (planOfJob), every rank's device all-gathered; collective. For
+  // programs that build a trainer themselves.
   Trainer(JobConfig job, std::shared_ptr<Worker> worker);
   ~Trainer();
   Trainer(const Trainer&) = delete;

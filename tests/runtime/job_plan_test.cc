@@ -1,0 +1,176 @@
+// The Plan a job runs: built from the job's keys, put in rank order, matched to devices, checked
+// against the job, and carried to the workers with the job (job_plan.h, job_package.h).
+#include "chorus/runtime/job_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "chorus/core/config.h"
+#include "chorus/core/error.h"
+#include "chorus/plan/plan_json.h"
+#include "chorus/runtime/job_package.h"
+
+namespace chorus::runtime {
+namespace {
+
+constexpr const char* kJob = R"(devices = "cpu,cpu@0.5,cpu@0.25"
+[train]
+global_batch = 64
+[model]
+kind = "mlp"
+input_shape = [1, 8, 8]
+hidden = [16, 16]
+[data]
+dataset = "synthetic"
+size = 256
+)";
+
+JobConfig jobWith(const std::vector<std::string>& settings = {}) {
+  Config config = Config::parseString(kJob, "job.toml");
+  for (const std::string& setting : settings) config.set(setting);
+  return readJobConfig(config);
+}
+
+std::vector<int> sharesOf(const plan::Plan& plan) {
+  std::vector<int> shares;
+  for (const auto& replica : plan.replicas) shares.push_back(replica.share);
+  return shares;
+}
+
+// The message of the ConfigError `body` throws, or "" when it throws none.
+template <typename Body>
+std::string configError(Body&& body) {
+  try {
+    body();
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(JobPlan, DataParallelStartsWhereTheBalancerStarts) {
+  const JobConfig job = jobWith();
+  const plan::Plan plan = planOfJob(job, job.devices);
+  EXPECT_EQ(plan.stageCount(), 1);
+  EXPECT_EQ(sharesOf(plan), (std::vector<int>{22, 21, 21}));
+  ASSERT_EQ(plan.ranks.size(), 3u);
+  EXPECT_EQ(plan.ranks[1].device_type, "cpu@0.5");
+  EXPECT_EQ(plan.ranks[1].emulated_speed, 1.0);  // the type carries the speed
+  EXPECT_EQ(plan.ranks[2].node, "node0");
+  // No micro_batch in the job: each share in one pass.
+  for (const auto& replica : plan.replicas) EXPECT_EQ(replica.stages[0].micro_batch, replica.share);
+  EXPECT_NO_THROW(checkPlanForJob(plan, job, job.devices));
+}
+
+TEST(JobPlan, FixedAndInitialSharesMicroBatchAndPrecisionComeFromTheJob) {
+  const JobConfig fixed = jobWith({"balancer.shares=[40, 16, 8]", "train.micro_batch=12",
+                                   "precision.ranks=[\"fp32\", \"bf16\", \"fp16\"]"});
+  const plan::Plan plan = planOfJob(fixed, fixed.devices);
+  EXPECT_EQ(sharesOf(plan), (std::vector<int>{40, 16, 8}));
+  EXPECT_EQ(plan.replicas[0].stages[0].micro_batch, 12);
+  EXPECT_EQ(plan.replicas[2].stages[0].micro_batch, 8);
+  EXPECT_EQ(precisionName(plan.ranks[0]), "fp32");
+  EXPECT_EQ(precisionName(plan.ranks[1]), "bf16");
+  EXPECT_EQ(precisionName(plan.ranks[2]), "fp16");
+  const JobConfig initial = jobWith({"balancer.initial_shares=[10, 20, 34]"});
+  EXPECT_EQ(sharesOf(planOfJob(initial, initial.devices)), (std::vector<int>{10, 20, 34}));
+}
+
+TEST(JobPlan, PipelineCarriesTheCutSharesAndSchedule) {
+  const JobConfig job =
+      jobWith({"devices=cpu,cpu@0.5,cpu,cpu@0.5", "parallel.pipeline_stages=2",
+               "parallel.replicas=2", "parallel.micro_batches=4", "parallel.schedule=gpipe",
+               "parallel.partition=[2, 1]", "parallel.activation_checkpointing=layer"});
+  const plan::Plan plan = planOfJob(job, job.devices);
+  ASSERT_EQ(plan.stageCount(), 2);
+  ASSERT_EQ(plan.replicas.size(), 2u);
+  EXPECT_EQ(plan.micro_batches, 4);
+  EXPECT_EQ(plan.schedule, plan::Schedule::kGpipe);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(plan.replicas[r].stages[0].last_layer, 2);
+    EXPECT_EQ(plan.replicas[r].stages[1].first_layer, 2);
+    EXPECT_EQ(plan.replicas[r].stages[1].last_layer, 3);  // the MLP's 3 layers
+    EXPECT_EQ(plan.replicas[r].stages[1].rank, 2 * r + 1);
+    EXPECT_TRUE(plan.replicas[r].stages[1].checkpoint);
+  }
+  EXPECT_EQ(plan.replicas[0].share + plan.replicas[1].share, 64);
+  EXPECT_NO_THROW(checkPlanForJob(plan, job, job.devices));
+  EXPECT_NE(describePlan(plan).find("2 pipelines x 2 stages on cpu, cpu@0.5, cpu, cpu@0.5: "
+                                    "layers 2/1, 4 micro-batches gpipe"),
+            std::string::npos)
+      << describePlan(plan);
+}
+
+TEST(JobPlan, RankOrderFollowsReplicasAndStages) {
+  const JobConfig job = jobWith();
+  plan::Plan plan = planOfJob(job, job.devices);
+  // A planner may number its ranks in any order: replica 0 on plan rank 2, and so on.
+  plan.replicas[0].stages[0].rank = 2;
+  plan.replicas[2].stages[0].rank = 0;
+  std::swap(plan.ranks[0], plan.ranks[2]);
+  const plan::Plan ordered = inRankOrder(plan);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ordered.replicas[r].stages[0].rank, r);
+  EXPECT_EQ(ordered.ranks[0].device_type, "cpu");
+  EXPECT_EQ(ordered.ranks[2].device_type, "cpu@0.25");
+}
+
+TEST(JobPlan, APlanForOtherDevicesIsRefusedNamingBoth) {
+  const JobConfig job = jobWith();
+  const plan::Plan plan = planOfJob(job, job.devices);
+  const std::vector<DeviceSpec> others = parseDeviceSpecs("cpu,cpu,cpu@0.25");
+  const std::string message = configError([&] { devicesOfPlan(plan, others); });
+  EXPECT_NE(message.find("rank 1 was planned for device 'cpu@0.5', but device 1 of this job is "
+                         "'cpu'"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(configError([&] { checkPlanForJob(plan, job, others); }).find("rank 1"),
+            std::string::npos);
+}
+
+TEST(JobPlan, APlanTheJobCannotRunIsRefused) {
+  const JobConfig job = jobWith();
+  const plan::Plan plan = planOfJob(job, job.devices);
+  plan::Plan other_batch = plan;
+  other_batch.global_batch = 32;
+  const int halved[] = {12, 10, 10};
+  for (int r = 0; r < 3; ++r) {
+    other_batch.replicas[r].share = halved[r];
+    other_batch.replicas[r].stages[0].micro_batch = halved[r];
+  }
+  EXPECT_NE(configError([&] {
+              checkPlanForJob(other_batch, job, job.devices);
+            }).find("global batch 32, but the job's train.global_batch is 64"),
+            std::string::npos);
+  plan::Plan zero = plan;
+  zero.zero_stage = 2;
+  EXPECT_NE(configError([&] { checkPlanForJob(zero, job, job.devices); }).find("ZeRO stage 2"),
+            std::string::npos);
+  plan::Plan hierarchical = plan;
+  hierarchical.comm.algorithm = plan::AllReduceAlgorithm::kHierarchical;
+  EXPECT_NE(configError([&] {
+              checkPlanForJob(hierarchical, job, job.devices);
+            }).find("is not the job's [comm]"),
+            std::string::npos);
+  plan::Plan tf32 = plan;
+  tf32.ranks[0].precision = plan::Dtype::kTf32;
+  EXPECT_NE(configError([&] {
+              checkPlanForJob(tf32, job, job.devices);
+            }).find("set precision.tf32 = true"),
+            std::string::npos);
+}
+
+TEST(JobPackage, CarriesTheJobAndThePlanExactly) {
+  const JobConfig job = jobWith({"optimizer.lr=0.02", "train.steps=7"});
+  const plan::Plan plan = planOfJob(job, job.devices);
+  const JobPackage package = decodeJobPackage(encodeJobPackage(job, plan));
+  EXPECT_EQ(package.job.toml, job.toml);
+  EXPECT_EQ(package.job.source, "job.toml");
+  EXPECT_EQ(package.job.train.steps, 7);
+  EXPECT_EQ(package.job.optimizer.lr, 0.02);
+  EXPECT_EQ(plan::toJson(package.plan), plan::toJson(plan));
+  EXPECT_NE(configError([] { decodeJobPackage("{\"version\": 2}"); }).find("version 1"),
+            std::string::npos);
+  EXPECT_NE(configError([] { decodeJobPackage("not json"); }).find("not JSON"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chorus::runtime
