@@ -12,6 +12,13 @@ namespace {
 constexpr double kHoldBackWaitFraction = 0.25;
 constexpr double kLostAfterSeconds = 10.0;
 constexpr double kLostAfterSteps = 10.0;
+// The hold-back alert looks at means over this many recent steps, so one noisy step does not
+// raise it.
+constexpr size_t kHoldBackSteps = 5;
+
+struct RecentMeans {
+  double compute_s = 0, wait_s = 0, step_s = 0;
+};
 
 std::string fixed(double value, int digits) {
   char text[64];
@@ -29,7 +36,8 @@ void LiveState::update(const RankReport& report) {
   RankHistory& rank = ranks_[report.rank];
   rank.last = report;
   rank.points.push_back({report.step, static_cast<double>(report.share), report.compute_seconds,
-                         report.wait_seconds, static_cast<double>(report.memory_used)});
+                         report.wait_seconds, static_cast<double>(report.memory_used),
+                         report.step_seconds});
   while (rank.points.size() > history_) rank.points.pop_front();
   // The job's figures from the lowest rank, once per step.
   if (report.rank == ranks_.begin()->first && (job_.empty() || job_.back().step != report.step)) {
@@ -60,27 +68,37 @@ std::vector<std::string> LiveState::alertsLocked(double now) const {
                        ") lost: no report for " + fixed(age, 0) + " s, last at step " +
                        std::to_string(history.last.step));
   }
-  // Hold-back: among the ranks at the latest step, the slowest compute while the others waited.
-  const RankHistory* slowest = nullptr;
-  double others_wait = 0;
-  int others = 0;
+  // Hold-back: among the ranks at the latest step, the slowest compute over the recent steps
+  // while the others waited.
+  std::map<int, RecentMeans> recent;
   for (const auto& [rank, history] : ranks_) {
     if (history.last.step != latest) continue;
-    if (!slowest || history.last.compute_seconds > slowest->last.compute_seconds)
-      slowest = &history;
+    RecentMeans& means = recent[rank];
+    const size_t count = std::min(kHoldBackSteps, history.points.size());
+    for (size_t i = history.points.size() - count; i < history.points.size(); ++i) {
+      means.compute_s += history.points[i].compute_s / count;
+      means.wait_s += history.points[i].wait_s / count;
+      means.step_s += history.points[i].step_s / count;
+    }
   }
-  for (const auto& [rank, history] : ranks_) {
-    if (history.last.step != latest || &history == slowest) continue;
-    others_wait += history.last.wait_seconds;
+  int slowest = -1;
+  for (const auto& [rank, means] : recent)
+    if (slowest < 0 || means.compute_s > recent[slowest].compute_s) slowest = rank;
+  double others_wait = 0;
+  int others = 0;
+  for (const auto& [rank, means] : recent) {
+    if (rank == slowest) continue;
+    others_wait += means.wait_s;
     ++others;
   }
-  if (slowest && others > 0 && slowest->last.step_seconds > 0) {
+  if (others > 0 && recent[slowest].step_s > 0) {
     const double mean_wait = others_wait / others;
-    if (mean_wait >= kHoldBackWaitFraction * slowest->last.step_seconds)
-      alerts.push_back("rank " + std::to_string(slowest->last.rank) + " (" + slowest->last.device +
-                       ") holds back step " + std::to_string(latest) + ": it computed " +
-                       fixed(slowest->last.compute_seconds * 1000, 0) +
-                       " ms while the others waited " + fixed(mean_wait * 1000, 0) +
+    const RankReport& last = ranks_.at(slowest).last;
+    if (mean_wait >= kHoldBackWaitFraction * recent[slowest].step_s)
+      alerts.push_back("rank " + std::to_string(slowest) + " (" + last.device +
+                       ") holds back the steps: over the last ones it computed " +
+                       fixed(recent[slowest].compute_s * 1000, 0) +
+                       " ms a step while the others waited " + fixed(mean_wait * 1000, 0) +
                        " ms on average");
   }
   return alerts;

@@ -30,15 +30,15 @@ class LiveState {
   // "job": {"step", "samples_per_s", "loss"}, "plan": {"global_batch", "shares"},
   // "alerts": [text]}. `now`: Unix time, for the ages of the ranks' last reports.
   std::string json(double now) const;
-  // The alert lines at `now`: a rank whose compute holds back the last step (the others waited
-  // for it), or one silent for longer than `lost_after_s` while the job runs (Default: 10 s,
-  // or 10 step times if longer).
+  // The alert lines at `now`: a rank whose compute holds back the steps (over the last few
+  // steps it computed longest and the others waited at least a quarter of the step for it), or
+  // one silent for longer than 10 s (or 10 step times, when steps are longer) — lost.
   std::vector<std::string> alerts(double now) const;
 
  private:
   struct Point {
     std::int64_t step;
-    double share, compute_s, wait_s, memory_bytes;
+    double share, compute_s, wait_s, memory_bytes, step_s;
   };
   struct RankHistory {
     RankReport last;

@@ -1,7 +1,10 @@
 // The HTTP endpoint of a node's agent (`chorus train --metrics-port`): /metrics in Prometheus's
 // text format, / the live page (livePageHtml below, no external resources), /api/state the JSON the
-// page polls. Served by civetweb, the embedded server prometheus-cpp's own exposer runs on; the
-// server is ours so that one port serves the page next to the metrics.
+// page polls. The exposition is prometheus-cpp's (node_metrics.h); the HTTP server is our own:
+// prometheus-cpp's Exposer runs on civetweb, whose threads have a compiled-in 100 KiB stack that
+// cannot hold the static TLS of a process with libtorch and CUDA libraries loaded (cublasLt alone
+// has 94 KiB), so it fails to start in `chorus train` (pthread_create: EINVAL). One thread, one
+// client at a time, Connection: close: enough for Prometheus and the page's poll.
 #pragma once
 
 #include <functional>
@@ -25,8 +28,9 @@ struct MetricsServerOptions {
 // at least 1024 (ports below are privileged). Checked before a job starts.
 void checkMetricsPort(int port, unsigned effective_uid);
 
-// Listens from construction to destruction. Throws ConfigError when it cannot listen (the port
-// is busy, the address is not local). Non-copyable; port() is safe from any thread.
+// Listens from construction to destruction, serving from its own thread. Throws ConfigError when
+// it cannot listen (the port is busy, the address is not local). Non-copyable; port() is safe
+// from any thread.
 class MetricsServer {
  public:
   explicit MetricsServer(MetricsServerOptions options);
