@@ -51,7 +51,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "observe.json"))
     args = parser.parse_args()
-    chorus = os.path.join(args.build, "tools", "chorus", "chorus")
+    chorus = os.path.join(args.build, "chorus")
     rounds = []
     with tempfile.TemporaryDirectory(prefix="chorus-observe-bench-") as workdir:
         for round_index in range(args.rounds):

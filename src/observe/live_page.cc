@@ -41,7 +41,7 @@ const COLORS=["#1f77b4","#d62728","#2ca02c","#ff7f0e","#9467bd","#8c564b","#e377
 const NS="http://www.w3.org/2000/svg";
 function el(name,attrs,parent){const e=document.createElementNS(NS,name);
   for(const k in attrs)e.setAttribute(k,attrs[k]);if(parent)parent.appendChild(e);return e;}
-function fmt(v){return Math.abs(v)>=100?v.toFixed(0):Math.abs(v)>=1?v.toFixed(2):v.toPrecision(2);}
+function fmt(v){const a=Math.abs(v);return a>=100?v.toFixed(0):a>=1?v.toFixed(2):a>=0.01||a===0?v.toFixed(3):v.toExponential(1);}
 // lines: [{key, rank, xs, ys}]
 function draw(svg,lines){
   while(svg.firstChild)svg.removeChild(svg.firstChild);

@@ -185,7 +185,7 @@ def chromium(args, workdir):
     command = ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
                "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars",
                f"--user-data-dir={os.path.join(workdir, 'chromium-profile')}",
-               "--virtual-time-budget=5000", "--window-size=1400,1300", *args]
+               "--virtual-time-budget=5000", "--window-size=1400,900", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=DEADLINE_S)
     if done.returncode != 0:
         raise Failure(f"chromium failed ({done.returncode}): {done.stderr[-2000:]}")

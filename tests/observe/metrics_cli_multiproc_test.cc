@@ -54,9 +54,10 @@ TEST(MetricsPortBadInput, ABusyPortIsRefusedBeforeAnyWorkerStarts) {
 }
 
 TEST(MetricsPortBadInput, APortBelow1024IsRefusedForAUserThatIsNotRoot) {
-  // As root, the command runs as `nobody` (setpriv, util-linux); as any other user, as itself.
-  const std::string as_user =
-      ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  // As root, the command runs in a new user namespace (unshare, util-linux), where its uid is
+  // the overflow uid 65534 and it has no capability on the host's network, yet still reads the
+  // files of root's home that libtorch may be installed in; as any other user, as itself.
+  const std::string as_user = ::geteuid() == 0 ? "unshare --user " : "";
   const auto result =
       chorus::testing::runCommand(as_user + CHORUS_BINARY + kJob + " --metrics-port 80");
   EXPECT_EQ(result.exit_code, 2) << result.output;

@@ -6,7 +6,7 @@ deploy/prometheus/prometheus.yml. Checks through the query API that ranks 0-3 ap
 node, and that the shares sum to the global batch. Needs root; not part of CTest (it takes a
 minute on two cores), run by hand:
 
-    sudo python3 tests/observe/multinode_metrics.py --chorus build/tools/chorus/chorus
+    sudo python3 tests/observe/multinode_metrics.py --chorus build/chorus
 """
 import argparse
 import json
