@@ -11,15 +11,17 @@ namespace {
 
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                    "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-constexpr int kLeft = 64, kRight = 12, kTop = 28, kBottom = 44;
+constexpr int kLeft = 76, kRight = 12, kTop = 28, kBottom = 44;
 
 std::string number(double value) {
   char text[32];
   const double magnitude = std::fabs(value);
-  if (magnitude >= 1000 || (magnitude > 0 && magnitude < 0.01))
+  if (magnitude >= 1e7 || (magnitude > 0 && magnitude < 0.01))
     std::snprintf(text, sizeof text, "%.3g", value);
+  else if (magnitude >= 100 || std::floor(value) == value)
+    std::snprintf(text, sizeof text, "%.0f", value);
   else
-    std::snprintf(text, sizeof text, "%.*f", magnitude >= 100 ? 0 : 2, value);
+    std::snprintf(text, sizeof text, "%.2f", value);
   return text;
 }
 
@@ -89,7 +91,7 @@ std::string svgLinePlot(const std::vector<PlotSeries>& series, const PlotOptions
       << kTop + ph << "\" stroke=\"#888\"/><line x1=\"" << kLeft << "\" x2=\"" << w - kRight
       << "\" y1=\"" << kTop + ph << "\" y2=\"" << kTop + ph << "\" stroke=\"#888\"/>\n<text x=\""
       << kLeft + pw / 2 << "\" y=\"" << h - 18 << "\" text-anchor=\"middle\">"
-      << escapeXml(options.x_label) << "</text>\n<text transform=\"translate(12," << kTop + ph / 2
+      << escapeXml(options.x_label) << "</text>\n<text transform=\"translate(11," << kTop + ph / 2
       << ") rotate(-90)\" text-anchor=\"middle\">" << escapeXml(options.y_label) << "</text>\n";
   double legend_x = kLeft;
   for (size_t s = 0; s < series.size(); ++s) {
