@@ -61,7 +61,9 @@ struct NodeMetrics::Families {
         comm_seconds(counter(r, "chorus_collective_seconds_total",
                              "Time from each collective call until its wait() returned")),
         last_report(gauge(r, "chorus_rank_last_report_timestamp_seconds",
-                          "When the rank last reported to its agent (Unix time)")) {}
+                          "When the rank last reported to its agent (Unix time)")),
+        dropped(counter(r, "chorus_metrics_reports_dropped_total",
+                        "Reports of the rank its agent's queue could not take (metrics only)")) {}
 
   static Family<Gauge>& gauge(prometheus::Registry& r, const char* name, const char* help) {
     return BuildGauge().Name(name).Help(help).Register(r);
@@ -96,6 +98,7 @@ struct NodeMetrics::Families {
   Family<Counter>& comm_ops;
   Family<Counter>& comm_seconds;
   Family<Gauge>& last_report;
+  Family<Counter>& dropped;
 };
 
 namespace {
@@ -154,6 +157,8 @@ void NodeMetrics::update(const RankReport& report) {
   if (report.memory_budget > 0)
     f.memory_budget.Add(rank).Set(static_cast<double>(report.memory_budget));
   f.last_report.Add(rank).Set(report.unix_time);
+  f.dropped.Add(rank).Increment(growth(static_cast<double>(report.dropped_reports_total),
+                                       static_cast<double>(previous.dropped_reports_total)));
   for (const auto& [op, totals] : report.ops) {
     Labels labels = rank;
     labels["op"] = op;

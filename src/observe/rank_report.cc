@@ -33,6 +33,7 @@ std::string toJson(const RankReport& report) {
                          {"loss_scale", report.loss_scale},
                          {"skipped_total", report.skipped_steps_total},
                          {"rebalances_total", report.rebalances_total},
+                         {"dropped_total", report.dropped_reports_total},
                          {"memory_used", report.memory_used},
                          {"memory_reserved", report.memory_reserved},
                          {"memory_peak", report.memory_peak},
@@ -65,6 +66,7 @@ RankReport rankReportFromJson(const std::string& text) {
     report.loss_scale = json.at("loss_scale").get<double>();
     report.skipped_steps_total = json.at("skipped_total").get<std::uint64_t>();
     report.rebalances_total = json.at("rebalances_total").get<std::uint64_t>();
+    report.dropped_reports_total = json.value("dropped_total", std::uint64_t{0});
     report.memory_used = json.at("memory_used").get<std::uint64_t>();
     report.memory_reserved = json.at("memory_reserved").get<std::uint64_t>();
     report.memory_peak = json.at("memory_peak").get<std::uint64_t>();

@@ -81,6 +81,7 @@ TEST(NodeMetrics, ExposesConventionalNamesWithRankDeviceAndNodeLabels) {
   EXPECT_EQ(sample(text, "chorus_global_batch_samples", "node=\"3\""), 64);
   EXPECT_EQ(sample(text, "chorus_rank_info", "emulated=\"true\""), 1);
   EXPECT_EQ(sample(text, "chorus_collective_bytes_total", "op=\"all_reduce\""), 100);
+  EXPECT_EQ(sample(text, "chorus_metrics_reports_dropped_total", "rank=\"0\""), 0);
 }
 
 TEST(NodeMetrics, CountersAdvanceByTheGrowthOfRunningTotals) {

@@ -65,6 +65,7 @@ void TrainMetrics::step(const runtime::StepRecord& record) {
   report.loss_scale = at(record.loss_scales, rank);
   report.skipped_steps_total = skipped_;
   report.rebalances_total = rebalances_;
+  report.dropped_reports_total = static_cast<std::uint64_t>(sender_.dropped());
   report.test_accuracy = record.test_accuracy;
   const auto [rss, rss_peak] = residentSet();
   report.memory_reserved = rss;

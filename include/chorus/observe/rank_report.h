@@ -38,7 +38,8 @@ struct RankReport {
   double lr = 0;
   double loss_scale = 0;  // 0: this rank does not scale its loss
   std::uint64_t skipped_steps_total = 0;
-  std::uint64_t rebalances_total = 0;  // steps after which the balancer changed the shares
+  std::uint64_t rebalances_total = 0;       // steps after which the balancer changed the shares
+  std::uint64_t dropped_reports_total = 0;  // earlier reports the channel could not take
   std::optional<double> test_accuracy;
   // Memory of the rank's device in bytes: used by tensors, reserved by the process (on a CPU its
   // resident set), the peak of used, and the budget (0: none).
