@@ -2,7 +2,8 @@
 // --metrics-port (read /proc/self/status for its memory, serialize its RankReport, send it on
 // the node-local socket) and what its agent does with it (parse, update the Prometheus registry
 // and the live page's history), on a real NodeMonitor; plus one scrape of the exposition. Prints
-// microseconds per step and the ratio to a given step time; JSON with --json.
+// microseconds per step and the ratio to a given step time; JSON with --json. And the trace's
+// cost per span (TraceRecorder::span while recording), to multiply by a step's spans.
 //
 //   build/bench/observe_bench [--reports 20000] [--ranks 3] [--step-ms 45] [--json]
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "chorus/observe/metrics_channel.h"
 #include "chorus/observe/node_monitor.h"
 #include "chorus/observe/rank_report.h"
+#include "chorus/observe/trace_recorder.h"
 
 using chorus::observe::RankReport;
 using Clock = std::chrono::steady_clock;
@@ -105,6 +107,17 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 100; ++i) bytes = metrics.exposition().size();
   const double scrape_seconds = secondsSince(start) / 100;
 
+  // The trace: one recorded span (what a traced step pays per forward, backward, bucket, ...).
+  chorus::observe::TraceRecorder trace(0, 0, "rank 0 (cpu)", {0, 1 << 30});
+  trace.setStep(0);
+  constexpr long kSpans = 200000;
+  start = Clock::now();
+  for (long i = 0; i < kSpans; ++i) {
+    const auto begin = Clock::now();
+    trace.span(chorus::observe::Track::kCompute, "backward", "compute", begin, Clock::now());
+  }
+  const double span_us = secondsSince(start) / kSpans * 1e6;
+
   const double worker_us = worker_seconds / reports * 1e6;
   const double agent_us = agent_seconds / reports * 1e6;
   // Per step every rank pays its worker side; the agent handles `ranks` reports per step on the
@@ -119,6 +132,7 @@ int main(int argc, char** argv) {
                                  {"end_to_end_us_per_report", total_seconds / reports * 1e6},
                                  {"scrape_ms", scrape_seconds * 1e3},
                                  {"exposition_bytes", bytes},
+                                 {"trace_us_per_span", span_us},
                                  {"step_ms", step_ms},
                                  {"overhead_of_step", per_step_us / (step_ms * 1e3)}};
   if (json) {
@@ -131,6 +145,7 @@ int main(int argc, char** argv) {
   std::printf("end to end, paced: %.1f us per report, %ld of %ld delivered\n",
               total_seconds / reports * 1e6, monitor.metrics().reports(), reports);
   std::printf("one scrape: %.2f ms for %zu bytes of exposition\n", scrape_seconds * 1e3, bytes);
+  std::printf("trace: %.3f us per recorded span (two clock reads included)\n", span_us);
   std::printf("per step, worker + agent for %d ranks: %.1f us = %.3f%% of a %.0f ms step\n", ranks,
               per_step_us, 100 * per_step_us / (step_ms * 1e3), step_ms);
   return 0;
