@@ -89,6 +89,13 @@ const std::vector<CliRow>& cliRows() {
       {{"CLI-27", chorus::testing::kUsage,
         "--timeout: '0' is not a number of seconds in [0.001, 604800]"},
        "bench comm --timeout 0"},
+      {{"CLI-28", "ConfigError",
+        "--metrics-port 70000: a TCP port is 0 (pick a free one) to 65535"},
+       "train " + kSyntheticJob + " --metrics-port 70000"},
+      {{"CLI-29", "ConfigError", "--trace: cannot write '/nonexistent/dir/trace.json'"},
+       "train " + kSyntheticJob + " --trace /nonexistent/dir/trace.json"},
+      {{"CLI-30", "ConfigError", "chorus report: cannot read /nonexistent/run.jsonl"},
+       "report /nonexistent/run.jsonl"},
   };
   return rows;
 }

@@ -43,5 +43,6 @@ void addTrainCommand(CLI::App& app, Action& action);
 void addPlanCommand(CLI::App& app, Action& action);
 void addSimulateCommand(CLI::App& app, Action& action);
 void addBenchCommand(CLI::App& app, Action& action);
+void addReportCommand(CLI::App& app, Action& action);
 
 }  // namespace chorus::cli

@@ -67,6 +67,7 @@ int runCli(int argc, char** argv) {
   addPlanCommand(app, action);
   addSimulateCommand(app, action);
   addBenchCommand(app, action);
+  addReportCommand(app, action);
   rejectUnknownSubcommand(app, argc, argv);
   try {
     app.parse(argc, argv);

@@ -30,6 +30,7 @@
 #include "chorus/runtime/pipeline_trainer.h"
 #include "chorus/runtime/trainer.h"
 #include "commands.h"
+#include "train_metrics.h"
 #include "train_report.h"
 
 namespace chorus::cli {
@@ -43,6 +44,10 @@ struct TrainArgs {
   // A timeline of the steps in trace_steps (A:B), Chrome trace-event JSON (observe layer).
   std::string trace;
   std::string trace_steps = "0:20";
+  // Prometheus metrics and the live page on this port (-1: off; 0: a free one), served by the
+  // node's agent; workers report to it on a node-local socket (observe layer).
+  int metrics_port = -1;
+  std::string metrics_socket;  // a worker's: where its agent receives
   std::string resume;
   // A plan file (`chorus plan --out`) to run as it is.
   std::string plan;
@@ -222,6 +227,9 @@ int runFrontEnd(const TrainArgs& args) {
   const SettledJob settled = settleJob(args);
   const runtime::JobConfig& job = settled.job;
   checkTraceRequest(args, settled);
+  // Listening now: a busy or privileged port is refused before anything else starts.
+  std::unique_ptr<observe::NodeMonitor> monitor;
+  if (args.metrics_port >= 0) monitor = startTrainMonitor(args.metrics_port, args.node_rank);
   // Rank 0 writes the log once the workers run; a path it cannot write is better refused now
   // than as a worker's failure after the job started.
   if (!args.log_json.empty() && !std::ofstream(args.log_json, std::ios::trunc))
@@ -257,6 +265,8 @@ int runFrontEnd(const TrainArgs& args) {
     std::cout << "chorus train: resuming from " << dir << std::endl;
     agent.command.insert(agent.command.end(), {"--resume", dir});
   }
+  if (monitor)
+    agent.command.insert(agent.command.end(), {"--metrics-socket", monitor->socketPath()});
   const int code = runtime::runAgent(agent);
   if (!args.trace.empty()) mergeTrace(args.trace);
   return code;
@@ -271,7 +281,13 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
   if (!args.resume.empty()) trainer.resume(args.resume);
   TrainReport report(job, package.plan, worker->rank() == 0, args.log_json);
   runtime::TrainerHooks hooks;
-  hooks.on_step = [&](const runtime::StepRecord& record) { report.step(record); };
+  std::unique_ptr<TrainMetrics> metrics;
+  if (!args.metrics_socket.empty())
+    metrics = std::make_unique<TrainMetrics>(args.metrics_socket, worker, job.train.global_batch);
+  hooks.on_step = [&](const runtime::StepRecord& record) {
+    report.step(record);
+    if (metrics) metrics->step(record);
+  };
   hooks.stop_requested = [] { return g_stop_requested != 0; };
   std::unique_ptr<observe::TraceRecorder> trace;
   if (!args.trace.empty()) {
@@ -321,6 +337,11 @@ void addTrainCommand(CLI::App& app, Action& action) {
                     "JSON: Perfetto, chrome://tracing), one track per rank");
   train->add_option("--trace-steps", args->trace_steps,
                     "Steps A to B-1 that --trace records, as A:B (default 0:20)");
+  train->add_option("--metrics-port", args->metrics_port,
+                    "Serve Prometheus metrics (/metrics) and a live page (/) on this port while "
+                    "the job runs, one per node; 0 picks a free port (logged). Default: off");
+  train->add_option("--metrics-socket", args->metrics_socket, "Internal: the agent's socket")
+      ->group("");  // hidden
   train->add_option("--resume", args->resume,
                     "Continue from a checkpoint: 'latest' (in checkpoint.dir), a checkpoint "
                     "directory, or a checkpoint root");

@@ -1,0 +1,76 @@
+// The run report: a log is read step by step (bad lines named), the ideal throughput is the sum
+// of share / compute, and the HTML is self-contained with one line per rank in the per-rank plots.
+#include "chorus/observe/run_report.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "chorus/core/error.h"
+#include "chorus/observe/svg_plot.h"
+
+namespace chorus::observe {
+namespace {
+
+std::string writeLog(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr const char* kLog =
+    R"({"step":1,"loss":2.3,"samples_per_s":100,"step_s":0.48,"lr":0.01,"shares":[16,16,16],"compute_s":[0.1,0.2,0.4],"wait_s":[0.3,0.2,0.0]}
+{"step":2,"loss":2.1,"samples_per_s":150,"step_s":0.32,"lr":0.02,"shares":[28,14,6],"compute_s":[0.2,0.2,0.2],"wait_s":[0.0,0.0,0.0],"rebalance":"shares 28,14,6"}
+{"step":3,"loss":1.9,"samples_per_s":160,"step_s":0.3,"lr":0.02,"shares":[28,14,6],"compute_s":[0.2,0.2,0.2],"wait_s":[0.0,0.0,0.0],"test_accuracy":0.5,"test_loss":1.8}
+)";
+
+TEST(RunReport, ReadsEveryStepOfALog) {
+  const auto steps = readRunLog(writeLog("good.jsonl", kLog));
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[1].rebalance, "shares 28,14,6");
+  EXPECT_DOUBLE_EQ(*steps[2].test_accuracy, 0.5);
+  EXPECT_EQ(steps[0].shares.size(), 3u);
+}
+
+TEST(RunReport, NamesTheBadLineAndRefusesAnEmptyOrMissingLog) {
+  try {
+    readRunLog(writeLog("bad.jsonl", std::string(kLog) + "{\"step\": 4}\n"));
+    FAIL();
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("line 4"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(readRunLog(writeLog("empty.jsonl", "\n")), ConfigError);
+  EXPECT_THROW(readRunLog("/nonexistent/run.jsonl"), ConfigError);
+}
+
+TEST(RunReport, IdealThroughputIsTheSumOfSharesOverComputeTimes) {
+  const auto steps = readRunLog(writeLog("ideal.jsonl", kLog));
+  EXPECT_DOUBLE_EQ(idealSamplesPerSecond(steps[0]), 16 / 0.1 + 16 / 0.2 + 16 / 0.4);
+  EXPECT_DOUBLE_EQ(idealSamplesPerSecond(steps[1]), 48 / 0.2);
+}
+
+TEST(RunReport, HtmlIsSelfContainedWithALinePerRank) {
+  const std::string html = renderRunReport(readRunLog(writeLog("html.jsonl", kLog)), "run.jsonl");
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find(" src="), std::string::npos);
+  const std::regex rank_line("data-series=\"rank (\\d)\" data-points=\"3\"");
+  EXPECT_EQ(std::distance(std::sregex_iterator(html.begin(), html.end(), rank_line),
+                          std::sregex_iterator()),
+            9);  // shares, compute and wait for 3 ranks
+  EXPECT_NE(html.find("data-series=\"test accuracy\" data-points=\"1\""), std::string::npos);
+  EXPECT_NE(html.find("<td id=\"summary-ranks\">3</td>"), std::string::npos);
+}
+
+TEST(SvgPlot, SaysNoDataAndEscapesNames) {
+  EXPECT_NE(svgLinePlot({}, {}).find("no data"), std::string::npos);
+  PlotOptions options;
+  options.title = "a < b";
+  const std::string svg = svgLinePlot({{"x&y", {1, 2}, {3, 4}}}, options);
+  EXPECT_NE(svg.find("a &lt; b"), std::string::npos);
+  EXPECT_NE(svg.find("data-series=\"x&amp;y\" data-points=\"2\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chorus::observe

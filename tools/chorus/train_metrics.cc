@@ -1,0 +1,103 @@
+#include "train_metrics.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "chorus/device/memory_budget.h"
+#include "chorus/device/speed_emulator.h"
+#include "chorus/observe/metrics_server.h"
+#include "chorus/observe/node_monitor.h"
+#include "chorus/observe/rank_report.h"
+
+namespace chorus::cli {
+namespace {
+
+// The process's resident set and its peak (VmRSS, VmHWM), in bytes: a CPU device's memory.
+std::pair<std::uint64_t, std::uint64_t> residentSet() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  std::uint64_t rss = 0, peak = 0;
+  while (std::getline(status, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    std::uint64_t kib = 0;
+    fields >> key >> kib;
+    if (key == "VmRSS:") rss = kib * 1024;
+    if (key == "VmHWM:") peak = kib * 1024;
+  }
+  return {rss, peak};
+}
+
+template <typename T>
+T at(const std::vector<T>& values, int rank) {
+  return rank >= 0 && static_cast<size_t>(rank) < values.size() ? values[rank] : T{};
+}
+
+}  // namespace
+
+TrainMetrics::TrainMetrics(const std::string& socket_path, std::shared_ptr<runtime::Worker> worker,
+                           std::int64_t global_batch)
+    : sender_(socket_path), worker_(std::move(worker)), global_batch_(global_batch) {}
+
+void TrainMetrics::step(const runtime::StepRecord& record) {
+  const int rank = worker_->rank();
+  const auto& identity = worker_->identity();
+  if (record.skipped) ++skipped_;
+  if (!record.rebalance.empty()) ++rebalances_;
+  observe::RankReport report;
+  report.rank = rank;
+  report.node = identity.node_rank;
+  report.device = identity.device.toString();
+  report.emulated = identity.device.emulated();
+  report.step = record.step + 1;
+  report.global_batch = global_batch_;
+  report.share = at(record.shares, rank);
+  report.step_seconds = record.step_seconds;
+  report.samples_per_second = record.samples_per_second;
+  report.compute_seconds = at(record.compute_seconds, rank);
+  report.wait_seconds = at(record.wait_seconds, rank);
+  report.pad_seconds_total = worker_->emulator().totals().padded_seconds;
+  report.loss = record.loss;
+  report.lr = record.lr;
+  report.loss_scale = at(record.loss_scales, rank);
+  report.skipped_steps_total = skipped_;
+  report.rebalances_total = rebalances_;
+  report.dropped_reports_total = static_cast<std::uint64_t>(sender_.dropped());
+  report.test_accuracy = record.test_accuracy;
+  const auto [rss, rss_peak] = residentSet();
+  report.memory_reserved = rss;
+  if (const auto budget = worker_->memoryBudget()) {
+    report.memory_used = budget->bytesInUse();
+    report.memory_peak = budget->peakBytes();
+    report.memory_budget = budget->budget();
+  } else {
+    report.memory_used = rss;
+    report.memory_peak = rss_peak;
+  }
+  if (const auto world = worker_->world()) {
+    report.link = world->cpuTransport();
+    for (const auto& [op, stats] : world->stats())
+      report.ops[op] = {stats.count, stats.bytes, stats.seconds};
+  }
+  report.unix_time = observe::unixNow();
+  sender_.send(observe::toJson(report));
+}
+
+std::unique_ptr<observe::NodeMonitor> startTrainMonitor(int port, int node_rank) {
+  observe::checkMetricsPort(port, static_cast<unsigned>(::geteuid()));
+  observe::NodeMonitorOptions options;
+  options.node = node_rank;
+  options.port = port;
+  auto monitor = std::make_unique<observe::NodeMonitor>(options);
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof host - 1);
+  std::cout << "chorus train: metrics on http://" << host << ":" << monitor->port()
+            << "/metrics, live page on http://" << host << ":" << monitor->port() << "/"
+            << std::endl;
+  return monitor;
+}
+
+}  // namespace chorus::cli
