@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <deque>
+#include <thread>
 
 #include "chorus/comm/tcp_store.h"
 #include "fuzz_support.h"
@@ -56,6 +58,28 @@ void drain(chorus::comm::wire::Socket& socket, chorus::Deadline deadline) {
   }
 }
 
+// Stopping a server takes up to its accept loop's poll period (50 ms), most of an input's time;
+// servers are stopped on threads of their own, at most kStopping at once, so the next input
+// need not wait.
+class Reaper {
+ public:
+  static constexpr std::size_t kStopping = 16;
+  ~Reaper() {
+    while (!stopping_.empty()) joinOldest();
+  }
+  void stop(std::unique_ptr<chorus::comm::TcpStoreServer> server) {
+    if (stopping_.size() >= kStopping) joinOldest();
+    stopping_.emplace_back([server = std::move(server)] { server->stop(); });
+  }
+
+ private:
+  void joinOldest() {
+    stopping_.front().join();
+    stopping_.pop_front();
+  }
+  std::deque<std::thread> stopping_;
+};
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -68,10 +92,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.secret = fz::fuzzSecret();
   options.handshake_timeout = Millis(500);
   options.io_timeout = Millis(500);
-  comm::TcpStoreServer server(options);
+  static Reaper reaper;
+  auto server = std::make_unique<comm::TcpStoreServer>(options);
   fz::guarded([&] {
     comm::wire::Socket socket =
-        comm::wire::Socket::connect("127.0.0.1", server.port(), Deadline::after(Millis(2000)));
+        comm::wire::Socket::connect("127.0.0.1", server->port(), Deadline::after(Millis(2000)));
     const Deadline deadline = Deadline::after(Millis(2000));
     if (input.mode == fz::Mode::kRawHandshake) {
       socket.sendAll(fz::joinedRecords(input), deadline);
@@ -93,6 +118,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       channel->receive(deadline);
     }
   });
-  server.stop();
+  reaper.stop(std::move(server));
   return 0;
 }
