@@ -12,7 +12,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/core/input_file.h"
-#include "toml_checks.h"
+#include "chorus/core/toml_checks.h"
 
 namespace chorus {
 namespace {

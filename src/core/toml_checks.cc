@@ -1,5 +1,5 @@
 // What chorus::Config checks of TOML text around toml++; see toml_checks.h.
-#include "toml_checks.h"
+#include "chorus/core/toml_checks.h"
 
 #include <cstdint>
 

@@ -1,5 +1,6 @@
-// What chorus::Config checks of TOML text around toml++ (private to src/core): the gaps of
-// toml++ 3.3 (Debian 12) that fuzz/config_fuzzer.cc found.
+// What chorus checks of TOML text around toml++: the gaps of toml++ 3.3 (Debian 12) that the
+// fuzz targets found. chorus::Config applies all of them; a reader that calls toml::parse itself
+// (plan/cluster_file.cc) calls requireAsciiOutsideStrings first.
 //
 // Keys.
 // Config keeps every document it read as canonical TOML (Config::toToml, e.g. in checkpoints),
