@@ -6,6 +6,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/plan/cluster_file.h"
+#include "chorus/plan/plan_json.h"
 
 namespace chorus::plan {
 namespace {
@@ -30,6 +31,21 @@ TEST(ClusterFileFuzzRegression, NonAsciiOutsideStringsIsAConfigError) {
   // In strings and comments it is text like any other.
   EXPECT_EQ(clusterError("name = \"caf\xc3\xa9\" # \xc3\xa9\n").find("non-ASCII"),
             std::string::npos);
+}
+
+// fuzz/plan_json_fuzzer.cc: a number too large for a double ("4E400") made nlohmann throw
+// out_of_range (406), which parsePlanJson let escape: only parse_error was translated. Any JSON
+// error is a ConfigError naming the file.
+TEST(PlanJsonFuzzRegression, NumberOverflowIsAConfigError) {
+  for (const char* text : {"4E400", "{\"global_batch\": 1e400, \"replicas\": [], \"ranks\": []}"}) {
+    try {
+      parsePlanJson(text, "plan.json");
+      ADD_FAILURE() << text << " parsed";
+    } catch (const ConfigError& error) {
+      EXPECT_EQ(error.message().rfind("plan.json: malformed JSON (", 0), 0u) << error.message();
+      EXPECT_NE(error.message().find("number overflow"), std::string::npos) << error.message();
+    }
+  }
 }
 
 }  // namespace
