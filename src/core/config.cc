@@ -12,6 +12,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/core/input_file.h"
+#include "chorus/core/toml_checks.h"
 
 namespace chorus {
 namespace {
@@ -201,6 +202,7 @@ Config Config::parseFile(const std::string& path) {
 Config Config::parseString(const std::string& text, const std::string& source) {
   Config config;
   config.impl_->source = source;
+  detail::requireAsciiOutsideStrings(text, source);
   try {
     config.impl_->root = toml::parse(std::string_view(text), std::string_view(source));
   } catch (const toml::parse_error& error) {
@@ -208,6 +210,7 @@ Config Config::parseString(const std::string& text, const std::string& source) {
     CHORUS_THROW(ConfigError, source, ":", where.line, ":", where.column, ": ",
                  error.description());
   }
+  detail::requireWritableKeys(config.impl_->root, source);
   return config;
 }
 
@@ -217,8 +220,14 @@ void Config::set(const std::string& assignment) {
     CHORUS_THROW(ConfigError, "invalid --set '", assignment, "': expected KEY=VALUE");
   const std::string key = trim(assignment.substr(0, equals));
   const std::string text = trim(assignment.substr(equals + 1));
+  if (!detail::isUtf8(assignment))
+    CHORUS_THROW(ConfigError, "invalid --set '", detail::escaped(assignment), "': not UTF-8 text");
   if (key.empty()) CHORUS_THROW(ConfigError, "invalid --set '", assignment, "': empty key");
   const std::vector<std::string> parts = splitKey(key);
+  for (const std::string& part : parts)
+    if (!detail::isWritableKey(part))
+      CHORUS_THROW(ConfigError, "invalid --set '", assignment,
+                   "': ", detail::unwritableKeyMessage(key));
 
   // Read VALUE as exactly one TOML value; anything else (a bare word, a device list, text that
   // would smuggle in a second key) is kept verbatim as a string.
@@ -226,11 +235,15 @@ void Config::set(const std::string& assignment) {
   bool is_value = false;
   try {
     const std::string document = "v = " + text + "\n";
+    detail::requireAsciiOutsideStrings(document, "--set");  // toml++ 3.3: see toml_checks.h
     parsed = toml::parse(std::string_view(document), std::string_view("--set"));
     is_value = parsed.size() == 1 && parsed.get("v") != nullptr;
   } catch (const toml::parse_error&) {
     is_value = false;
+  } catch (const ConfigError&) {
+    is_value = false;  // e.g. a bare word that is not ASCII: kept as text
   }
+  if (is_value) detail::requireWritableKeys(parsed, "--set " + key);
 
   toml::table* table = &impl_->root;
   std::string prefix;

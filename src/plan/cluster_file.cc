@@ -7,6 +7,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/core/input_file.h"
+#include "chorus/core/toml_checks.h"
 #include "chorus/core/units.h"
 
 namespace chorus::plan {
@@ -267,6 +268,7 @@ Cluster parseClusterToml(const std::string& text, const std::string& source) {
   const Reader reader(source);
   toml::table root;
   try {
+    chorus::detail::requireAsciiOutsideStrings(text, source);  // toml++ 3.3: toml_checks.h
     root = toml::parse(text, source);
   } catch (const toml::parse_error& error) {
     reader.fail(error.source(), std::string(error.description()));

@@ -14,6 +14,10 @@ nlohmann::json parseOrThrow(const std::string& text, const std::string& source) 
   } catch (const nlohmann::json::parse_error& error) {
     CHORUS_THROW(ConfigError, source, ":", JsonLines::lineOfOffset(text, error.byte), ": ",
                  "malformed JSON (", error.what(), ")");
+  } catch (const nlohmann::json::exception& error) {
+    // Not only parse_error: a number too large for a double ("1e400") is an out_of_range, which
+    // escaped as a bare nlohmann exception (found by fuzz/plan_json_fuzzer.cc).
+    CHORUS_THROW(ConfigError, source, ": malformed JSON (", error.what(), ")");
   }
 }
 

@@ -54,6 +54,10 @@ void translateRestoreErrors(const std::string& dir, const std::function<void()>&
   } catch (const c10::Error& error) {
     CHORUS_THROW(CheckpointError, "checkpoint '", dir,
                  "' does not fit this model or optimizer: ", error.what_without_backtrace());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    CHORUS_THROW(CheckpointError, "checkpoint '", dir, "' is damaged: ", error.what());
   }
 }
 

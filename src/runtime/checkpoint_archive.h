@@ -31,6 +31,9 @@ std::int64_t resumeSampler(const data::GlobalSampler& sampler, const nlohmann::j
 // model, optimizer or chorus version makes libtorch and nlohmann throw into a CheckpointError
 // naming the checkpoint. Every part of a restore runs inside: a key missing from trainer.json,
 // read after the first checks, once escaped as a bare nlohmann::json::out_of_range.
+// libtorch's archive reader also throws types outside c10::Error for damaged archives (e.g.
+// torch::jit::ErrorReport for a type name it cannot parse, found by
+// fuzz/checkpoint_archive_fuzzer.cc); every std::exception that is not a chorus::Error is one.
 void translateRestoreErrors(const std::string& dir, const std::function<void()>& restore);
 
 }  // namespace chorus::runtime

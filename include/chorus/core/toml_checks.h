@@ -1,0 +1,47 @@
+// What chorus checks of TOML text around toml++: the gaps of toml++ 3.3 (Debian 12) that the
+// fuzz targets found. chorus::Config applies all of them; a reader that calls toml::parse itself
+// (plan/cluster_file.cc) calls requireAsciiOutsideStrings first.
+//
+// Keys.
+// Config keeps every document it read as canonical TOML (Config::toToml, e.g. in checkpoints),
+// written by toml++'s formatter. toml++ 3.3 (Debian 12) writes a key that holds a single quote
+// or a control character without quotes, as text that no TOML reader accepts, so such a key
+// could be read but not kept. chorus's own keys are plain words (letters, digits, '_', '-'), so
+// Config refuses those keys when it reads them, with a ConfigError naming the key and where it
+// is, instead of writing canonical TOML that does not parse (found by fuzz/config_fuzzer.cc).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <toml++/toml.h>
+
+namespace chorus::detail {
+
+// Whether toml++ writes `key` back as a key it reads again.
+bool isWritableKey(std::string_view key);
+
+// Throws ConfigError ("SOURCE:LINE:COL: config key 'K' ...") for the first key in `root`, at any
+// depth (tables, arrays of tables, inline tables in arrays), that is not writable.
+void requireWritableKeys(const toml::table& root, const std::string& source);
+
+// The message for an unwritable key, without the location.
+std::string unwritableKeyMessage(std::string_view key);
+
+// Whether `text` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+// TOML documents must be; toml++ checks them, but `--set` text comes from a command line, and
+// toml++ writes a key or string that is not UTF-8 as other text than it holds (found by
+// fuzz/config_fuzzer.cc: a key "steps\xd9" came back as a second "steps").
+bool isUtf8(std::string_view text);
+
+// `text` with control characters and bytes above 0x7e shown as \xNN, for messages.
+std::string escaped(std::string_view text);
+
+// Non-ASCII outside strings and comments. TOML allows non-ASCII text only in strings and
+// comments; toml++ 3.3 classifies such a character in a bare key or value with a function that
+// reaches __builtin_unreachable() for U+00A1..U+0499 (Latin, Greek, Cyrillic letters): undefined
+// behaviour, not an error. Throws ConfigError ("SOURCE:LINE:COL: ...") for the first non-ASCII
+// byte outside a string or comment, before toml++ sees the text.
+void requireAsciiOutsideStrings(std::string_view text, const std::string& source);
+
+}  // namespace chorus::detail

@@ -1,0 +1,57 @@
+// Inputs that the fuzz targets of fuzz/ found to break the checkpoint reader, each pinned down as
+// the behaviour it must have now (docs/security.md, "Fuzzing": the findings and their fixes).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "../../src/runtime/checkpoint_archive.h"
+#include "chorus/core/error.h"
+#include "chorus_version.h"
+
+namespace chorus::runtime {
+namespace {
+
+std::string seedArchive(const std::string& name) {
+  std::ifstream in(std::string(CHORUS_SOURCE_DIR) + "/fuzz/seeds/checkpoint_archive/" + name,
+                   std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// What the restore of a rank's state does with an archive (trainer_checkpoint.cc).
+void restoreRankStateFrom(const std::string& bytes) {
+  translateRestoreErrors("ckpt", [&] {
+    torch::serialize::InputArchive archive = archiveOf(bytes);
+    at::Tensor rng;
+    archive.read("rng_cpu", rng);
+  });
+}
+
+TEST(CheckpointFuzzRegression, SeedArchiveReads) {
+  const std::string bytes = seedArchive("rank_state");
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_NO_THROW(restoreRankStateFrom(bytes));
+}
+
+// fuzz/checkpoint_archive_fuzzer.cc: one byte changed in an archive's pickle, naming the unknown
+// global torch._utils._rebuild_tensor_v3, made libtorch throw torch::jit::ErrorReport, which is
+// no c10::Error: it escaped translateRestoreErrors and ended the process (std::terminate in the
+// fuzzer; an unexpected exception in `chorus train --resume`). It is a CheckpointError now.
+TEST(CheckpointFuzzRegression, ArchiveWithAnUnknownPickleGlobalIsACheckpointError) {
+  std::string bytes = seedArchive("rank_state");
+  const std::string known = "_rebuild_tensor_v2";
+  const std::size_t at = bytes.find(known);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + known.size() - 1] = '3';
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_EQ(error.message().rfind("checkpoint 'ckpt' is damaged: ", 0), 0u) << error.message();
+    EXPECT_NE(error.message().find("_rebuild_tensor_v3"), std::string::npos) << error.message();
+  }
+}
+
+}  // namespace
+}  // namespace chorus::runtime
