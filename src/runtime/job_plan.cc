@@ -86,12 +86,7 @@ void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<Devi
   parallel::CutRequest request;
   request.profile = layerProfile(job);
   request.options = options;
-  request.devices.assign(layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
-  for (int rank = 0; rank < layout.worldSize(); ++rank) {
-    const parallel::StagePosition where = layout.positionOf(rank);
-    request.devices[where.replica][where.stage] = {devices[rank].speed,
-                                                   devices[rank].memory_budget.value_or(0)};
-  }
+  request.devices = stageDevices(layout, devices);
   const std::vector<int> cuts = parallel::stageCuts(request);
   const std::vector<std::int64_t> shares =
       pipelineReplicaShares(options, request.profile, cuts, request.devices);

@@ -19,17 +19,12 @@
 namespace chorus::runtime {
 namespace {
 
-// Every rank's device (speed, memory budget) as the plan names it, [replica][stage]: an executed
-// plan's device types are device specs (job_plan.h).
-std::vector<std::vector<parallel::StageDevice>> stageDevices(
-    const plan::Plan& plan, const parallel::PipelineLayout& layout) {
-  std::vector<std::vector<parallel::StageDevice>> devices(
-      layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
-  for (int rank = 0; rank < layout.worldSize(); ++rank) {
-    const parallel::StagePosition where = layout.positionOf(rank);
-    const DeviceSpec spec = parseDeviceSpec(plan.ranks.at(rank).device_type);
-    devices[where.replica][where.stage] = {spec.speed, spec.memory_budget.value_or(0)};
-  }
+// Every rank's device as the plan names it: an executed plan's device types are device specs
+// (job_plan.h).
+std::vector<DeviceSpec> planDevices(const plan::Plan& plan) {
+  std::vector<DeviceSpec> devices;
+  for (const plan::RankPlan& rank : plan.ranks)
+    devices.push_back(parseDeviceSpec(rank.device_type));
   return devices;
 }
 
@@ -144,7 +139,8 @@ PipelineTrainer::PipelineTrainer(JobConfig job, plan::Plan plan, std::shared_ptr
     s.options.replica_shares.push_back(replica.share);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, s.model->profile(), s.cuts, stageDevices(plan, layout)));
+      pipelineShareCaps(s.options, s.model->profile(), s.cuts,
+                        stageDevices(layout, planDevices(plan))));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;
   resources.world = s.worker->world();

@@ -26,6 +26,20 @@ void raiseToMicroBatches(std::vector<std::int64_t>& shares, std::int64_t micro_b
 
 }  // namespace
 
+std::vector<std::vector<parallel::StageDevice>> stageDevices(
+    const parallel::PipelineLayout& layout, const std::vector<DeviceSpec>& devices) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(devices.size()) == layout.worldSize(),
+                      "pipeline: ", devices.size(), " devices for ", layout.worldSize(), " ranks");
+  std::vector<std::vector<parallel::StageDevice>> grid(
+      layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
+  for (int rank = 0; rank < layout.worldSize(); ++rank) {
+    const parallel::StagePosition where = layout.positionOf(rank);
+    grid[where.replica][where.stage] = {devices[rank].speed,
+                                        devices[rank].memory_budget.value_or(0)};
+  }
+  return grid;
+}
+
 parallel::PipelineOptions pipelineOptions(const JobConfig& job) {
   const ParallelSection& section = job.parallel;
   parallel::PipelineOptions options;
@@ -121,12 +135,7 @@ void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& de
   parallel::CutRequest request;
   request.profile = model->profile();
   request.options = options;
-  request.devices.assign(layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
-  for (int rank = 0; rank < layout.worldSize(); ++rank) {
-    const parallel::StagePosition where = layout.positionOf(rank);
-    request.devices[where.replica][where.stage] = {devices[rank].speed,
-                                                   devices[rank].memory_budget.value_or(0)};
-  }
+  request.devices = stageDevices(layout, devices);
   try {
     parallel::stageCuts(request);
   } catch (const ConfigError& error) {

@@ -33,6 +33,12 @@ namespace chorus::runtime {
 // Throws ConfigError on a bad schedule or checkpointing name.
 parallel::PipelineOptions pipelineOptions(const JobConfig& job);
 
+// The devices of a pipeline job's ranks (rank = replica · S + stage) as the cut sees them,
+// [replica][stage]: speed and memory budget (0: none). Throws ConfigError on a count that does not
+// fit the layout.
+std::vector<std::vector<parallel::StageDevice>> stageDevices(
+    const parallel::PipelineLayout& layout, const std::vector<DeviceSpec>& devices);
+
 // Each replica's share of the global batch: proportional to 1 / max over its stages of (the
 // stage's work per sample under `cuts`) / (its device's speed), each at least micro_batches.
 // `devices[replica][stage]`. Pure; every rank computes the same.
