@@ -27,6 +27,9 @@ std::string describeKeys(const std::vector<std::string>& keys) {
 
 Deadline deadlineFor(std::chrono::milliseconds timeout) {
   if (timeout >= kForever) return Deadline::never();
+  // Already expired. Not Deadline::after(timeout): a large negative timeout (one a store client
+  // may send) overflows the clock's nanoseconds, undefined behaviour (fuzz/store_server_fuzzer.cc).
+  if (timeout <= std::chrono::milliseconds::zero()) return Deadline::after(Millis::zero());
   return Deadline::after(timeout);
 }
 

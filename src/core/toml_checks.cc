@@ -105,6 +105,14 @@ void requireAsciiOutsideStrings(std::string_view text, const std::string& source
   enum class State { kPlain, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
   State state = State::kPlain;
   std::size_t line = 1, column = 1;
+  // The last character outside strings on this line, other than a space or tab ('\n' at the
+  // start of a line). A quote opens a string only where TOML allows one (a key, a value, an array
+  // or inline-table element): elsewhere, e.g. inside a bare word (`0.0adamw"x`), toml++ reads it
+  // as part of the word and classifies what follows it (found by fuzz/config_fuzzer.cc).
+  char last = '\n';
+  auto opensString = [&] {
+    return std::string_view("\n=[{,.").find(last) != std::string_view::npos;
+  };
   auto at = [&](std::size_t i, std::string_view token) {
     return text.substr(i, token.size()) == token;
   };
@@ -116,6 +124,7 @@ void requireAsciiOutsideStrings(std::string_view text, const std::string& source
       // Comments end with their line, and so do single-line strings (in any valid document).
       if (state == State::kComment || state == State::kBasic || state == State::kLiteral)
         state = State::kPlain;
+      if (state == State::kPlain) last = '\n';
       continue;
     }
     switch (state) {
@@ -126,17 +135,13 @@ void requireAsciiOutsideStrings(std::string_view text, const std::string& source
                        "than strings are ASCII; quote it)");
         if (c == '#') {
           state = State::kComment;
-        } else if (at(i, "\"\"\"")) {
-          state = State::kMultiBasic;
-          i += 2;
-        } else if (at(i, "'''")) {
-          state = State::kMultiLiteral;
-          i += 2;
-        } else if (c == '"') {
-          state = State::kBasic;
-        } else if (c == '\'') {
-          state = State::kLiteral;
+        } else if ((c == '"' || c == '\'') && opensString()) {
+          const bool multi = at(i, c == '"' ? "\"\"\"" : "'''");
+          state = c == '"' ? (multi ? State::kMultiBasic : State::kBasic)
+                           : (multi ? State::kMultiLiteral : State::kLiteral);
+          if (multi) i += 2;
         }
+        if (c != ' ' && c != '\t') last = c;
         break;
       case State::kBasic:
       case State::kMultiBasic:
@@ -146,21 +151,27 @@ void requireAsciiOutsideStrings(std::string_view text, const std::string& source
           if (i + 1 < text.size() && text[i + 1] != '\n') ++i;
         } else if (state == State::kBasic && c == '"') {
           state = State::kPlain;
+          last = c;
         } else if (state == State::kMultiBasic && at(i, "\"\"\"")) {
           // Up to two quotes may end the content right before the closing delimiter.
           while (i + 3 < text.size() && text[i + 3] == '"' && at(i + 1, "\"\"\"")) ++i;
           i += 2;
           state = State::kPlain;
+          last = '"';
         }
         break;
       case State::kLiteral:
-        if (c == '\'') state = State::kPlain;
+        if (c == '\'') {
+          state = State::kPlain;
+          last = c;
+        }
         break;
       case State::kMultiLiteral:
         if (at(i, "'''")) {
           while (i + 3 < text.size() && text[i + 3] == '\'' && at(i + 1, "'''")) ++i;
           i += 2;
           state = State::kPlain;
+          last = '\'';
         }
         break;
       case State::kComment:

@@ -91,6 +91,21 @@ TEST(ConfigFuzzRegression, NonAsciiSetValueIsKeptAsText) {
   EXPECT_EQ(config.getString("data.list", ""), "[1, \xc3\xa9]");
 }
 
+// fuzz/config_fuzzer.cc (UBSan, second finding): in `--set "lr = 0.0adamw\"...\xc8\xa8"` the quote
+// sits inside a bare word, where toml++ does not open a string but reads on, and reached the
+// same unreachable point at U+0228. A quote opens a string only where TOML allows one.
+TEST(ConfigFuzzRegression, QuoteInsideABareWordOpensNoString) {
+  EXPECT_NE(configError("x = 0.0adamw\"\xc8\xa8\"\n").find("non-ASCII text outside"),
+            std::string::npos);
+  Config config;
+  config.set("optimizer.lr = 0.0adamw\"``\xc8\xa8");
+  EXPECT_EQ(config.getString("optimizer.lr", ""), "0.0adamw\"``\xc8\xa8");
+  // Where a string may start, it still does: keys, values, arrays, inline tables, dotted keys.
+  const Config ok = Config::parseString(
+      "\"k\xc3\xa9\" = [\"\xc3\xa9\", '\xc3\xa9']\nt = { a = \"\xc3\xa9\" }\nd.\"\xc3\xa9\" = 1\n");
+  EXPECT_EQ(ok.getStrings("k\xc3\xa9", {}).at(1), "\xc3\xa9");
+}
+
 // Keys toml++ does write back stay accepted, and their canonical TOML reads again.
 TEST(ConfigFuzzRegression, OtherQuotedKeysStillRoundTrip) {
   const Config config = Config::parseString("\"a b\" = 1\n\"c\\\"d\" = 2\n\"\u00e9\" = 3\n");
