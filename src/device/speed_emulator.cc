@@ -1,7 +1,6 @@
 #include "chorus/device/speed_emulator.h"
 
 #include <algorithm>
-#include <cmath>
 #include <exception>
 
 #include "chorus/core/error.h"

@@ -23,13 +23,11 @@ std::string joined(const std::vector<T>& items, const char* separator) {
   return text.str();
 }
 
-int layerCount(const JobConfig& job) {
-  return static_cast<int>(model::makeModel(trainedModelConfig(job), job.seed)->profile().size());
-}
-
 std::vector<model::LayerProfile> layerProfile(const JobConfig& job) {
   return model::makeModel(trainedModelConfig(job), job.seed)->profile();
 }
+
+int layerCount(const JobConfig& job) { return static_cast<int>(layerProfile(job).size()); }
 
 std::vector<plan::RankPlan> rankPlans(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                                       const std::vector<std::string>& nodes) {

@@ -97,6 +97,8 @@ struct SettledJob {
   // The plan when the front end settled it (a plan file, or the planner's); else node 0 builds it
   // from the job's keys on every node's devices (runtime::planOfJob).
   std::optional<plan::Plan> plan;
+
+  bool pipeline() const { return plan ? plan->stageCount() > 1 : job.parallel.pipeline_stages > 1; }
 };
 
 // plan = "auto": measures the job's devices, plans, prints the choice in one line and applies its
@@ -155,14 +157,13 @@ SettledJob settleJob(const TrainArgs& args) {
     applyPlanFile(args, config, settled);
   else if (settled.job.plan == "auto")
     applyAutoPlan(args, config, settled);
-  const bool pipeline =
-      settled.plan ? settled.plan->stageCount() > 1 : settled.job.parallel.pipeline_stages > 1;
-  if (pipeline && !settled.plan) {
+  if (settled.pipeline() && !settled.plan) {
     runtime::validatePipelineJob(settled.job, settled.devices);
   } else {
-    // A pipeline's budgets bound its stages, which checkPlanForJob checked.
+    // A pipeline's budgets bound its stages, not the whole model: the planner's cut was checked
+    // against them (planOfJob), a plan file's cut is run as it is.
     std::vector<DeviceSpec> devices = settled.devices;
-    if (pipeline)
+    if (settled.pipeline())
       for (auto& device : devices) device.memory_budget.reset();
     runtime::validateJobOnDevices(settled.job, devices);
   }
@@ -170,14 +171,14 @@ SettledJob settleJob(const TrainArgs& args) {
 }
 
 // Node 0, once every node joined: the plan on all the job's devices, logged and packed for the
-// workers.
+// workers. A settled plan was checked against the job when it was settled (one node: the same
+// devices); one built here fits by construction.
 std::string prepareJob(const SettledJob& settled, const std::vector<DeviceSpec>& devices,
                        const std::vector<int>& node_of_rank) {
   std::vector<std::string> nodes;
   for (const int node : node_of_rank) nodes.push_back("node" + std::to_string(node));
   const plan::Plan plan =
       settled.plan ? *settled.plan : runtime::planOfJob(settled.job, devices, nodes);
-  runtime::checkPlanForJob(plan, settled.job, devices);
   std::cout << "chorus train: plan: " << runtime::describePlan(plan) << std::endl;
   return runtime::encodeJobPackage(settled.job, plan);
 }
@@ -203,9 +204,7 @@ std::vector<std::string> traceParts(const std::string& trace) {
 void checkTraceRequest(const TrainArgs& args, const SettledJob& settled) {
   if (args.trace.empty()) return;
   observe::parseTraceSteps(args.trace_steps);
-  const bool pipeline =
-      settled.plan ? settled.plan->stageCount() > 1 : settled.job.parallel.pipeline_stages > 1;
-  CHORUS_CHECK_CONFIG(!pipeline,
+  CHORUS_CHECK_CONFIG(!settled.pipeline(),
                       "--trace records data-parallel training only; pipelines "
                       "(parallel.pipeline_stages > 1) are not traced yet");
   observe::checkTraceWritable(args.trace);
