@@ -80,7 +80,7 @@ constexpr const char* kGlibcTunables = "GLIBC_TUNABLES";
 
 // The malloc settings workers get: none when the user set GLIBC_TUNABLES (workers inherit it).
 std::string workerMallocTunables(const AgentOptions& options) {
-  if (options.malloc_tunables.empty() || readEnvironment().count(kGlibcTunables) > 0) return "";
+  if (options.malloc_tunables.empty() || processEnvironment().count(kGlibcTunables) > 0) return "";
   return options.malloc_tunables;
 }
 

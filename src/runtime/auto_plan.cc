@@ -6,11 +6,12 @@
 #include <cstdio>
 #include <sstream>
 
-#include "auto_plan.h"
 #include "chorus/core/error.h"
 #include "chorus/plan/cluster_file.h"
 #include "chorus/plan/planner.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/auto_plan.h"
+#include "chorus/runtime/pipeline_job.h"
+#include "trained_model.h"
 
 namespace chorus::runtime {
 namespace {

@@ -3,12 +3,13 @@
 #include <map>
 #include <utility>
 
-#include "auto_plan.h"
 #include "chorus/core/error.h"
 #include "chorus/data/text_corpus.h"
 #include "chorus/device/discovery.h"
 #include "chorus/device/microbench.h"
 #include "chorus/model/zoo_model.h"
+#include "chorus/runtime/auto_plan.h"
+#include "trained_model.h"
 
 namespace chorus::runtime {
 namespace {

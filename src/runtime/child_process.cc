@@ -15,8 +15,6 @@
 
 #include "chorus/core/error.h"
 
-extern char** environ;
-
 namespace chorus::runtime {
 
 // What a child exits with when it cannot exec (as a shell would); the errno travels on the status
@@ -28,17 +26,6 @@ std::vector<char*> cStrings(const std::vector<std::string>& strings) {
   for (const std::string& s : strings) pointers.push_back(const_cast<char*>(s.c_str()));
   pointers.push_back(nullptr);
   return pointers;
-}
-
-// The one read of the agent's environment (STYLE: parse once, pass explicitly).
-std::map<std::string, std::string> readEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const char* equals = ::strchr(*entry, '=');
-    const char* name = *entry;
-    if (equals != nullptr) env.emplace(std::string(name, equals), std::string(equals + 1));
-  }
-  return env;
 }
 
 // Finds `name` like execvp() would, but in the PATH the worker will have, not the agent's.

@@ -29,8 +29,6 @@ struct ChildSetup {
 
 // NUL-terminated pointers into `strings` (which must outlive them), for execve().
 std::vector<char*> cStrings(const std::vector<std::string>& strings);
-// The one read of the agent's environment (STYLE: parse once, pass explicitly).
-std::map<std::string, std::string> readEnvironment();
 // Finds `name` like execvp() would, but in the PATH the worker will have, not the agent's.
 std::string resolveProgram(const std::string& name, const std::map<std::string, std::string>& env,
                            int rank);

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <sstream>
 
-#include "auto_plan.h"
 #include "balancer_settings.h"
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
 #include "chorus/parallel/pipeline_layout.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 #include "chorus/runtime/worker.h"
+#include "trained_model.h"
 
 namespace chorus::runtime {
 namespace {

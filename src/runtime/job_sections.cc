@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/runtime/auto_plan.h"
 
 namespace chorus::runtime {
 namespace {

@@ -3,12 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "auto_plan.h"
 #include "checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
+#include "trained_model.h"
 #include "trainer_state.h"
 
 namespace chorus::runtime {

@@ -118,7 +118,7 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches) {
       CHORUS_THROW(LaunchError, "cannot create log directory '", options_.log_dir,
                    "': ", error.message());
   }
-  const Environment base_env = readEnvironment();
+  const Environment base_env = processEnvironment();
   try {
     for (const WorkerLaunch& launch : launches) workers_.push_back(spawn(launch, base_env));
   } catch (...) {

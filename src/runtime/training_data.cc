@@ -54,23 +54,27 @@ TrainingData makeTrainingData(const JobConfig& job, model::ModelConfig& model) {
   return data;
 }
 
-TrainingStart startTraining(JobConfig& job, Worker& worker) {
-  TrainingStart start;
-  start.data = makeTrainingData(job, job.model);
+std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Worker> worker) {
+  auto context = std::make_unique<TrainingContext>();
+  TrainingContext& start = *context;
+  start.job = std::move(job);
+  start.worker = std::move(worker);
+  start.data = makeTrainingData(start.job, start.job.model);
   data::SamplerOptions sampling;
   sampling.dataset_size = start.data.train->size();
-  sampling.global_batch = job.train.global_batch;
-  sampling.seed = job.seed;
+  sampling.global_batch = start.job.train.global_batch;
+  sampling.seed = start.job.seed;
   start.sampler = std::make_unique<data::GlobalSampler>(sampling);
-  start.model = model::makeModel(job.model, job.seed);
-  start.model->to(worker.device());
+  start.model = model::makeModel(start.job.model, start.job.seed);
+  start.model->to(start.worker->device());
   // Dropout draws its masks from libtorch's default generators: seeded from the job and the rank,
   // a job draws the same masks every time it runs (and the recompute of activation checkpointing
   // can replay them); without this they depended on what ran in the process before.
-  at::manual_seed(job.seed * 1000003ULL + static_cast<std::uint64_t>(worker.rank()));
+  at::manual_seed(start.job.seed * 1000003ULL + static_cast<std::uint64_t>(start.worker->rank()));
   torch::NoGradGuard no_grad;
-  for (auto& parameter : start.model->parameters()) worker.world()->broadcast(parameter, 0).wait();
-  return start;
+  for (auto& parameter : start.model->parameters())
+    start.worker->world()->broadcast(parameter, 0).wait();
+  return context;
 }
 
 }  // namespace chorus::runtime

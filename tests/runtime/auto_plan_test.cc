@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "chorus/core/error.h"
+#include "chorus/runtime/auto_plan.h"
 #include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 
 namespace chorus::runtime {
 namespace {

@@ -6,7 +6,7 @@
 #include "bad_input_table.h"
 #include "chorus/core/config.h"
 #include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 
 namespace chorus::runtime {
 namespace {

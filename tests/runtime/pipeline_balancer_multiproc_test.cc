@@ -12,7 +12,7 @@
 namespace chorus::runtime {
 namespace {
 
-using testing::runPipelineTrainers;
+using testing::runTrainers;
 
 // A GPT of 6 layers, big enough that a micro-batch's compute outweighs a transfer's latency.
 constexpr const char* kJob = R"(
@@ -56,7 +56,7 @@ std::string describe(const std::vector<std::vector<std::int64_t>>& shares) {
 
 TEST(PipelineBalancerMultiproc, TheFasterReplicaGetsTheLargerShareFromMeasuredTimes) {
   std::vector<std::vector<std::int64_t>> shares;  // per step, per rank (rank 0's records)
-  const auto errors = runPipelineTrainers(kJob, {}, 4, [&](PipelineTrainer& trainer, int rank) {
+  const auto errors = runTrainers(kJob, {}, 4, [&](Trainer& trainer, int rank) {
     TrainerHooks hooks;
     const double speed = rank / 2 == 0 ? kFast : kSlow;  // ranks 2r, 2r + 1 run replica r
     hooks.speed_at = [speed](std::int64_t) { return speed; };

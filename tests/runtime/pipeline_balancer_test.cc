@@ -14,7 +14,7 @@ namespace chorus::runtime {
 namespace {
 
 using testing::bitwiseEqual;
-using testing::runPipelineTrainers;
+using testing::runTrainers;
 using testing::stageParametersOf;
 
 // A small GPT (4 layers) on synthetic tokens: 2 replicas x 2 stages, B = 32, 4 micro-batches.
@@ -72,18 +72,17 @@ Outcome train(std::int64_t steps, const std::vector<std::string>& extra,
   Outcome run;
   std::vector<std::vector<at::Tensor>> per_rank(kWorld);
   std::vector<std::vector<std::vector<std::int64_t>>> shares(kWorld);
-  const auto errors =
-      runPipelineTrainers(kJob, settings, kWorld, [&](PipelineTrainer& trainer, int rank) {
-        if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
-        const TrainerHooks hooks = skewedTimes(rank);
-        while (trainer.nextStep() < steps) {
-          const StepRecord record = trainer.step(hooks);
-          shares[rank].push_back(record.shares);
-          if (rank == 0 && !record.rebalance.empty()) run.rebalances.push_back(record.rebalance);
-        }
-        if (!dir.empty()) trainer.checkpoint();
-        per_rank[rank] = stageParametersOf(trainer);
-      });
+  const auto errors = runTrainers(kJob, settings, kWorld, [&](Trainer& trainer, int rank) {
+    if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
+    const TrainerHooks hooks = skewedTimes(rank);
+    while (trainer.nextStep() < steps) {
+      const StepRecord record = trainer.step(hooks);
+      shares[rank].push_back(record.shares);
+      if (rank == 0 && !record.rebalance.empty()) run.rebalances.push_back(record.rebalance);
+    }
+    if (!dir.empty()) trainer.checkpoint();
+    per_rank[rank] = stageParametersOf(trainer);
+  });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   for (int rank = 1; rank < kWorld; ++rank) EXPECT_EQ(shares[rank], shares[0]) << "rank " << rank;
   run.shares = shares[0];
@@ -131,8 +130,8 @@ TEST(PipelineBalancer, AReplicaNeverGoesBelowItsMicroBatches) {
   // keeps one sample for each of its 8 micro-batches.
   std::vector<std::vector<std::int64_t>> shares;
   std::mutex mutex;
-  const auto errors = runPipelineTrainers(
-      kJob, {"parallel.micro_batches=8"}, kWorld, [&](PipelineTrainer& trainer, int rank) {
+  const auto errors =
+      runTrainers(kJob, {"parallel.micro_batches=8"}, kWorld, [&](Trainer& trainer, int rank) {
         TrainerHooks hooks;
         const double per_sample = rank / 2 == 0 ? 1e-3 : 5e-2;
         hooks.balancer_seconds = [per_sample](std::int64_t, std::int64_t samples) {
@@ -140,7 +139,7 @@ TEST(PipelineBalancer, AReplicaNeverGoesBelowItsMicroBatches) {
         };
         for (int step = 0; step < 12; ++step) trainer.step(hooks);
         std::lock_guard<std::mutex> lock(mutex);
-        shares.push_back(trainer.replicaShares());
+        shares.push_back(trainer.shares());
       });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   for (const auto& replicas : shares) {

@@ -4,7 +4,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 #include "chorus_version.h"
 
 namespace chorus::runtime {

@@ -1,6 +1,6 @@
-// The PipelineTrainer against the data-parallel Trainer on one rank (invariant 1), its evaluation
-// through the pipeline, and bitwise exact resume from its checkpoints. Ranks run as threads over
-// one in-memory store.
+// A pipeline plan run by the Trainer against a data-parallel plan on one rank (invariant 1), its
+// evaluation through the pipeline, and bitwise exact resume from its checkpoints. Ranks run as
+// threads over one in-memory store.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,7 +16,6 @@ namespace {
 using testing::bitwiseEqual;
 using testing::maxRelativeDifference;
 using testing::parametersOf;
-using testing::runPipelineTrainers;
 using testing::runTrainers;
 using testing::stageParametersOf;
 
@@ -84,19 +83,18 @@ Trained trainPipeline(int stages, int replicas, const std::vector<std::string>& 
       "parallel.replicas=" + std::to_string(replicas),
       "devices=" + std::string(world == 2 ? "cpu,cpu" : "cpu,cpu,cpu,cpu")};
   settings.insert(settings.end(), extra.begin(), extra.end());
-  const auto errors =
-      runPipelineTrainers(kGptJob, settings, world, [&](PipelineTrainer& trainer, int rank) {
-        const TrainerHooks hooks = hooks_of ? hooks_of(rank) : TrainerHooks{};
-        for (std::int64_t step = 0; step < kSteps; ++step) {
-          const StepRecord record = trainer.step(hooks);
-          if (rank == 0 && shares) shares->push_back(record.shares);
-          losses[rank].push_back(record.loss);
-          EXPECT_EQ(record.shares.size(), static_cast<size_t>(world));
-          EXPECT_EQ(record.compute_seconds.size(), static_cast<size_t>(world));
-        }
-        per_rank[rank] = stageParametersOf(trainer);
-        evaluations[rank] = trainer.evaluate(kEvalSamples);
-      });
+  const auto errors = runTrainers(kGptJob, settings, world, [&](Trainer& trainer, int rank) {
+    const TrainerHooks hooks = hooks_of ? hooks_of(rank) : TrainerHooks{};
+    for (std::int64_t step = 0; step < kSteps; ++step) {
+      const StepRecord record = trainer.step(hooks);
+      if (rank == 0 && shares) shares->push_back(record.shares);
+      losses[rank].push_back(record.loss);
+      EXPECT_EQ(record.shares.size(), static_cast<size_t>(world));
+      EXPECT_EQ(record.compute_seconds.size(), static_cast<size_t>(world));
+    }
+    per_rank[rank] = stageParametersOf(trainer);
+    evaluations[rank] = trainer.evaluate(kEvalSamples);
+  });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   Trained result;
   for (int s = 0; s < stages; ++s)
@@ -168,16 +166,16 @@ TEST(PipelineTrainer, PlansTheSameCutsAndSharesOnEveryRank) {
   std::mutex mutex;
   std::vector<std::vector<int>> cuts;
   std::vector<std::vector<std::int64_t>> shares;
-  const auto errors = runPipelineTrainers(kGptJob,
-                                          {"parallel.pipeline_stages=2", "parallel.replicas=2",
-                                           "parallel.partition=even", "devices=cpu,cpu,cpu,cpu"},
-                                          4, [&](PipelineTrainer& trainer, int rank) {
-                                            EXPECT_EQ(trainer.position().replica, rank / 2);
-                                            EXPECT_EQ(trainer.position().stage, rank % 2);
-                                            std::lock_guard<std::mutex> lock(mutex);
-                                            cuts.push_back(trainer.cuts());
-                                            shares.push_back(trainer.replicaShares());
-                                          });
+  const auto errors = runTrainers(kGptJob,
+                                  {"parallel.pipeline_stages=2", "parallel.replicas=2",
+                                   "parallel.partition=even", "devices=cpu,cpu,cpu,cpu"},
+                                  4, [&](Trainer& trainer, int rank) {
+                                    EXPECT_EQ(trainer.position().replica, rank / 2);
+                                    EXPECT_EQ(trainer.position().stage, rank % 2);
+                                    std::lock_guard<std::mutex> lock(mutex);
+                                    cuts.push_back(trainer.cuts());
+                                    shares.push_back(trainer.shares());
+                                  });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   ASSERT_EQ(cuts.size(), 4u);
   for (int rank = 0; rank < 4; ++rank) {
@@ -213,15 +211,15 @@ std::vector<at::Tensor> trainAndCheckpoint(std::int64_t steps, const std::string
                                            const std::string& resume = "") {
   std::vector<std::vector<at::Tensor>> per_rank(2);
   const auto errors =
-      runPipelineTrainers(kGptJob,
-                          {"parallel.pipeline_stages=2", "devices=cpu,cpu", "optimizer.name=adamw",
-                           "optimizer.lr=0.01", "checkpoint.dir=" + dir},
-                          2, [&](PipelineTrainer& trainer, int rank) {
-                            if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
-                            while (trainer.nextStep() < steps) trainer.step();
-                            trainer.checkpoint();
-                            per_rank[rank] = stageParametersOf(trainer);
-                          });
+      runTrainers(kGptJob,
+                  {"parallel.pipeline_stages=2", "devices=cpu,cpu", "optimizer.name=adamw",
+                   "optimizer.lr=0.01", "checkpoint.dir=" + dir},
+                  2, [&](Trainer& trainer, int rank) {
+                    if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
+                    while (trainer.nextStep() < steps) trainer.step();
+                    trainer.checkpoint();
+                    per_rank[rank] = stageParametersOf(trainer);
+                  });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   std::vector<at::Tensor> whole = per_rank[0];
   whole.insert(whole.end(), per_rank[1].begin(), per_rank[1].end());
@@ -246,14 +244,16 @@ TEST(PipelineTrainer, RefusesACheckpointOfAnotherLayout) {
   const std::string dir = ::testing::TempDir() + "/chorus_pipeline_layout";
   std::filesystem::remove_all(dir);
   trainAndCheckpoint(2, dir);
-  const auto errors = runPipelineTrainers(
+  const auto errors = runTrainers(
       kGptJob,
       {"parallel.pipeline_stages=3", "devices=cpu,cpu,cpu", "optimizer.name=adamw",
        "optimizer.lr=0.01", "checkpoint.dir=" + dir},
-      3, [&](PipelineTrainer& trainer, int) { trainer.resume(resolveCheckpoint("latest", dir)); });
+      3, [&](Trainer& trainer, int) { trainer.resume(resolveCheckpoint("latest", dir)); });
   for (const auto& error : errors) {
-    EXPECT_NE(error.find("stages was 2, now 3"), std::string::npos) << error;
-    EXPECT_NE(error.find("resume needs the pipeline layout"), std::string::npos) << error;
+    EXPECT_NE(error.find("is of another job: the pipeline's stages was 2, the config says 3"),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("resume needs the layout that wrote it"), std::string::npos) << error;
   }
 }
 

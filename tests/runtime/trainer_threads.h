@@ -12,20 +12,19 @@
 #include "chorus/comm/memory_store.h"
 #include "chorus/core/config.h"
 #include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 #include "chorus/runtime/trainer.h"
 #include "chorus/runtime/worker.h"
 
 namespace chorus::runtime::testing {
 
-// Runs `body(trainer, rank)` on `world` threads, each with a TrainerType (Trainer or
-// PipelineTrainer) of `toml` (plus `settings`, as --set would apply them) and, when given,
-// host_ids[rank] as its host. Returns one error text per rank ("" when the rank succeeded).
-template <typename TrainerType>
-std::vector<std::string> runRanks(const std::string& toml, const std::vector<std::string>& settings,
-                                  int world,
-                                  const std::function<void(TrainerType&, int rank)>& body,
-                                  const std::vector<std::string>& host_ids = {}) {
+// Runs `body(trainer, rank)` on `world` threads, each with a Trainer of `toml` (plus `settings`,
+// as --set would apply them; a pipeline job needs world = pipeline_stages x replicas) and, when
+// given, host_ids[rank] as its host. Returns one error text per rank ("" when the rank succeeded).
+inline std::vector<std::string> runTrainers(const std::string& toml,
+                                            const std::vector<std::string>& settings, int world,
+                                            const std::function<void(Trainer&, int rank)>& body,
+                                            const std::vector<std::string>& host_ids = {}) {
   auto store = std::make_shared<comm::MemoryStore>();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -43,7 +42,7 @@ std::vector<std::string> runRanks(const std::string& toml, const std::vector<std
                                           {"CHORUS_LOG_LEVEL", "warn"}};
         if (!host_ids.empty()) (*options.environment)["CHORUS_HOST_ID"] = host_ids[rank];
         options.store = store;
-        TrainerType trainer(job, init(options));
+        Trainer trainer(job, init(options));
         body(trainer, rank);
       } catch (const std::exception& error) {
         errors[rank] = error.what();
@@ -54,25 +53,10 @@ std::vector<std::string> runRanks(const std::string& toml, const std::vector<std
   return errors;
 }
 
-inline std::vector<std::string> runTrainers(const std::string& toml,
-                                            const std::vector<std::string>& settings, int world,
-                                            const std::function<void(Trainer&, int rank)>& body,
-                                            const std::vector<std::string>& host_ids = {}) {
-  return runRanks<Trainer>(toml, settings, world, body, host_ids);
-}
-
-// As runTrainers, with a PipelineTrainer per rank (`world` = pipeline_stages x replicas).
-inline std::vector<std::string> runPipelineTrainers(
-    const std::string& toml, const std::vector<std::string>& settings, int world,
-    const std::function<void(PipelineTrainer&, int rank)>& body) {
-  return runRanks<PipelineTrainer>(toml, settings, world, body);
-}
-
 // Detached copies of a pipeline rank's stage parameters, in the model's order.
-inline std::vector<at::Tensor> stageParametersOf(PipelineTrainer& trainer) {
+inline std::vector<at::Tensor> stageParametersOf(Trainer& trainer) {
   std::vector<at::Tensor> values;
-  for (const auto& parameter : trainer.stageParameters())
-    values.push_back(parameter.detach().clone());
+  for (const auto& parameter : trainer.parameters()) values.push_back(parameter.detach().clone());
   return values;
 }
 

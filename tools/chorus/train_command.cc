@@ -3,7 +3,7 @@
 // file with --plan), validates it, and becomes the node agent; once every node has joined, node 0
 // builds the Plan on all the job's devices, logs it and puts the job and the Plan in the job's
 // store (runtime/job_package.h). Each worker (`--worker`) reads them from there and runs the
-// Trainer (one stage per replica) or the PipelineTrainer. Rank 0 prints progress and writes
+// Plan with the Trainer, the one executor for every plan. Rank 0 prints progress and writes
 // --log-json.
 #include <signal.h>
 #include <unistd.h>
@@ -23,11 +23,12 @@
 #include "chorus/observe/trace_recorder.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/runtime/agent.h"
+#include "chorus/runtime/auto_plan.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/job_package.h"
 #include "chorus/runtime/job_plan.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 #include "chorus/runtime/trainer.h"
 #include "commands.h"
 #include "train_metrics.h"
@@ -271,12 +272,11 @@ int runFrontEnd(const TrainArgs& args) {
   return code;
 }
 
-// Runs a Trainer or a PipelineTrainer (same interface) to the end of the job.
-template <typename AnyTrainer>
+// Runs the job's plan to the end.
 int train(const TrainArgs& args, const runtime::JobPackage& package,
           std::shared_ptr<runtime::Worker> worker) {
   const runtime::JobConfig& job = package.job;
-  AnyTrainer trainer(job, package.plan, worker);
+  runtime::Trainer trainer(job, package.plan, worker);
   if (!args.resume.empty()) trainer.resume(args.resume);
   TrainReport report(job, package.plan, worker->rank() == 0, args.log_json);
   runtime::TrainerHooks hooks;
@@ -308,8 +308,7 @@ int runWorker(const TrainArgs& args) {
   catchStopSignals();
   const runtime::JobPackage package = runtime::fetchJobPackage(
       *worker->store(), std::chrono::milliseconds(worker->identity().timeout_ms));
-  if (package.plan.stageCount() > 1) return train<runtime::PipelineTrainer>(args, package, worker);
-  return train<runtime::Trainer>(args, package, worker);
+  return train(args, package, worker);
 }
 
 }  // namespace

@@ -72,7 +72,8 @@ struct WorkerIdentity {
 // or malformed (e.g. a rank outside the world size).
 WorkerIdentity identityFromEnvironment(const Environment& environment);
 
-// The process's environment as a map (reads `environ`; call once, at start-up).
+// The process's environment as a map: the one reader of `environ` in chorus (call once, at
+// start-up, and pass what it returns on).
 Environment processEnvironment();
 
 // Splits "host:port" (IPv6 in brackets: "[::1]:29500"); throws ConfigError on a bad endpoint.

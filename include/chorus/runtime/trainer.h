@@ -1,11 +1,25 @@
-// The built-in trainer: heterogeneous data parallelism on the worker's ranks.
+// The built-in trainer: one executor for every plan (data-parallel, pipeline, hybrid).
 //
-// Each step every rank takes its share b_i of the global batch (Σ b_i = B), runs it in
-// micro-batches that fit its memory, back-propagates the sum of its samples' losses, and the
-// GradientReducer all-reduces and divides by B — so the update equals single-device training on
-// the global batch. After the step the ranks all-gather their compute times and run the same load
-// balancer on them, so they agree on the next shares without a coordinator.
+// It runs a plan::Plan (job_plan.h) on the worker's rank: the loop, the evaluations, the stop on
+// request or at the target accuracy, checkpoints and resume are the same for every plan; what a
+// plan's shape changes is the step engine it drives.
+//
+// One stage per replica (data parallelism): each step every rank takes its share b_i of the
+// global batch (Σ b_i = B), runs it in micro-batches that fit its memory, back-propagates the sum
+// of its samples' losses, and the GradientReducer all-reduces and divides by B — so the update
+// equals single-device training on the global batch. After the step the ranks all-gather their
+// compute times and run the same load balancer on them, so they agree on the next shares without
+// a coordinator.
+//
+// S > 1 stages per replica (pipeline, hybrid): every rank is one (replica, stage) of a
+// parallel::PipelineLayout (rank = replica · S + stage) and drives a parallel::PipelineEngine over
+// its stage's layers; each replica takes a contiguous slice of the same global batch, the engine
+// leaves the global-batch gradient (sum / B) in .grad, and the replicas' shares follow their
+// measured step times through the same balancer policy. So training equals the data-parallel
+// engine on one device, up to the summation order (invariant 1; tested).
 #pragma once
+
+#include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <memory>
@@ -14,6 +28,7 @@
 #include <vector>
 
 #include "chorus/device/speed_emulator.h"
+#include "chorus/parallel/pipeline_layout.h"
 #include "chorus/plan/plan.h"
 #include "chorus/runtime/job_config.h"
 #include "chorus/runtime/worker.h"
@@ -72,27 +87,30 @@ struct TrainerHooks {
   // Default: none.
   std::function<bool()> stop_requested;
   // Test hook: true makes this rank's gradients of that step non-finite (overflow consensus
-  // tests). Default: none.
+  // tests). One stage per replica only: a pipeline refuses it (ConfigError). Default: none.
   std::function<bool(std::int64_t step)> inject_overflow;
   // Test hook: the seconds this rank reports to the load balancer for `step`, in which it ran
-  // `samples` samples, instead of the measured ones, so that balancing tests are deterministic.
-  // PipelineTrainer only (a replica's figure is the largest of its stages'). Default: none.
+  // `samples` samples, instead of the measured ones, so that balancing tests are deterministic
+  // (in a pipeline a replica's figure is the largest of its stages'). Default: none.
   std::function<double(std::int64_t step, std::int64_t samples)> balancer_seconds;
   // Records a timeline of the steps it covers: per micro-batch forward and backward, the padding
   // of an emulated device, each gradient bucket's all-reduce, the step's figures, the optimizer,
-  // evaluations and checkpoints. Not owned; must outlive the calls it is passed to. Trainer only
-  // (the CLI refuses --trace for pipelines). Default: null, nothing recorded.
+  // evaluations and checkpoints. Not owned; must outlive the calls it is passed to. One stage per
+  // replica only: a pipeline refuses it (ConfigError). Default: null, nothing recorded.
   observe::TraceRecorder* trace = nullptr;
 };
 
-// Owns the model, optimizer, datasets, sampler, balancer and reducer of one rank. Used by one
-// thread. Non-copyable.
+// One rank of a job: owns the job's data, the model (all of it is built with the job's seed; a
+// pipeline stage trains only its layers), the step engine with its optimizer, reducer and
+// balancer, and the checkpoint writer. Used by one thread. Non-copyable. The constructor, step(),
+// run(), evaluate(), checkpoint() and resume() are collective: every rank of the job calls them,
+// in the same order.
 class Trainer {
  public:
-  // Runs `plan` (job_plan.h; rank order, one stage per replica): its shares are where the balancer
-  // starts (fixed when balancer.shares is set or balance = "off"), its precision and micro-batch
-  // per rank are this rank's. Throws ConfigError when the plan is not one for this world and
-  // this rank's device.
+  // Runs `plan` (job_plan.h; rank order): its shares are where the balancer starts (fixed when
+  // balancer.shares is set or balance = "off"); its precision and micro-batch per rank, its cut,
+  // schedule and activation checkpointing are this rank's. Throws ConfigError when the plan is not
+  // one for this world and this rank's device, or its cut does not fit the model.
   Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker);
   // The plan of `job` as written (planOfJob), every rank's device all-gathered; collective. For
   // programs that build a trainer themselves.
@@ -101,9 +119,12 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains for job.train.steps steps (or until the target accuracy) and evaluates at the end.
+  // Trains for job.train.steps steps (or until the target accuracy), evaluating every
+  // train.eval_every steps and at the end; checkpoints as [checkpoint] says.
   TrainResult run(const TrainerHooks& hooks = {});
   // Runs one step (the next one); exposed for tests that compare step by step.
+  // StepRecord::shares and compute_seconds hold one entry per rank (in a pipeline: the share of
+  // the rank's replica and the rank's forward + backward time).
   StepRecord step(const TrainerHooks& hooks = {});
   // Accuracy and mean loss on the first `samples` test samples (0: the whole test split; -1:
   // train.eval_samples), identical on all ranks.
@@ -113,18 +134,27 @@ class Trainer {
   // rank calls it at the same step) and waits for it; returns its path. Throws ConfigError
   // without checkpoint.dir.
   std::string checkpoint();
-  // Continues from a checkpoint directory (verified; see resolveCheckpoint). The device set may
-  // differ from the one that wrote it: the batch sequence goes on and the shares are re-planned.
-  // Call before the first step. Throws CheckpointError.
+  // Continues from a checkpoint directory (verified; see resolveCheckpoint). One stage per
+  // replica: the device set may differ from the one that wrote it (the batch sequence goes on,
+  // the shares are re-planned). A pipeline needs the layout (stages, replicas, cuts) that wrote
+  // it and resumes bitwise. Call before the first step. Throws CheckpointError.
   void resume(const std::string& checkpoint_dir);
   // The step the next step() runs.
   std::int64_t nextStep() const;
+
+  // The plan as it runs now. This rank's (replica, stage): (rank, 0) for data parallelism.
+  parallel::StagePosition position() const;
+  // cuts[0] = 0 < … < cuts[S] = the model's layers; stage s runs [cuts[s], cuts[s+1]).
+  const std::vector<int>& cuts() const;
+  // Samples of each global batch per replica (per rank for data parallelism), for the next step.
+  const std::vector<std::int64_t>& shares() const;
+  // The parameters this rank trains (its stage's in a pipeline), in the model's order.
+  const std::vector<at::Tensor>& parameters() const;
   // This rank's compute precision and its loss scale (0 when it does not scale).
   std::string precision() const;
   double lossScale() const;
-
+  // The whole model; only this rank's stage is trained here in a pipeline.
   model::ZooModel& model();
-  const std::vector<std::int64_t>& shares() const;
   // Running totals of the speed emulator this rank's compute runs under now (the device's, or
   // the one TrainerHooks::speed_at set), for metrics and for tests of how it is padded.
   device::EmulationTotals emulationTotals() const;

@@ -1,14 +1,12 @@
-// The PipelineTrainer's outer loop and its evaluation: forward only, through the pipeline.
+// The pipeline engine's evaluation: forward only, through the pipeline, the test samples dealt to
+// the replicas.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
 #include <deque>
 
-#include "chorus/core/clock.h"
 #include "chorus/core/error.h"
-#include "chorus/core/logging.h"
-#include "pipeline_trainer_state.h"
-#include "training_loop.h"
+#include "pipeline_stage_engine.h"
 
 namespace chorus::runtime {
 namespace {
@@ -28,14 +26,14 @@ struct PendingSend {
   comm::Work tensor_work;
 };
 
-comm::OpOptions tagged(const PipelineTrainer::State& s, int tag) {
+comm::OpOptions tagged(const PipelineStageEngine& s, int tag) {
   comm::OpOptions options;
   options.timeout = s.options.timeout;
   options.tag = tag;
   return options;
 }
 
-void sendActivation(PipelineTrainer::State& s, int chunk, const at::Tensor& output,
+void sendActivation(PipelineStageEngine& s, int chunk, const at::Tensor& output,
                     std::deque<PendingSend>& pending) {
   CHORUS_CHECK_CONFIG(output.dim() <= kMaxDims, "pipeline evaluation: activations of ",
                       output.dim(), " dimensions (at most ", kMaxDims, ")");
@@ -53,7 +51,7 @@ void sendActivation(PipelineTrainer::State& s, int chunk, const at::Tensor& outp
   pending.push_back(std::move(send));
 }
 
-at::Tensor receiveActivation(PipelineTrainer::State& s, int chunk) {
+at::Tensor receiveActivation(PipelineStageEngine& s, int chunk) {
   const int previous = s.engine->layout().rankOf(s.position().replica, s.position().stage - 1);
   comm::Communicator& world = *s.worker->world();
   at::Tensor header = at::empty({kHeaderLength}, at::kLong);
@@ -82,8 +80,8 @@ std::vector<std::int64_t> replicaEvaluationIds(std::int64_t test_size, std::int6
 
 }  // namespace
 
-std::pair<double, double> PipelineTrainer::evaluate(std::int64_t samples) {
-  State& s = *state_;
+std::pair<double, double> PipelineStageEngine::evaluate(std::int64_t samples) {
+  PipelineStageEngine& s = *this;
   torch::NoGradGuard no_grad;
   s.model->eval();
   const auto ids =
@@ -119,26 +117,6 @@ std::pair<double, double> PipelineTrainer::evaluate(std::int64_t samples) {
   }
   s.worker->world()->allReduce(totals).wait();
   return evaluationResult(totals);
-}
-
-TrainResult PipelineTrainer::run(const TrainerHooks& hooks) {
-  State& s = *state_;
-  TrainingLoop loop;
-  loop.next_step = [&s] { return s.next_step; };
-  loop.step = [this](const TrainerHooks& inner) { return step(inner); };
-  loop.evaluate = [this](std::int64_t samples) { return evaluate(samples); };
-  loop.checkpoint = [&s](bool final_or_requested) {
-    writePipelineCheckpointIfDue(s, final_or_requested);
-  };
-  loop.finish_checkpoints = [&s] {
-    if (s.pending_checkpoint.valid()) s.last_checkpoint_path = s.pending_checkpoint.get();
-    return s.last_checkpoint_path;
-  };
-  // Every rank decides the same change; one of them says so.
-  loop.on_record = [&s](const StepRecord& record) {
-    if (!record.rebalance.empty() && s.worker->rank() == 0) logInfo("balancer: ", record.rebalance);
-  };
-  return runTrainingLoop(s.job, loop, hooks);
 }
 
 }  // namespace chorus::runtime

@@ -1,5 +1,5 @@
-// Private to runtime: what plan = "auto" shares between its inputs (auto_plan_inputs.cc) and the
-// planning itself (auto_plan.cc).
+// Private to runtime: the model config the trainer builds, which the planner (auto_plan.cc), its
+// inputs (auto_plan_inputs.cc) and the checks of a job (job_plan.cc, job_validation.cc) price.
 #pragma once
 
 #include "chorus/model/model_config.h"

@@ -1,17 +1,12 @@
-// The outer loop of the Trainer: steps, evaluations, the stop at the target accuracy.
+// The data-parallel engine's evaluation: every rank its slice of the test samples, the totals
+// all-reduced.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include "chorus/core/clock.h"
-#include "chorus/core/logging.h"
-#include "chorus/observe/trace_recorder.h"
-#include "trainer_state.h"
-#include "training_loop.h"
+#include "data_parallel_engine.h"
 
 namespace chorus::runtime {
 namespace {
-
-using TraceClock = observe::TraceRecorder::Clock;
 
 // The first `limit` test samples (all when 0), dealt to ranks in contiguous, nearly equal slices.
 std::vector<std::int64_t> evaluationIds(std::int64_t test_size, std::int64_t limit, int rank,
@@ -25,8 +20,8 @@ std::vector<std::int64_t> evaluationIds(std::int64_t test_size, std::int64_t lim
 
 }  // namespace
 
-std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
-  State& s = *state_;
+std::pair<double, double> DataParallelEngine::evaluate(std::int64_t samples) {
+  DataParallelEngine& s = *this;
   comm::Communicator& world = *s.worker->world();
   torch::NoGradGuard no_grad;
   s.model->eval();
@@ -45,7 +40,7 @@ std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
     const at::Tensor targets = batch.targets.to(s.worker->device());
     at::Tensor outputs;
     {
-      parallel::AutocastScope autocast(s.worker->device().type(), s.precision);
+      parallel::AutocastScope autocast(s.worker->device().type(), s.compute_precision);
       outputs = s.model->forward(batch.inputs.to(s.worker->device()));
     }
     totals[0] += static_cast<double>(s.model->correct(outputs, targets));
@@ -55,40 +50,6 @@ std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
   }
   world.allReduce(totals).wait();
   return evaluationResult(totals);
-}
-
-TrainResult Trainer::run(const TrainerHooks& hooks) {
-  State& s = *state_;
-  TrainingLoop loop;
-  loop.next_step = [&s] { return s.next_step; };
-  loop.step = [this](const TrainerHooks& inner) { return step(inner); };
-  // Evaluations and checkpoints go on the timeline of the step they follow.
-  observe::TraceRecorder* trace = hooks.trace;
-  const auto traced = [trace](const char* name, TraceClock::time_point start) {
-    if (trace != nullptr)
-      trace->span(observe::Track::kCompute, name, name, start, TraceClock::now());
-  };
-  loop.evaluate = [this, traced](std::int64_t samples) {
-    const auto start = TraceClock::now();
-    const auto result = evaluate(samples);
-    traced("evaluation", start);
-    return result;
-  };
-  loop.checkpoint = [&s, traced](bool final_or_requested) {
-    const auto start = TraceClock::now();
-    if (writeCheckpointIfDue(s, final_or_requested)) traced("checkpoint", start);
-  };
-  loop.finish_checkpoints = [&s] {
-    finishPendingCheckpoint(s);
-    return s.last_checkpoint_path;
-  };
-  // Every rank decides the same change; one of them says so.
-  loop.on_record = [&s](const StepRecord& record) {
-    if (!record.rebalance.empty() && s.worker->rank() == 0) logInfo("balancer: ", record.rebalance);
-  };
-  TrainResult result = runTrainingLoop(s.job, loop, hooks);
-  result.skipped_steps = s.skipped_steps;
-  return result;
 }
 
 }  // namespace chorus::runtime

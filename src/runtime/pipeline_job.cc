@@ -5,7 +5,7 @@
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
 #include "chorus/plan/balancer.h"
-#include "chorus/runtime/pipeline_trainer.h"
+#include "chorus/runtime/pipeline_job.h"
 
 namespace chorus::runtime {
 namespace {

@@ -1,5 +1,6 @@
-#include "chorus/runtime/pipeline_trainer.h"
-
+// The pipeline engine's construction (the plan's cut, schedule, replica shares and the balancer
+// over them) and its step: the replica's slice of the global batch through the stage's schedule,
+// the optimizer over the stage's parameters, the figures every rank shares.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -14,7 +15,7 @@
 #include "chorus/core/units.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/job_plan.h"
-#include "pipeline_trainer_state.h"
+#include "pipeline_stage_engine.h"
 
 namespace chorus::runtime {
 namespace {
@@ -34,7 +35,7 @@ std::vector<DeviceSpec> planDevices(const plan::Plan& plan) {
 parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Plan& plan) {
   CHORUS_CHECK_CONFIG(plan.stageCount() > 1,
                       "pipeline: a plan of one stage per replica is run by "
-                      "the data-parallel trainer");
+                      "the data-parallel engine");
   parallel::PipelineOptions options = pipelineOptions(job);
   options.pipeline_stages = plan.stageCount();
   options.replicas = static_cast<int>(plan.replicas.size());
@@ -48,14 +49,14 @@ parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Pl
   return options;
 }
 
-std::string describePlan(const PipelineTrainer::State& s) {
+std::string describePlan(const PipelineStageEngine& s) {
   std::ostringstream text;
   text << "pipeline: " << s.options.pipeline_stages << " stages x " << s.options.replicas
        << " replica(s), " << parallel::toString(s.options.schedule) << ", "
        << s.options.micro_batches << " micro-batches, checkpointing "
        << parallel::toString(s.options.activation_checkpointing) << "; layers per stage";
-  for (std::size_t i = 0; i + 1 < s.cuts.size(); ++i)
-    text << (i ? " + " : " ") << s.cuts[i + 1] - s.cuts[i];
+  for (std::size_t i = 0; i + 1 < s.stage_cuts.size(); ++i)
+    text << (i ? " + " : " ") << s.stage_cuts[i + 1] - s.stage_cuts[i];
   text << " (cut " << s.options.partition << "); replica shares";
   for (std::size_t r = 0; r < s.options.replica_shares.size(); ++r)
     text << (r ? ", " : " ") << s.options.replica_shares[r];
@@ -98,7 +99,7 @@ std::vector<double> replicaSeconds(const std::vector<std::array<double, kFigures
 
 // TrainerHooks::speed_at: a new emulator when the speed changes, which the engine pads with from
 // this step on.
-void applySpeedHook(PipelineTrainer::State& s, const TrainerHooks& hooks, std::int64_t step) {
+void applySpeedHook(PipelineStageEngine& s, const TrainerHooks& hooks, std::int64_t step) {
   if (!hooks.speed_at) return;
   const double speed = hooks.speed_at(step);
   if (speed == s.speed) return;
@@ -109,51 +110,38 @@ void applySpeedHook(PipelineTrainer::State& s, const TrainerHooks& hooks, std::i
 
 }  // namespace
 
-PipelineTrainer::PipelineTrainer(JobConfig job, std::shared_ptr<Worker> worker)
-    : PipelineTrainer(job, planOfWorld(job, *worker), worker) {}
-
-PipelineTrainer::PipelineTrainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
-    : state_(std::make_unique<State>()) {
-  State& s = *state_;
-  s.job = std::move(job);
-  s.worker = std::move(worker);
+PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::Plan& plan)
+    : job(context.job),
+      worker(context.worker),
+      data(context.data),
+      sampler(context.sampler),
+      model(context.model) {
+  PipelineStageEngine& s = *this;
   comm::Communicator& world = *s.worker->world();
   s.options = pipelineOptionsOf(s.job, plan);
   const parallel::PipelineLayout layout(s.options.replicas, s.options.pipeline_stages);
   CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "pipeline: a plan of ", layout.stages(),
                       " stages x ", layout.replicas(), " replicas needs ", layout.worldSize(),
                       " ranks, the job has ", world.size());
-  const plan::RankPlan& mine = plan.ranks.at(world.rank());
-  CHORUS_CHECK_CONFIG(mine.device_type == s.worker->identity().device.toString(), "pipeline: rank ",
-                      world.rank(), " was planned for '", mine.device_type, "' but runs on '",
-                      s.worker->identity().device.toString(), "'");
-  TrainingStart start = startTraining(s.job, *s.worker);
-  s.data = std::move(start.data);
-  s.sampler = std::move(start.sampler);
-  s.model = std::move(start.model);
-
+  const std::string precision = precisionName(plan.ranks.at(world.rank()));
+  CHORUS_CHECK_CONFIG(precision == "fp32", "pipeline: rank ", world.rank(),
+                      " was planned to compute in ", precision, "; pipelines compute in fp32");
   for (const plan::StagePlan& stage : plan.replicas.at(0).stages)
-    s.cuts.push_back(stage.first_layer);
-  s.cuts.push_back(plan.replicas[0].stages.back().last_layer);
+    s.stage_cuts.push_back(stage.first_layer);
+  s.stage_cuts.push_back(plan.replicas[0].stages.back().last_layer);
   for (const plan::ReplicaPlan& replica : plan.replicas)
     s.options.replica_shares.push_back(replica.share);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, s.model->profile(), s.cuts,
+      pipelineShareCaps(s.options, s.model->profile(), s.stage_cuts,
                         stageDevices(layout, planDevices(plan))));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;
   resources.world = s.worker->world();
   resources.emulator = &s.worker->emulator();
-  s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.cuts, resources);
+  s.engine =
+      std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts, resources);
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
-  if (!s.job.checkpoint.dir.empty()) {
-    CheckpointOptions options;
-    options.root = s.job.checkpoint.dir;
-    options.keep = static_cast<int>(s.job.checkpoint.keep);
-    s.checkpoints =
-        std::make_unique<CheckpointWriter>(options, s.worker->store(), world.rank(), world.size());
-  }
   if (world.rank() == 0) logInfo(describePlan(s));
   // Data and model are in place: from here on a budget counts what training allocates.
   if (s.worker->identity().device.memory_budget) {
@@ -166,21 +154,16 @@ PipelineTrainer::PipelineTrainer(JobConfig job, plan::Plan plan, std::shared_ptr
   }
 }
 
-PipelineTrainer::~PipelineTrainer() {
-  // A background checkpoint must not outlive the state it writes from.
-  if (state_ && state_->pending_checkpoint.valid()) {
-    try {
-      state_->pending_checkpoint.get();
-    } catch (const std::exception& error) {
-      logWarn("checkpoint: background write failed: ", error.what());
-    }
-  }
-}
-
-StepRecord PipelineTrainer::step(const TrainerHooks& hooks) {
-  State& s = *state_;
+StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hooks) {
+  PipelineStageEngine& s = *this;
+  // Neither is implemented for pipelines; a hook that did nothing would make its test vacuous.
+  CHORUS_CHECK_CONFIG(!hooks.inject_overflow,
+                      "pipeline: TrainerHooks::inject_overflow is for one stage per replica "
+                      "(pipelines compute in fp32)");
+  CHORUS_CHECK_CONFIG(hooks.trace == nullptr,
+                      "pipeline: a timeline (TrainerHooks::trace, --trace) is recorded for one "
+                      "stage per replica only");
   comm::Communicator& world = *s.worker->world();
-  const std::int64_t step = s.next_step++;
   applySpeedHook(s, hooks, step);
   Stopwatch clock;
   StepRecord record;
@@ -230,24 +213,12 @@ StepRecord PipelineTrainer::step(const TrainerHooks& hooks) {
   }
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;
-  if (hooks.on_step) hooks.on_step(record);
   return record;
 }
 
-std::int64_t PipelineTrainer::nextStep() const { return state_->next_step; }
-
-parallel::StagePosition PipelineTrainer::position() const { return state_->position(); }
-
-const std::vector<int>& PipelineTrainer::cuts() const { return state_->cuts; }
-
-const std::vector<std::int64_t>& PipelineTrainer::replicaShares() const {
-  return state_->options.replica_shares;
-}
-
-model::ZooModel& PipelineTrainer::model() { return *state_->model; }
-
-const std::vector<at::Tensor>& PipelineTrainer::stageParameters() const {
-  return state_->engine->parameters();
+std::unique_ptr<StepEngine> makePipelineStageEngine(TrainingContext& context,
+                                                    const plan::Plan& plan) {
+  return std::make_unique<PipelineStageEngine>(context, plan);
 }
 
 }  // namespace chorus::runtime
