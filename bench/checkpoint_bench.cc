@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/config.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/trainer.h"
-#include "chorus/runtime/worker.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/launch/worker.h"
+#include "chorus/runtime/train/trainer.h"
 
 namespace {
 namespace fs = std::filesystem;

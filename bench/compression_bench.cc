@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/parallel/compression.h"
 

@@ -24,7 +24,7 @@
 #include <sstream>
 #include <thread>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/data/synthetic.h"
 #include "chorus/model/model_config.h"

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/data/sampler.h"

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/logging.h"
-#include "store_channel.h"
+#include "store/store_channel.h"
 
 namespace {
 

@@ -14,7 +14,7 @@ function(chorus_lean_store)
   endif()
   set(sources store.cc store_protocol.cc store_channel.cc memory_store.cc prefix_store.cc
       job_secret.cc tcp_store_client.cc tcp_store_requests.cc tcp_store_server.cc)
-  list(TRANSFORM sources PREPEND ${PROJECT_SOURCE_DIR}/src/comm/)
+  list(TRANSFORM sources PREPEND ${PROJECT_SOURCE_DIR}/src/comm/store/)
   add_library(chorus_lean_store STATIC ${sources})
   target_include_directories(chorus_lean_store PUBLIC ${PROJECT_SOURCE_DIR}/include
                              PRIVATE ${PROJECT_SOURCE_DIR}/src/comm)
@@ -29,7 +29,7 @@ function(chorus_lean_checkpoint)
   endif()
   chorus_lean_store()
   set(sources checkpoint_writer.cc checkpoint_reader.cc checkpoint_files.cc)
-  list(TRANSFORM sources PREPEND ${PROJECT_SOURCE_DIR}/src/runtime/)
+  list(TRANSFORM sources PREPEND ${PROJECT_SOURCE_DIR}/src/runtime/checkpoint/)
   add_library(chorus_lean_checkpoint STATIC ${sources})
   target_include_directories(chorus_lean_checkpoint PUBLIC ${PROJECT_SOURCE_DIR}/include
                              PRIVATE ${PROJECT_SOURCE_DIR}/src/runtime)

@@ -5,15 +5,19 @@
 set(CHORUS_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -fPIC)
 
 function(chorus_layer name)
-  # chorus_layer(<name> [TORCH] [DEPS ...]): a static library from src/<name>/*.cc.
+  # chorus_layer(<name> [TORCH] [DEPS ...]): a static library from src/<name>/**/*.cc. A layer's
+  # private headers are named from its root ("store/store_protocol.h"). Files one build option
+  # chooses between (src/comm/nccl) are added by the layer's own CMakeLists.
   cmake_parse_arguments(ARG "TORCH" "" "DEPS" ${ARGN})
-  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  list(FILTER sources EXCLUDE REGEX "/nccl/")
   if(NOT sources)
     message(WARNING "chorus: layer ${name} has no sources yet")
     return()
   endif()
   add_library(chorus_${name} STATIC ${sources})
-  target_include_directories(chorus_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include)
+  target_include_directories(chorus_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                             PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(chorus_${name} PUBLIC ${ARG_DEPS} Threads::Threads)
   chorus_flags(chorus_${name} ${ARG_TORCH})
 endfunction()

@@ -8,8 +8,8 @@
 
 #include "chorus/chorus.h"
 #include "chorus/core/config.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/trainer.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/train/trainer.h"
 
 int main() {
   try {

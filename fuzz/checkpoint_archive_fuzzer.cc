@@ -8,7 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "checkpoint_archive.h"
+#include "checkpoint/checkpoint_archive.h"
 #include "chorus/model/model_config.h"
 #include "fuzz_support.h"
 

@@ -5,7 +5,7 @@
 // past the manifest).
 #include <filesystem>
 
-#include "chorus/runtime/checkpoint.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

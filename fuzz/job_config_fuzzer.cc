@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/job/job_config.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

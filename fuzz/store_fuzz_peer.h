@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/store.h"
-#include "store_channel.h"
-#include "store_protocol.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/store.h"
+#include "store/store_channel.h"
+#include "store/store_protocol.h"
 
 namespace chorus::fuzz {
 

@@ -13,7 +13,7 @@
 #include <deque>
 #include <thread>
 
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/tcp_store.h"
 #include "fuzz_support.h"
 #include "store_fuzz_peer.h"
 

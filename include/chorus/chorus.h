@@ -15,8 +15,8 @@
 #include "chorus/core/device_spec.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
-#include "chorus/runtime/identity.h"
-#include "chorus/runtime/worker.h"
+#include "chorus/runtime/launch/identity.h"
+#include "chorus/runtime/launch/worker.h"
 
 namespace chorus {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/store.h"
+#include "chorus/comm/store/store.h"
 
 namespace chorus::comm {
 

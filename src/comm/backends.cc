@@ -1,9 +1,9 @@
 #include "backend.h"
 
-#include "chorus/comm/c10d_store.h"
-#include "chorus/comm/prefix_store.h"
+#include "chorus/comm/store/c10d_store.h"
+#include "chorus/comm/store/prefix_store.h"
 #include "chorus/core/error.h"
-#include "shm_transport.h"
+#include "shm/shm_transport.h"
 #include "work_state.h"
 
 namespace chorus::comm {

@@ -6,10 +6,10 @@
 #include <numeric>
 
 #include "backend.h"
-#include "chorus/comm/prefix_store.h"
+#include "chorus/comm/store/prefix_store.h"
 #include "chorus/core/error.h"
-#include "shm_kernels.h"
-#include "shm_transport.h"
+#include "shm/shm_kernels.h"
+#include "shm/shm_transport.h"
 #include "work_state.h"
 
 namespace chorus::comm {

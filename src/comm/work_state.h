@@ -14,7 +14,7 @@
 #include "chorus/comm/comm_stats.h"
 #include "chorus/comm/work.h"
 #include "chorus/core/clock.h"
-#include "progress_board.h"
+#include "shm/progress_board.h"
 
 namespace chorus::comm {
 

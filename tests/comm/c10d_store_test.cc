@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/comm/c10d_store.h"
-#include "chorus/comm/memory_store.h"
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/c10d_store.h"
+#include "chorus/comm/store/memory_store.h"
+#include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 

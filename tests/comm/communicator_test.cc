@@ -8,7 +8,7 @@
 #include <functional>
 #include <thread>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 

@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "chorus/comm/memory_store.h"
-#include "chorus/comm/store.h"
+#include "chorus/comm/store/memory_store.h"
+#include "chorus/comm/store/store.h"
 #include "chorus/core/error.h"
 
 namespace chorus::comm {

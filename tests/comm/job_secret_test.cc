@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/store.h"
 #include "chorus/core/error.h"
 
 namespace chorus::comm {

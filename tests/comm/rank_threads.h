@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 
 namespace chorus::comm::testing {
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 
 namespace chorus::comm {
 namespace {

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/error.h"
 
 extern char** environ;

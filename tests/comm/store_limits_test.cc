@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "comm/store_wire.h"

@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "comm/store_wire.h"

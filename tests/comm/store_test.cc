@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/comm/memory_store.h"
-#include "chorus/comm/prefix_store.h"
+#include "chorus/comm/store/memory_store.h"
+#include "chorus/comm/store/prefix_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 

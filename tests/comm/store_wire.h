@@ -17,8 +17,8 @@
 #include <optional>
 #include <string>
 
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/store.h"
 
 namespace chorus::comm::testing {
 

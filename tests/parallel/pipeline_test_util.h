@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/data/synthetic.h"
 #include "chorus/model/model_config.h"
 #include "chorus/parallel/pipeline.h"

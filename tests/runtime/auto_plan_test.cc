@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "chorus/core/error.h"
-#include "chorus/runtime/auto_plan.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_job.h"
+#include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/job/pipeline_job.h"
 
 namespace chorus::runtime {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "bad_input_table.h"
 #include "chorus/core/config.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_job.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/job/pipeline_job.h"
 
 namespace chorus::runtime {
 namespace {

@@ -12,13 +12,13 @@
 #include <sstream>
 #include <thread>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/config.h"
 #include "chorus/device/discovery.h"
 #include "chorus/device/host_sharing.h"
 #include "chorus/device/speed_emulator.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/trainer.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/train/trainer.h"
 
 namespace chorus::runtime {
 namespace {

@@ -1,6 +1,6 @@
 // The checkpoint format: atomic publishing, checksums, `latest` and its fallback, pruning, and a
 // crash in the middle of a write.
-#include "chorus/runtime/checkpoint.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "chorus/runtime/checkpoint.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
 #include "trainer_threads.h"
 
 namespace chorus::runtime {

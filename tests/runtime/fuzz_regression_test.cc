@@ -6,7 +6,7 @@
 #include <iterator>
 #include <string>
 
-#include "../../src/runtime/checkpoint_archive.h"
+#include "../../src/runtime/checkpoint/checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "chorus_version.h"
 

@@ -1,4 +1,4 @@
-#include "chorus/runtime/identity.h"
+#include "chorus/runtime/launch/identity.h"
 
 #include <gtest/gtest.h>
 

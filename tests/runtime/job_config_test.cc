@@ -1,6 +1,6 @@
 // The job configuration: the built-in default, the examples, and at least ten bad configs that
 // each get their own clear message before anything starts.
-#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/job/job_config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
 // The Plan a job runs: built from the job's keys, put in rank order, matched to devices, checked
 // against the job, and carried to the workers with the job (job_plan.h, job_package.h).
-#include "chorus/runtime/job_plan.h"
+#include "chorus/runtime/job/job_plan.h"
 
 #include <gtest/gtest.h>
 
 #include "chorus/core/config.h"
 #include "chorus/core/error.h"
 #include "chorus/plan/plan_json.h"
-#include "chorus/runtime/job_package.h"
+#include "chorus/runtime/job/job_package.h"
 
 namespace chorus::runtime {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "chorus/core/error.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_job.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/job/pipeline_job.h"
 #include "chorus_version.h"
 
 namespace chorus::runtime {

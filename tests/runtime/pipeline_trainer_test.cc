@@ -7,7 +7,7 @@
 #include <functional>
 #include <mutex>
 
-#include "chorus/runtime/checkpoint.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
 #include "trainer_threads.h"
 
 namespace chorus::runtime {

@@ -1,4 +1,4 @@
-#include "chorus/runtime/supervisor.h"
+#include "chorus/runtime/launch/supervisor.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #include <array>
 #include <filesystem>
 
-#include "chorus/runtime/checkpoint.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
 #include "trainer_threads.h"
 
 namespace chorus::runtime {

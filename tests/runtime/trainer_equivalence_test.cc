@@ -6,11 +6,11 @@
 
 #include <thread>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/config.h"
 #include "chorus/model/zoo_model.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/trainer.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/train/trainer.h"
 
 namespace chorus::runtime {
 namespace {

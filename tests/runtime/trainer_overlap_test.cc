@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/model/model_config.h"
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/gradient_reducer.h"

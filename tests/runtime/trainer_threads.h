@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/comm/memory_store.h"
+#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/config.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/pipeline_job.h"
-#include "chorus/runtime/trainer.h"
-#include "chorus/runtime/worker.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/job/pipeline_job.h"
+#include "chorus/runtime/launch/worker.h"
+#include "chorus/runtime/train/trainer.h"
 
 namespace chorus::runtime::testing {
 

@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "chorus/chorus.h"
-#include "chorus/comm/job_secret.h"
-#include "chorus/comm/tcp_store.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/tcp_store.h"
 
 namespace {
 

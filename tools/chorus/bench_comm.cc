@@ -13,7 +13,7 @@
 #include "bench_comm_measure.h"
 #include "chorus/chorus.h"
 #include "chorus/core/units.h"
-#include "chorus/runtime/agent.h"
+#include "chorus/runtime/launch/agent.h"
 #include "commands.h"
 
 namespace chorus::cli {

@@ -17,8 +17,8 @@
 #include "chorus/device/discovery.h"
 #include "chorus/device/microbench.h"
 #include "chorus/plan/local_cluster.h"
-#include "chorus/runtime/auto_plan.h"
-#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/job_config.h"
 #include "commands.h"
 
 namespace chorus::cli {

@@ -7,8 +7,8 @@
 #include "chorus/core/config.h"
 #include "chorus/core/error.h"
 #include "chorus/plan/transformer_shapes.h"
-#include "chorus/runtime/auto_plan.h"
-#include "chorus/runtime/job_config.h"
+#include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/job_config.h"
 
 namespace chorus::cli {
 namespace {

@@ -1,5 +1,5 @@
 // `chorus run`: start one worker per device on this node (see runtime/agent.h).
-#include "chorus/runtime/agent.h"
+#include "chorus/runtime/launch/agent.h"
 #include "commands.h"
 
 namespace chorus::cli {

@@ -10,8 +10,8 @@
 
 #include "chorus/observe/metrics_channel.h"
 #include "chorus/observe/node_monitor.h"
-#include "chorus/runtime/trainer.h"
-#include "chorus/runtime/worker.h"
+#include "chorus/runtime/launch/worker.h"
+#include "chorus/runtime/train/trainer.h"
 
 namespace chorus::cli {
 

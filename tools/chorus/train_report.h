@@ -7,8 +7,8 @@
 
 #include "chorus/core/clock.h"
 #include "chorus/plan/plan.h"
-#include "chorus/runtime/job_config.h"
-#include "chorus/runtime/trainer.h"
+#include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/train/trainer.h"
 
 namespace chorus::cli {
 

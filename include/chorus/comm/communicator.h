@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "chorus/comm/comm_stats.h"
-#include "chorus/comm/store.h"
+#include "chorus/comm/store/store.h"
 #include "chorus/comm/work.h"
 
 namespace c10d {

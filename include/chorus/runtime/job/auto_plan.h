@@ -1,0 +1,61 @@
+// plan = "auto" (docs/planner.md, "Planning a chorus train job"): the planner prices the job's
+// model on its measured devices and returns the settings that configure the chosen plan.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "chorus/core/device_spec.h"
+#include "chorus/plan/local_cluster.h"
+#include "chorus/plan/model_profile.h"
+#include "chorus/plan/plan.h"
+#include "chorus/runtime/job/job_config.h"
+
+namespace chorus::device {
+struct DeviceInfo;
+struct DeviceMeasurement;
+}  // namespace chorus::device
+
+namespace chorus::runtime {
+
+// The keys plan = "auto" sets; with plan = "auto" a job must not set them itself.
+const std::vector<std::string>& autoPlanKeys();
+
+// What the planner chose for a job, as settings that make the job run it. Value type.
+struct PlannedJob {
+  // `KEY=VALUE` assignments in `--set` syntax (Config::set): "plan=manual", then the [parallel]
+  // keys of a pipeline or `balancer.shares` of data parallelism, and `devices` when the plan puts
+  // the devices in another rank order. Applied after the job's own settings, on the front end and
+  // on every worker's command line, so that all processes run the same plan.
+  std::vector<std::string> settings;
+  // One line for the log: what was chosen, its predicted step time and why it won.
+  std::string summary;
+  // The chosen plan with its prediction (cluster devices = the job's devices in their order).
+  plan::Plan plan;
+};
+
+// Measures the devices `devices` name on this host (device/microbench.h; each physical device
+// once, about a second for a CPU): entry i describes devices[i] as it is, without its emulated
+// speed or budget. REQUIRES: no "auto" left in `devices` (device::expandAuto). Throws
+// DeviceError when a measurement fails.
+std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices);
+
+// One local device and its measured figures in the planner's terms (description = the device's
+// name), as plan = "auto" and `chorus devices --cluster-toml` both describe this node.
+plan::MeasuredDevice toMeasuredDevice(const device::DeviceInfo& info,
+                                      const device::DeviceMeasurement& figures);
+
+// The model `job` trains, completed from its data set as the trainer does (Fashion-MNIST's shape
+// and classes, the text corpus's vocabulary), as the planner's per-layer profile named `name`.
+// Throws ConfigError (e.g. a missing corpus).
+plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name);
+
+// Plans `job` on this node: devices[i] (expanded specs) with measured figures measured[i]
+// becomes one device of a local cluster (plan/local_cluster.h; rates times the emulated speed),
+// the model jobModelProfile(job), the batch train.global_batch; the search covers what the
+// trainers run: data parallelism with uneven shares, and pipelines or replicas x pipelines when
+// nothing in the job rules them out (see docs/planner.md). Throws ConfigError when nothing fits.
+PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                   const std::vector<plan::MeasuredDevice>& measured);
+
+}  // namespace chorus::runtime

@@ -1,0 +1,65 @@
+// The Plan a `chorus train` job runs (DESIGN.md, "The plan"): built once by the front end, checked
+// against the job and its devices, and handed to every worker with the job (job_package.h), so
+// that no worker plans, cuts or splits on its own.
+//
+// Where it comes from: the job's [parallel] and balancer keys as written (plan = "manual",
+// planOfJob), the planner (plan = "auto": planJob's settings, then planOfJob, keeping the
+// planner's prediction), or a plan file (`chorus train --plan FILE`, checked by
+// checkPlanForJob). An executed plan is *in rank order*: rank r runs replica r / S, stage r % S
+// (S stages per replica), and ranks[r].device = r indexes the job's devices in that order.
+//
+// How the trainers read it: the start shares (the balancer, unless `balance = off` or
+// balancer.shares fixes them, moves them from there), each rank's compute precision, a
+// data-parallel rank's micro-batch (a micro_batch equal to the global batch means "the whole
+// share in one pass"), and a pipeline's cut, micro-batches, schedule and checkpointing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "chorus/core/device_spec.h"
+#include "chorus/plan/plan.h"
+#include "chorus/runtime/job/job_config.h"
+
+namespace chorus::runtime {
+
+class Worker;
+
+// The plan of `job` as written on `devices` (the job's devices in rank order), nodes[r] the node
+// of rank r (default: every rank on "node0"). Data parallelism: one replica per rank with the
+// balancer's start shares (balancer.shares, initial_shares or an equal split). Pipelines: the
+// [parallel] layout, its cut by device speed and memory (parallel::stageCuts) and the replicas'
+// start shares by their slowest stage. Throws ConfigError (what validatePipelineJob and
+// validateJobOnDevices refuse).
+plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                     const std::vector<std::string>& nodes = {});
+
+// planOfJob on every rank's device and node, all-gathered from the world communicator of
+// `worker`; collective. For trainers built without a plan (a program that builds its own).
+plan::Plan planOfWorld(const JobConfig& job, Worker& worker);
+
+// `plan` renumbered into rank order (see above): replica r's stage s becomes rank r·S + s.
+plan::Plan inRankOrder(const plan::Plan& plan);
+
+// The devices of `plan`'s ranks, rank order: rank r runs devices[plan.ranks[r].device].
+// Throws ConfigError naming both when a rank's device is missing or is not the device type the
+// plan names (a plan made for other devices).
+std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
+                                      const std::vector<DeviceSpec>& devices);
+
+// Checks an executed plan (rank order) against the job it runs and the devices of its ranks:
+// the structure (Plan::validate against the model's layers), the global batch, one rank per
+// device whose spec is the plan's device type (emulated speed and budget are part of the spec,
+// as in a local cluster file, so a rank's own emulated_speed and memory_budget must be 1 and 0),
+// the job's [comm], no ZeRO yet. Throws ConfigError naming both.
+void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
+                     const std::vector<DeviceSpec>& devices);
+
+// One line for the log: "data parallel on cpu@1.0, cpu@0.5: shares 43/21, fp32/fp32" or
+// "2 pipelines x 2 stages on ...: layers 3/5, 8 micro-batches 1f1b, replica shares 40/24".
+std::string describePlan(const plan::Plan& plan);
+
+// The precision name ("fp32", "bf16", "fp16") a plan rank computes in.
+std::string precisionName(const plan::RankPlan& rank);
+
+}  // namespace chorus::runtime

@@ -1,0 +1,161 @@
+// The worker supervisor: starts a node's worker processes, copies their output, and stops them
+// all when one fails.
+//
+// The per-node agent (`chorus run`, like torchrun) starts one worker process per device through a
+// Supervisor and then blocks in run(). The job on this node ends when every worker exited, or as
+// soon as one worker fails, the agent gets SIGINT/SIGTERM, or the agent's external check (e.g.
+// "another node's agent reported a failure") says so: then every remaining worker gets SIGTERM,
+// then SIGKILL after a grace period, so a dead worker never leaves its peers hanging in a
+// collective. Plain POSIX; Linux-specific only in PR_SET_PDEATHSIG.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chorus/comm/store/job_secret.h"
+
+namespace chorus::runtime {
+
+// How to start one worker.
+struct WorkerLaunch {
+  // Global rank; names the worker in output prefixes, log files and messages. Unique per
+  // Supervisor.
+  int rank = 0;
+  // Program and arguments. REQUIRES: not empty. A program without '/' is looked up in the PATH of
+  // the worker's environment (below).
+  std::vector<std::string> argv;
+  // Variables added to, or overriding, the agent's own environment.
+  std::map<std::string, std::string> env;
+  // Default: empty (none). When set, handed to the worker through a pipe it inherits, filled and
+  // closed for writing before the worker starts, whose descriptor number is in CHORUS_SECRET_FD
+  // (runtime::env::kSecretFd): a secret in `env` would be readable in /proc/PID/environ by every
+  // process of the user.
+  comm::JobSecret secret;
+};
+
+struct SupervisorOptions {
+  // Default: true. Each line of a worker's stdout/stderr is copied to the agent's stdout/stderr as
+  // "[rank N] line"; when false the lines are copied bare (still whole lines, never torn).
+  bool prefix_output = true;
+  // Default: "" (none). When set, each rank's output (both streams, unprefixed) is also appended to
+  // <log_dir>/rank-<N>.log; the directory is created if missing.
+  std::string log_dir;
+  // Default: 3 s. Time between SIGTERM and SIGKILL when stopping workers.
+  std::chrono::milliseconds grace{3000};
+  // Default: 200 ms. How often run() calls the external check; also the longest run() sleeps
+  // between checks of its workers.
+  std::chrono::milliseconds poll_interval{200};
+  // Default: 1 (the agent's stdout). Where workers' stdout lines go; not owned.
+  int stdout_fd = 1;
+  // Default: 2 (the agent's stderr). Where workers' stderr lines go; not owned.
+  int stderr_fd = 2;
+};
+
+// How one worker ended.
+struct WorkerExit {
+  int rank = -1;
+  pid_t pid = -1;
+  // True when killed by a signal; then `code` is the signal number, otherwise the exit status.
+  bool signaled = false;
+  int code = 0;
+  // True when the supervisor had asked it to stop (SIGTERM or SIGKILL) before it ended.
+  bool stopped = false;
+
+  // Exited with status 0.
+  bool success() const { return !signaled && code == 0; }
+  // "rank 2 (pid 1234) exited with code 3" or
+  // "rank 2 (pid 1234) was killed by signal 9 (SIGKILL)".
+  std::string describe() const;
+};
+
+// What run() saw.
+struct SupervisorOutcome {
+  // Every worker's end, in order of exit.
+  std::vector<WorkerExit> exits;
+  // The first worker that exited non-zero or by a signal on its own (workers the supervisor
+  // stopped do not count).
+  std::optional<WorkerExit> first_failure;
+  // SIGINT or SIGTERM received by the agent during run(); 0 if none.
+  int interrupt_signal = 0;
+  // The message of the external check that stopped the job; empty if it did not.
+  std::string external_failure;
+
+  // Every worker exited 0, with no interrupt and no external failure.
+  bool ok() const;
+};
+
+// Returns a message (why the job must stop) or nothing (carry on).
+using ExternalCheck = std::function<std::optional<std::string>()>;
+
+// Owns the worker processes of one agent: starts them, copies their output, reaps them, and never
+// leaves one behind: each worker runs in a process group of its own (signals reach the whole tree
+// it started), a group is SIGKILLed as soon as its worker (the leader) ends, and the destructor
+// SIGKILLs and reaps whatever still runs. If the agent itself is SIGKILLed, PR_SET_PDEATHSIG kills
+// each worker, but not processes the worker started: a worker that starts helpers (e.g. data
+// loader processes) should make them watch their parent, as PyTorch's DataLoader does. Processes
+// that leave their worker's group (setsid) are beyond the supervisor's reach.
+//
+// While run() is active it owns the process's SIGINT, SIGTERM, SIGCHLD and SIGPIPE handlers
+// (restored when it returns), so at most one Supervisor may be in run() per process.
+// Not thread-safe: use one Supervisor from one thread. Not copyable.
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions options);
+  // SIGKILLs every worker's process group that still runs and reaps the workers.
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts every worker, in order. Returns once each worker's exec() succeeded. Reads the agent's
+  // environment (`environ`) once to build the workers'. Throws ConfigError for an empty argv or a
+  // repeated rank, and LaunchError naming the program and rank when a worker cannot be started
+  // (not found, not executable, fork failed, log file not writable); the workers already started
+  // are then killed and reaped before the exception leaves. REQUIRES: called once, before run(),
+  // from a thread that outlives the workers: PR_SET_PDEATHSIG fires when the *thread* that forked
+  // a worker ends, so call it from the agent's main thread.
+  void start(const std::vector<WorkerLaunch>& workers);
+
+  // Blocks until all workers exited, or one failed, or the agent got SIGINT/SIGTERM, or
+  // `external_check` (called every poll_interval, may be empty) returned a message. In the last
+  // three cases every remaining worker's group gets SIGTERM, then SIGKILL after `grace`; run()
+  // returns within about grace + 1 s once the cause is seen. A second SIGINT/SIGTERM while
+  // stopping sends SIGKILL at once. In every case all workers are reaped and their output drained
+  // before it returns. No deadline of its own: a training job may run for days; the external
+  // check is the way to impose one. If the check throws, the exception propagates and the workers
+  // are left to the destructor. REQUIRES: start() was called; called once.
+  SupervisorOutcome run(const ExternalCheck& external_check = {});
+
+  // Process ids of the started workers, in start order; each is also its worker's process group id.
+  std::vector<pid_t> pids() const;
+
+ private:
+  struct Worker;    // one started worker: its process, pipes and output pumps
+  struct RunState;  // the state of one run(): outcome so far, signal relay, stop progress
+  using Environment = std::map<std::string, std::string>;
+
+  std::unique_ptr<Worker> spawn(const WorkerLaunch& launch, const Environment& base_env);
+  void reapExited(RunState& state);
+  void pollOnce(RunState& state, std::chrono::milliseconds timeout);
+  void readOutput(Worker& worker, bool err_stream);
+  void recordExit(RunState& state, Worker& worker, int status);
+  void handleSignals(RunState& state);
+  void beginStop(RunState& state);
+  void signalRunning(int signo);
+  void drainOutput(RunState& state);
+  bool anyRunning() const;
+  void killAll();
+
+  SupervisorOptions options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  bool started_ = false;
+  bool ran_ = false;
+};
+
+}  // namespace chorus::runtime

@@ -1,0 +1,231 @@
+// plan = "auto": the job's devices become a measured local cluster, its model a profile, and the
+// planner's search, narrowed to what the trainers run, picks data parallelism with uneven shares,
+// a pipeline or replicas of pipelines. The choice comes back as job settings (PlannedJob), so the
+// front end and every worker read one and the same fully specified job.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "chorus/core/error.h"
+#include "chorus/plan/cluster_file.h"
+#include "chorus/plan/planner.h"
+#include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/pipeline_job.h"
+#include "job/trained_model.h"
+
+namespace chorus::runtime {
+namespace {
+
+bool computesInFp32(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  for (size_t rank = 0; rank < devices.size(); ++rank)
+    if (precisionOf(job.precision, static_cast<int>(rank), devices[rank]) != "fp32") return false;
+  return true;
+}
+
+// The first job setting that rules pipelines out (what checkParallel refuses with
+// pipeline_stages > 1), or "" when a pipeline could run.
+std::string pipelineBlocker(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  if (job.train.micro_batch != 0) return "train.micro_batch";
+  if (job.comm.sync_every != 1) return "comm.sync_every";
+  if (job.comm.compression != "none") return "comm.compression";
+  if (job.comm.algorithm != "flat") return "comm.algorithm";
+  if (!computesInFp32(job, devices)) return "precision";
+  return "";
+}
+
+plan::Cluster localCluster(const std::vector<DeviceSpec>& devices,
+                           const std::vector<plan::MeasuredDevice>& measured) {
+  CHORUS_CHECK_CONFIG(!devices.empty() && measured.size() == devices.size(),
+                      "plan = \"auto\": ", measured.size(), " measured devices for ",
+                      devices.size(), " device specs");
+  plan::LocalCluster local;
+  bool all_cpu = true;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const DeviceSpec& spec = devices[i];
+    all_cpu = all_cpu && spec.kind == DeviceKind::kCpu;
+    local.devices.push_back(plan::emulateDevice(measured[i], spec.toString(), spec.speed,
+                                                spec.memory_budget.value_or(0)));
+  }
+  // As `chorus devices --cluster-toml` writes this node (docs/planner.md, "Planning the local
+  // node").
+  local.intra_link = all_cpu ? plan::measuredShmLink(measured.front().memory_bandwidth_gbs)
+                             : *plan::findLinkType("pcie4");
+  return plan::parseClusterToml(plan::localClusterToml(local), "<the job's devices>");
+}
+
+plan::CostOptions costOptions(const JobConfig& job) {
+  plan::CostOptions cost;
+  // A budget (`cpu/512MiB`) bounds what the counting allocator sees, tensors only, and workers
+  // without one share the host's memory anyway: reserving the process's 1 GiB would only make
+  // small budgets look full.
+  cost.cpu_reserved_bytes = 0;
+  // The optimizer the job runs, in fp32 (the cost model's defaults are Adam's with a master
+  // copy): bytes of state and of traffic per parameter.
+  if (job.optimizer.name == "adamw") {
+    cost.optimizer_state_bytes = 8;     // m, v
+    cost.optimizer_traffic_bytes = 28;  // read w, g, m, v; write w, m, v
+  } else if (job.optimizer.momentum > 0) {
+    cost.optimizer_state_bytes = 4;     // the momentum buffer
+    cost.optimizer_traffic_bytes = 20;  // read w, g, m; write w, m
+  } else {
+    cost.optimizer_state_bytes = 0;
+    cost.optimizer_traffic_bytes = 12;  // read w, g; write w
+  }
+  return cost;
+}
+
+// What the trainers run: every device (one worker each), no ZeRO, no compression, fp32 unless the
+// job computes in 16 bits, and no activation checkpointing, which the data-parallel trainer lacks
+// and the planner would place per stage where the pipeline trainer takes one mode for all.
+plan::PlanOptions planOptions(const JobConfig& job, bool pipelines, bool fp32) {
+  plan::PlanOptions options;
+  options.global_batch = static_cast<int>(job.train.global_batch);
+  options.top_k = 2;
+  options.precision = fp32 ? plan::PrecisionPolicy::kFp32 : plan::PrecisionPolicy::kMixed;
+  options.allow_compression = false;
+  options.schedules = {plan::Schedule::kOneFOneB};
+  options.max_zero_stage = 0;
+  options.allow_checkpointing = false;
+  options.allow_pipelines = pipelines;
+  options.allow_dropping_devices = false;
+  options.seed = job.seed;
+  options.cost = costOptions(job);
+  return options;
+}
+
+// The job's devices in the trainer's rank order for `plan`: rank = replica * S + stage.
+std::vector<DeviceSpec> rankDevices(const plan::Plan& plan,
+                                    const std::vector<DeviceSpec>& devices) {
+  std::vector<DeviceSpec> ordered;
+  for (const auto& replica : plan.replicas)
+    for (const auto& stage : replica.stages)
+      ordered.push_back(devices.at(plan.ranks.at(stage.rank).device));
+  return ordered;
+}
+
+template <typename T>
+std::string joined(const std::vector<T>& items, const char* separator) {
+  std::ostringstream text;
+  for (size_t i = 0; i < items.size(); ++i) text << (i ? separator : "") << items[i];
+  return text.str();
+}
+
+std::vector<int> replicaShares(const plan::Plan& plan) {
+  std::vector<int> shares;
+  for (const auto& replica : plan.replicas) shares.push_back(replica.share);
+  return shares;
+}
+
+std::vector<int> stageLayers(const plan::Plan& plan) {
+  std::vector<int> counts;
+  for (const auto& stage : plan.replicas.at(0).stages)
+    counts.push_back(stage.last_layer - stage.first_layer);
+  return counts;
+}
+
+// Data parallelism: the planned shares are where the balancer starts (it refines them from
+// measurements unless balance = "off").
+std::vector<std::string> settingsOf(const plan::Plan& plan, const std::vector<DeviceSpec>& devices,
+                                    const std::vector<DeviceSpec>& ordered) {
+  std::vector<std::string> settings{"plan=manual"};
+  if (!(ordered == devices)) settings.push_back("devices=" + toString(ordered));
+  if (plan.stageCount() == 1) {
+    settings.push_back("balancer.initial_shares=[" + joined(replicaShares(plan), ",") + "]");
+    return settings;
+  }
+  settings.push_back("parallel.pipeline_stages=" + std::to_string(plan.stageCount()));
+  settings.push_back("parallel.replicas=" + std::to_string(plan.replicas.size()));
+  settings.push_back("parallel.micro_batches=" + std::to_string(plan.micro_batches));
+  settings.push_back(std::string("parallel.schedule=") + plan::toString(plan.schedule));
+  settings.push_back("parallel.partition=[" + joined(stageLayers(plan), ",") + "]");
+  return settings;
+}
+
+// The pipeline trainer's own memory estimate (parallel::CutModel, which counts what autograd keeps
+// far above the planner's layer outputs) of the planned stages against the devices' budgets.
+bool stagesFitBudgets(const JobConfig& job, const plan::Plan& plan,
+                      const std::vector<DeviceSpec>& ordered) {
+  const int stages = plan.stageCount();
+  parallel::CutRequest request;
+  request.profile = model::makeModel(trainedModelConfig(job), job.seed)->profile();
+  request.options = pipelineOptions(job);
+  request.options.pipeline_stages = stages;
+  request.options.replicas = static_cast<int>(plan.replicas.size());
+  request.options.micro_batches = plan.micro_batches;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const std::int64_t micro =
+        (plan.replicas[r].share + plan.micro_batches - 1) / plan.micro_batches;
+    for (int s = 0; s < stages; ++s) {
+      const auto& budget = ordered[r * stages + s].memory_budget;
+      const auto& stage = plan.replicas[r].stages[s];
+      const int in_flight = std::min(stages - s, plan.micro_batches);
+      if (budget && parallel::predictedStageBytes(request, stage.first_layer, stage.last_layer,
+                                                  micro, in_flight) > static_cast<double>(*budget))
+        return false;
+    }
+  }
+  return true;
+}
+
+std::string milliseconds(double seconds) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f ms", seconds * 1e3);
+  return buffer;
+}
+
+std::string describe(const plan::Plan& plan) {
+  std::ostringstream text;
+  if (plan.stageCount() == 1) {
+    text << "data parallel, shares " << joined(replicaShares(plan), "/");
+  } else {
+    text << plan.replicas.size() << (plan.replicas.size() == 1 ? " pipeline" : " pipelines")
+         << " of " << plan.stageCount() << " stages, layers " << joined(stageLayers(plan), "/")
+         << ", " << plan.micro_batches << " micro-batches " << plan::toString(plan.schedule);
+  }
+  return text.str();
+}
+
+std::string summaryOf(const JobConfig& job, const plan::PlanResult& result,
+                      const std::vector<DeviceSpec>& ordered, const std::string& left_out) {
+  const plan::Plan& best = result.plans.front();
+  std::string line = "plan = auto: " + describe(best) + " on " + toString(ordered) +
+                     ": predicted " + milliseconds(best.predicted.step_seconds) + "/step; " +
+                     best.reason;
+  if (result.plans.size() > 1)
+    line += "; next best " + describe(result.plans[1]) + ", " +
+            milliseconds(result.plans[1].predicted.step_seconds) + ": " + result.plans[1].reason;
+  if (!left_out.empty()) line += "; pipelines not considered: " + left_out;
+  if (best.stageCount() == 1 && best.replicas.size() > 1)
+    line += job.balancer.mode == "off" ? "; the planned shares stay fixed (balance = off)"
+                                       : "; the balancer starts from the planned shares";
+  return line;
+}
+
+}  // namespace
+
+PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                   const std::vector<plan::MeasuredDevice>& measured) {
+  const plan::Cluster cluster = localCluster(devices, measured);
+  const plan::ModelProfile model = jobModelProfile(job, "job model " + job.model.kind);
+  const std::string blocker = pipelineBlocker(job, devices);
+  const bool fp32 = computesInFp32(job, devices);
+  std::string left_out = blocker.empty() ? "" : blocker + " is set";
+  plan::PlanResult result =
+      plan::planCluster(cluster, model, planOptions(job, blocker.empty(), fp32));
+  if (!result.plans.empty() && result.plans.front().stageCount() > 1 &&
+      !stagesFitBudgets(job, result.plans.front(), rankDevices(result.plans.front(), devices))) {
+    left_out = "the planned stages exceed the memory budgets by the pipeline trainer's estimate";
+    result = plan::planCluster(cluster, model, planOptions(job, false, fp32));
+  }
+  if (result.plans.empty())
+    CHORUS_THROW(ConfigError, "plan = \"auto\": no plan fits ", model.name, " with batch ",
+                 job.train.global_batch, " on ", toString(devices), " (memory)");
+  PlannedJob planned;
+  planned.plan = result.plans.front();
+  const std::vector<DeviceSpec> ordered = rankDevices(planned.plan, devices);
+  planned.settings = settingsOf(planned.plan, devices, ordered);
+  planned.summary = summaryOf(job, result, ordered, left_out);
+  return planned;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,92 @@
+// What plan = "auto" (and `chorus plan --model JOB.toml`) plans with: the job's devices as
+// measured on this host, and the job's zoo model as the planner's per-layer profile.
+#include <map>
+#include <utility>
+
+#include "chorus/core/error.h"
+#include "chorus/data/text_corpus.h"
+#include "chorus/device/discovery.h"
+#include "chorus/device/microbench.h"
+#include "chorus/model/zoo_model.h"
+#include "chorus/runtime/job/auto_plan.h"
+#include "job/trained_model.h"
+
+namespace chorus::runtime {
+namespace {
+
+// Half the trials and time of `chorus devices`: the planner needs the rates to a few percent
+// (they set compute against communication), and the job should not wait long to start.
+device::MeasureOptions planningMeasurement() {
+  device::MeasureOptions options;
+  options.trials = 2;
+  options.min_seconds = 0.1;
+  return options;
+}
+
+}  // namespace
+
+plan::MeasuredDevice toMeasuredDevice(const device::DeviceInfo& info,
+                                      const device::DeviceMeasurement& figures) {
+  plan::MeasuredDevice device;
+  device.name = info.kind == DeviceKind::kCpu ? "cpu" : "cuda:" + std::to_string(info.index);
+  device.description = info.name;
+  device.vendor = info.vendor.empty() ? "custom" : info.vendor;
+  device.device_class =
+      info.kind == DeviceKind::kCpu ? plan::DeviceClass::kCpu : plan::DeviceClass::kGpu;
+  device.memory_bytes = info.memory_bytes;
+  device.gflops[static_cast<int>(plan::Dtype::kFp32)] = figures.matmul_gflops_fp32;
+  device.gflops[static_cast<int>(plan::Dtype::kBf16)] = figures.matmul_gflops_bf16.value_or(0);
+  device.gflops[static_cast<int>(plan::Dtype::kFp16)] = figures.matmul_gflops_fp16.value_or(0);
+  device.memory_bandwidth_gbs = figures.mem_bandwidth_gbs;
+  return device;
+}
+
+model::ModelConfig trainedModelConfig(const JobConfig& job) {
+  model::ModelConfig config = job.model;
+  if (job.data.dataset == "fashion-mnist") {
+    config.input_shape = {1, 28, 28};
+    config.classes = 10;
+  } else if (job.data.dataset == "text") {
+    data::TextCorpusOptions options;
+    options.context = config.context;
+    config.vocab = data::loadTextCorpus(job.data.path, options)->numClasses();
+  }
+  return config;
+}
+
+std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices) {
+  const std::vector<device::DeviceInfo> found = device::discoverDevices();
+  std::map<std::pair<DeviceKind, int>, plan::MeasuredDevice> measured;
+  std::vector<plan::MeasuredDevice> result;
+  for (const DeviceSpec& spec : devices) {
+    CHORUS_CHECK_CONFIG(spec.kind != DeviceKind::kAuto, "measureJobDevices: expand 'auto' first");
+    const auto key = std::make_pair(spec.kind, spec.index);
+    if (!measured.count(key)) {
+      const device::DeviceInfo* info = nullptr;
+      for (const auto& candidate : found)
+        if (candidate.kind == spec.kind && candidate.index == spec.index) info = &candidate;
+      CHORUS_CHECK_CONFIG(info, "device spec '", spec.toString(), "' matches no local device");
+      measured[key] = toMeasuredDevice(*info, device::measureDevice(*info, planningMeasurement()));
+    }
+    result.push_back(measured[key]);
+  }
+  return result;
+}
+
+// The zoo gives each layer's fp32 output per sample; the planner also wants what backward keeps,
+// which for these layers is of the order of their output, so both take it (memory predictions are
+// rough; step times use it only through the roofline's streamed bytes).
+plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name) {
+  const auto model = model::makeModel(trainedModelConfig(job), job.seed);
+  plan::ModelProfile profile;
+  profile.name = name;
+  profile.activation_element_bytes = 4;
+  for (const auto& layer : model->profile())
+    profile.layers.push_back({layer.name, static_cast<double>(layer.parameters),
+                              layer.forward_flops, static_cast<double>(layer.activation_bytes),
+                              static_cast<double>(layer.activation_bytes)});
+  profile.validate();
+  return profile;
+}
+
+}  // namespace chorus::runtime

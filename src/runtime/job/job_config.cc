@@ -1,0 +1,288 @@
+#include "chorus/runtime/job/job_config.h"
+
+#include "chorus/core/error.h"
+#include "job/job_sections.h"
+
+namespace chorus::runtime {
+namespace {
+
+void require(bool ok, const char* key, const std::string& what) {
+  if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
+}
+
+void requireOneOf(const std::string& value, const char* key,
+                  std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* option : allowed) {
+    if (value == option) return;
+    list += (list.empty() ? "" : ", ") + std::string(option);
+  }
+  require(false, key, "'" + value + "' is unknown; expected " + list);
+}
+
+TrainSection readTrain(const Config& config) {
+  TrainSection train;
+  train.steps = config.getInt("train.steps", train.steps);
+  train.global_batch = config.getInt("train.global_batch", train.global_batch);
+  train.micro_batch = config.getInt("train.micro_batch", train.micro_batch);
+  train.eval_every = config.getInt("train.eval_every", train.eval_every);
+  train.eval_samples = config.getInt("train.eval_samples", train.eval_samples);
+  train.target_accuracy = config.getDouble("train.target_accuracy", train.target_accuracy);
+  train.log_every = config.getInt("train.log_every", train.log_every);
+  require(train.steps >= 1, "train.steps", "must be at least 1");
+  require(train.global_batch >= 1, "train.global_batch", "must be at least 1");
+  require(train.micro_batch >= 0, "train.micro_batch", "must be >= 0 (0: whole share)");
+  require(train.eval_every >= 0, "train.eval_every", "must be >= 0 (0: only at the end)");
+  require(train.eval_samples >= 0, "train.eval_samples", "must be >= 0 (0: the whole test set)");
+  require(train.target_accuracy >= 0 && train.target_accuracy <= 1, "train.target_accuracy",
+          "must be in [0, 1]");
+  require(train.log_every >= 1, "train.log_every", "must be at least 1");
+  return train;
+}
+
+model::ModelConfig readModel(const Config& config) {
+  model::ModelConfig model;
+  model.kind = config.getString("model.kind", model.kind);
+  model.input_shape = config.getInts("model.input_shape", model.input_shape);
+  model.classes = config.getInt("model.classes", model.classes);
+  model.hidden = config.getInts("model.hidden", model.hidden);
+  model.channels = config.getInt("model.channels", model.channels);
+  model.blocks = config.getInt("model.blocks", model.blocks);
+  model.groups = config.getInt("model.groups", model.groups);
+  model.vocab = config.getInt("model.vocab", model.vocab);
+  model.layers = config.getInt("model.layers", model.layers);
+  model.width = config.getInt("model.width", model.width);
+  model.heads = config.getInt("model.heads", model.heads);
+  model.context = config.getInt("model.context", model.context);
+  model.dropout = config.getDouble("model.dropout", model.dropout);
+  model::validateModelConfig(model);
+  return model;
+}
+
+// The trainer takes a real data set's dimensions from the data (Fashion-MNIST's images and
+// classes, the corpus's characters) and used to overwrite what the job said without a word: a
+// job asking for 5 classes trained 10. A written value must agree with the data, or go.
+void requireModelFitsData(const Config& config, const model::ModelConfig& model,
+                          const DataSection& data) {
+  if (data.dataset == "fashion-mnist") {
+    const std::vector<std::int64_t> shape = {1, 28, 28};
+    require(!config.has("model.classes") || model.classes == 10, "model.classes",
+            std::to_string(model.classes) +
+                " does not fit Fashion-MNIST, which has 10 classes; remove the key");
+    require(!config.has("model.input_shape") || model.input_shape == shape, "model.input_shape",
+            "does not fit Fashion-MNIST, whose images are [1, 28, 28]; remove the key");
+  } else if (data.dataset == "text") {
+    require(!config.has("model.vocab"), "model.vocab",
+            "is taken from the corpus (data.dataset = \"text\": one token per distinct byte of " +
+                data.path + "); remove the key");
+  }
+}
+
+DataSection readData(const Config& config, const model::ModelConfig& model) {
+  DataSection data;
+  data.dataset = config.getString("data.dataset", model.kind == "gpt" ? "text" : data.dataset);
+  data.dir = config.getString("data.dir", data.dir);
+  data.path = config.getString("data.path", data.path);
+  data.size = config.getInt("data.size", data.size);
+  data.test_fraction = config.getDouble("data.test_fraction", data.test_fraction);
+  const bool tokens = model.kind == "gpt";
+  if (data.dataset == "fashion-mnist" || data.dataset == "text") {
+    require((data.dataset == "text") == tokens, "data.dataset",
+            "'" + data.dataset + "' does not fit model.kind '" + model.kind +
+                "' (gpt reads text; mlp and cnn read images)");
+  } else {
+    require(data.dataset == "synthetic", "data.dataset",
+            "'" + data.dataset + "' is unknown; expected fashion-mnist, text or synthetic");
+  }
+  require(data.size >= 1, "data.size", "must be at least 1");
+  require(data.test_fraction > 0 && data.test_fraction < 1, "data.test_fraction",
+          "must be in (0, 1)");
+  requireModelFitsData(config, model, data);
+  return data;
+}
+
+OptimizerSection readOptimizer(const Config& config) {
+  OptimizerSection opt;
+  opt.name = config.getString("optimizer.name", opt.name);
+  opt.lr = config.getDouble("optimizer.lr", opt.lr);
+  opt.momentum = config.getDouble("optimizer.momentum", opt.momentum);
+  opt.weight_decay = config.getDouble("optimizer.weight_decay", opt.weight_decay);
+  opt.beta1 = config.getDouble("optimizer.beta1", opt.beta1);
+  opt.beta2 = config.getDouble("optimizer.beta2", opt.beta2);
+  opt.warmup_steps = config.getInt("optimizer.warmup_steps", opt.warmup_steps);
+  opt.schedule = config.getString("optimizer.schedule", opt.schedule);
+  opt.min_lr_ratio = config.getDouble("optimizer.min_lr_ratio", opt.min_lr_ratio);
+  require(opt.name == "sgd" || opt.name == "adamw", "optimizer.name",
+          "'" + opt.name + "' is unknown; expected sgd or adamw");
+  require(opt.lr > 0, "optimizer.lr", "must be positive");
+  require(opt.momentum >= 0 && opt.momentum < 1, "optimizer.momentum", "must be in [0, 1)");
+  require(opt.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0");
+  require(opt.beta1 >= 0 && opt.beta1 < 1, "optimizer.beta1", "must be in [0, 1)");
+  require(opt.beta2 >= 0 && opt.beta2 < 1, "optimizer.beta2", "must be in [0, 1)");
+  require(opt.warmup_steps >= 0, "optimizer.warmup_steps", "must be >= 0");
+  require(opt.schedule == "cosine" || opt.schedule == "constant", "optimizer.schedule",
+          "'" + opt.schedule + "' is unknown; expected cosine or constant");
+  require(opt.min_lr_ratio >= 0 && opt.min_lr_ratio <= 1, "optimizer.min_lr_ratio",
+          "must be in [0, 1]");
+  return opt;
+}
+
+CommSection readComm(const Config& config) {
+  CommSection comm;
+  comm.bucket_mb = config.getDouble("comm.bucket_mb", comm.bucket_mb);
+  comm.first_bucket_mb = config.getDouble("comm.first_bucket_mb", comm.first_bucket_mb);
+  comm.min_buckets = config.getInt("comm.min_buckets", comm.min_buckets);
+  comm.overlap = config.getBool("comm.overlap", comm.overlap);
+  comm.timeout_s = config.getDouble("comm.timeout_s", comm.timeout_s);
+  comm.algorithm = config.getString("comm.algorithm", comm.algorithm);
+  comm.compression = config.getString("comm.compression", comm.compression);
+  comm.powersgd_rank = config.getInt("comm.powersgd_rank", comm.powersgd_rank);
+  comm.powersgd_iterations = config.getInt("comm.powersgd_iterations", comm.powersgd_iterations);
+  comm.powersgd_bf16_factors =
+      config.getBool("comm.powersgd_bf16_factors", comm.powersgd_bf16_factors);
+  comm.powersgd_min_compression_rate =
+      config.getDouble("comm.powersgd_min_compression_rate", comm.powersgd_min_compression_rate);
+  comm.powersgd_start_step = config.getInt("comm.powersgd_start_step", comm.powersgd_start_step);
+  comm.topk_ratio = config.getDouble("comm.topk_ratio", comm.topk_ratio);
+  comm.error_feedback = config.getBool("comm.error_feedback", comm.error_feedback);
+  comm.sync_every = config.getInt("comm.sync_every", comm.sync_every);
+  comm.cpu_transport = config.getString("comm.cpu_transport", comm.cpu_transport);
+  requireOneOf(comm.algorithm, "comm.algorithm", {"flat", "auto", "hierarchical", "2d"});
+  requireOneOf(comm.compression, "comm.compression",
+               {"none", "fp16", "bf16", "int8", "topk", "powersgd"});
+  requireOneOf(comm.cpu_transport, "comm.cpu_transport", {"auto", "gloo", "shm"});
+  require(comm.powersgd_rank >= 1, "comm.powersgd_rank", "must be at least 1");
+  require(comm.powersgd_iterations >= 1, "comm.powersgd_iterations", "must be at least 1");
+  require(comm.powersgd_min_compression_rate >= 1, "comm.powersgd_min_compression_rate",
+          "must be at least 1");
+  require(comm.powersgd_start_step >= 0, "comm.powersgd_start_step", "must be >= 0");
+  require(comm.topk_ratio > 0 && comm.topk_ratio <= 1, "comm.topk_ratio", "must be in (0, 1]");
+  require(comm.sync_every >= 1, "comm.sync_every", "must be at least 1");
+  // Local SGD averages parameters with one plain all-reduce over all ranks: neither a codec nor a
+  // hierarchy would be applied, so neither is accepted with it.
+  require(comm.sync_every == 1 || comm.compression == "none", "comm.compression",
+          "cannot be combined with comm.sync_every > 1 (local SGD averages parameters with a "
+          "plain all-reduce); set comm.compression = \"none\" or comm.sync_every = 1");
+  require(comm.sync_every == 1 || comm.algorithm == "flat", "comm.algorithm",
+          "cannot be combined with comm.sync_every > 1 (local SGD averages parameters with a "
+          "plain all-reduce); set comm.algorithm = \"flat\" or comm.sync_every = 1");
+  // A codec compresses what the host leaders exchange, a step only the hierarchical algorithm
+  // has ("flat" runs it among all ranks as leaders of themselves; "auto" then picks
+  // hierarchical); "2d" would silently become hierarchical.
+  require(comm.compression == "none" || comm.algorithm != "2d", "comm.algorithm",
+          "'2d' cannot carry a codec (comm.compression = '" + comm.compression +
+              "'): use \"hierarchical\", or \"flat\" to run the codec among all ranks");
+  require(comm.bucket_mb > 0, "comm.bucket_mb", "must be positive");
+  require(comm.first_bucket_mb > 0, "comm.first_bucket_mb", "must be positive");
+  require(comm.min_buckets >= 1 && comm.min_buckets <= 1024, "comm.min_buckets",
+          "must be in [1, 1024]");
+  // Workers get the deadline as an int of milliseconds: 1 ms to a week fits.
+  require(comm.timeout_s >= 0.001 && comm.timeout_s <= 7 * 24 * 3600, "comm.timeout_s",
+          "must be in [0.001, 604800] seconds (1 ms to a week)");
+  return comm;
+}
+
+// Shares (when given) must cover the global batch exactly.
+void requireSumsToBatch(const std::vector<std::int64_t>& shares, const char* key,
+                        std::int64_t global_batch) {
+  if (shares.empty()) return;
+  std::int64_t total = 0;
+  for (std::int64_t share : shares) total += share;
+  require(total == global_batch, key,
+          "must sum to train.global_batch (" + std::to_string(global_batch) + "), not " +
+              std::to_string(total));
+}
+
+BalancerSection readBalancer(const Config& config) {
+  BalancerSection balancer;
+  balancer.mode = config.getString("balance", balancer.mode);
+  balancer.profile_steps = config.getInt("balancer.profile_steps", balancer.profile_steps);
+  balancer.min_gain = config.getDouble("balancer.min_gain", balancer.min_gain);
+  balancer.cooldown_steps = config.getInt("balancer.cooldown_steps", balancer.cooldown_steps);
+  balancer.window = config.getInt("balancer.window", balancer.window);
+  balancer.shares = config.getInts("balancer.shares", balancer.shares);
+  for (std::int64_t share : balancer.shares) require(share >= 0, "balancer.shares", "must be >= 0");
+  balancer.initial_shares = config.getInts("balancer.initial_shares", balancer.initial_shares);
+  for (std::int64_t share : balancer.initial_shares)
+    require(share >= 0, "balancer.initial_shares", "must be >= 0");
+  require(balancer.shares.empty() || balancer.initial_shares.empty(), "balancer.initial_shares",
+          "cannot be combined with balancer.shares (fixed shares)");
+  require(balancer.mode == "off" || balancer.mode == "static" || balancer.mode == "adaptive",
+          "balance", "'" + balancer.mode + "' is unknown; expected off, static or adaptive");
+  require(balancer.profile_steps >= 1, "balancer.profile_steps", "must be at least 1");
+  require(balancer.min_gain >= 0 && balancer.min_gain < 1, "balancer.min_gain",
+          "must be in [0, 1)");
+  require(balancer.cooldown_steps >= 0, "balancer.cooldown_steps", "must be >= 0");
+  require(balancer.window >= 2, "balancer.window", "must be at least 2");
+  return balancer;
+}
+
+}  // namespace
+
+JobConfig readJobConfig(const Config& config) {
+  JobConfig job;
+  job.source = config.source();
+  job.devices = parseDeviceSpecs(config.getString("devices", "auto"));
+  const std::int64_t seed = config.getInt("seed", static_cast<std::int64_t>(job.seed));
+  require(seed >= 0, "seed", "must be >= 0");
+  job.seed = static_cast<std::uint64_t>(seed);
+  job.plan = config.getString("plan", job.plan);
+  requireOneOf(job.plan, "plan", {"manual", "auto"});
+  if (job.plan == "auto") rejectPlannedKeys(config);
+  job.train = readTrain(config);
+  job.model = readModel(config);
+  job.data = readData(config, job.model);
+  job.optimizer = readOptimizer(config);
+  job.comm = readComm(config);
+  job.balancer = readBalancer(config);
+  job.precision = readPrecision(config);
+  job.checkpoint = readCheckpoint(config);
+  job.parallel = readParallel(config);
+  requireSumsToBatch(job.balancer.shares, "balancer.shares", job.train.global_batch);
+  requireSumsToBatch(job.balancer.initial_shares, "balancer.initial_shares",
+                     job.train.global_batch);
+  // Every step draws global_batch distinct samples; the workers' sampler would refuse this only
+  // after they started.
+  require(job.data.dataset != "synthetic" || job.train.global_batch <= job.data.size,
+          "train.global_batch",
+          std::to_string(job.train.global_batch) + " is larger than the synthetic data set (" +
+              "data.size = " + std::to_string(job.data.size) + ")");
+  checkParallel(job, config);
+  config.rejectUnknownKeys();
+  job.toml = config.toToml();
+  return job;
+}
+
+const char* defaultJobToml() {
+  return R"(# The built-in default job: a small residual CNN on Fashion-MNIST, on every local device.
+devices = "auto"
+balance = "adaptive"
+seed = 1
+
+[train]
+steps = 1500
+global_batch = 64
+eval_every = 100
+eval_samples = 0
+target_accuracy = 0.85
+log_every = 20
+
+[model]
+kind = "cnn"
+channels = 32
+blocks = 2
+groups = 8
+
+[data]
+dataset = "fashion-mnist"
+
+[optimizer]
+name = "sgd"
+lr = 0.05
+momentum = 0.9
+warmup_steps = 20
+schedule = "cosine"
+)";
+}
+
+}  // namespace chorus::runtime

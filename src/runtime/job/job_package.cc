@@ -1,0 +1,49 @@
+#include "chorus/runtime/job/job_package.h"
+
+#include <nlohmann/json.hpp>
+
+#include "chorus/core/config.h"
+#include "chorus/core/error.h"
+#include "chorus/plan/plan_json.h"
+
+namespace chorus::runtime {
+namespace {
+
+constexpr int kVersion = 1;
+
+}  // namespace
+
+std::string encodeJobPackage(const JobConfig& job, const plan::Plan& plan) {
+  const nlohmann::json package = {{"version", kVersion},
+                                  {"source", job.source},
+                                  {"job", job.toml},
+                                  {"plan", plan::toJson(plan)}};
+  return package.dump();
+}
+
+JobPackage decodeJobPackage(const std::string& text) {
+  nlohmann::json package;
+  try {
+    package = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    CHORUS_THROW(ConfigError, "job package: not JSON (", error.what(), ")");
+  }
+  CHORUS_CHECK_CONFIG(package.is_object() && package.value("version", 0) == kVersion,
+                      "job package: version ", kVersion, " expected");
+  for (const char* key : {"source", "job"})
+    CHORUS_CHECK_CONFIG(package.contains(key) && package[key].is_string(), "job package: no '", key,
+                        "'");
+  CHORUS_CHECK_CONFIG(package.contains("plan") && package["plan"].is_object(),
+                      "job package: no 'plan'");
+  const std::string source = package["source"].get<std::string>();
+  JobPackage decoded;
+  decoded.job = readJobConfig(Config::parseString(package["job"].get<std::string>(), source));
+  decoded.plan = plan::parsePlanJson(package["plan"].dump(), source + " (plan)");
+  return decoded;
+}
+
+JobPackage fetchJobPackage(comm::Store& store, std::chrono::milliseconds timeout) {
+  return decodeJobPackage(store.getString(kJobPackageKey, timeout));
+}
+
+}  // namespace chorus::runtime

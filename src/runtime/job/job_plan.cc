@@ -1,0 +1,281 @@
+#include "chorus/runtime/job/job_plan.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "chorus/core/error.h"
+#include "chorus/model/model_config.h"
+#include "chorus/parallel/pipeline_layout.h"
+#include "chorus/runtime/job/pipeline_job.h"
+#include "chorus/runtime/launch/worker.h"
+#include "job/balancer_settings.h"
+#include "job/trained_model.h"
+
+namespace chorus::runtime {
+namespace {
+
+template <typename T>
+std::string joined(const std::vector<T>& items, const char* separator) {
+  std::ostringstream text;
+  for (size_t i = 0; i < items.size(); ++i) text << (i ? separator : "") << items[i];
+  return text.str();
+}
+
+std::vector<model::LayerProfile> layerProfile(const JobConfig& job) {
+  return model::makeModel(trainedModelConfig(job), job.seed)->profile();
+}
+
+int layerCount(const JobConfig& job) { return static_cast<int>(layerProfile(job).size()); }
+
+std::vector<plan::RankPlan> rankPlans(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                                      const std::vector<std::string>& nodes) {
+  std::vector<plan::RankPlan> ranks;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    plan::RankPlan rank;
+    rank.device = static_cast<int>(r);
+    rank.device_type = devices[r].toString();
+    rank.node = nodes.empty() ? "node0" : nodes.at(r);
+    rank.precision = plan::parseDtype(precisionOf(job.precision, static_cast<int>(r), devices[r]));
+    // The type is the device's spec, emulated speed and budget included (as in a local cluster
+    // file, plan/local_cluster.h): nothing is emulated on top of it.
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+// Where the balancer starts: fixed shares, the initial ones, or its equal split.
+std::vector<std::int64_t> startShares(const JobConfig& job, int ranks) {
+  CHORUS_CHECK_CONFIG(
+      job.balancer.shares.empty() || job.balancer.shares.size() == static_cast<size_t>(ranks),
+      "config key 'balancer.shares': ", job.balancer.shares.size(), " shares for ", ranks,
+      " ranks");
+  if (!job.balancer.shares.empty()) return job.balancer.shares;
+  const plan::LoadBalancer balancer(balancerOptions(job.balancer), ranks, job.train.global_batch,
+                                    {});
+  return balancer.shares();
+}
+
+void planDataParallel(plan::Plan& plan, const JobConfig& job, int layers) {
+  const auto shares = startShares(job, static_cast<int>(plan.ranks.size()));
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    plan::ReplicaPlan replica;
+    replica.share = static_cast<int>(shares[r]);
+    plan::StagePlan stage;
+    stage.last_layer = layers;
+    stage.rank = static_cast<int>(r);
+    const std::int64_t micro = job.train.micro_batch;
+    stage.micro_batch =
+        static_cast<int>(micro > 0 ? std::min<std::int64_t>(micro, shares[r]) : shares[r]);
+    replica.stages.push_back(stage);
+    plan.replicas.push_back(replica);
+  }
+}
+
+void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  const parallel::PipelineOptions options = pipelineOptions(job);
+  const parallel::PipelineLayout layout(options.replicas, options.pipeline_stages);
+  CHORUS_CHECK_CONFIG(static_cast<int>(devices.size()) == layout.worldSize(),
+                      "config key 'devices': ", devices.size(), " devices (", toString(devices),
+                      "), but parallel.pipeline_stages (", layout.stages(),
+                      ") x parallel.replicas (", layout.replicas(), ") needs exactly ",
+                      layout.worldSize());
+  parallel::CutRequest request;
+  request.profile = layerProfile(job);
+  request.options = options;
+  request.devices = stageDevices(layout, devices);
+  const std::vector<int> cuts = parallel::stageCuts(request);
+  const std::vector<std::int64_t> shares =
+      pipelineReplicaShares(options, request.profile, cuts, request.devices);
+  plan.micro_batches = options.micro_batches;
+  plan.schedule = options.schedule == parallel::Schedule::kGPipe ? plan::Schedule::kGpipe
+                                                                 : plan::Schedule::kOneFOneB;
+  for (int r = 0; r < layout.replicas(); ++r) {
+    plan::ReplicaPlan replica;
+    replica.share = static_cast<int>(shares[r]);
+    for (int s = 0; s < layout.stages(); ++s) {
+      plan::StagePlan stage;
+      stage.first_layer = cuts[s];
+      stage.last_layer = cuts[s + 1];
+      stage.rank = r * layout.stages() + s;
+      stage.micro_batch = (replica.share + plan.micro_batches - 1) / plan.micro_batches;
+      stage.checkpoint = options.activation_checkpointing != parallel::Checkpointing::kNone;
+      replica.stages.push_back(stage);
+    }
+    plan.replicas.push_back(replica);
+  }
+}
+
+// The job's [comm] in the plan's terms (what the cost model prices; the runtime reads [comm]).
+plan::CommPlan commOf(const JobConfig& job) {
+  plan::CommPlan comm;
+  comm.algorithm = job.comm.algorithm == "flat" ? plan::AllReduceAlgorithm::kRing
+                                                : plan::AllReduceAlgorithm::kHierarchical;
+  const std::string& codec = job.comm.compression;
+  comm.inter_node_codec = codec == "fp16"   ? plan::Codec::kFp16
+                          : codec == "int8" ? plan::Codec::kInt8
+                                            : plan::Codec::kNone;
+  return comm;
+}
+
+}  // namespace
+
+plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                     const std::vector<std::string>& nodes) {
+  CHORUS_CHECK_CONFIG(!devices.empty(), "plan: a job without devices");
+  CHORUS_CHECK_CONFIG(nodes.empty() || nodes.size() == devices.size(), "plan: ", nodes.size(),
+                      " node names for ", devices.size(), " devices");
+  plan::Plan plan;
+  plan.model = job.model.kind;
+  plan.global_batch = static_cast<int>(job.train.global_batch);
+  plan.seed = job.seed;
+  plan.ranks = rankPlans(job, devices, nodes);
+  plan.comm = commOf(job);
+  if (job.parallel.pipeline_stages > 1)
+    planPipeline(plan, job, devices);
+  else
+    planDataParallel(plan, job, layerCount(job));
+  plan.reason = "as the job's [parallel] and balancer keys say";
+  return plan;
+}
+
+plan::Plan planOfWorld(const JobConfig& job, Worker& worker) {
+  constexpr int kFields = 5;  // kind, index, speed, budget, node
+  const DeviceSpec& mine = worker.identity().device;
+  const at::Tensor local =
+      at::tensor({mine.kind == DeviceKind::kCuda ? 1.0 : 0.0, static_cast<double>(mine.index),
+                  mine.speed, static_cast<double>(mine.memory_budget.value_or(0)),
+                  static_cast<double>(worker.identity().node_rank)},
+                 at::kDouble);
+  at::Tensor all = at::empty({kFields * worker.worldSize()}, at::kDouble);
+  worker.world()->allGather(local, all).wait();
+  const auto values = all.accessor<double, 1>();
+  std::vector<DeviceSpec> devices;
+  std::vector<std::string> nodes;
+  for (int rank = 0; rank < worker.worldSize(); ++rank) {
+    const double* field = &values[kFields * rank];
+    DeviceSpec device;
+    device.kind = field[0] > 0 ? DeviceKind::kCuda : DeviceKind::kCpu;
+    device.index = static_cast<int>(field[1]);
+    device.speed = field[2];
+    if (field[3] > 0) device.memory_budget = static_cast<std::uint64_t>(field[3]);
+    devices.push_back(device);
+    nodes.push_back("node" + std::to_string(static_cast<int>(field[4])));
+  }
+  return planOfJob(job, devices, nodes);
+}
+
+plan::Plan inRankOrder(const plan::Plan& plan) {
+  plan::Plan ordered = plan;
+  ordered.ranks.clear();
+  for (auto& replica : ordered.replicas) {
+    for (auto& stage : replica.stages) {
+      CHORUS_CHECK_CONFIG(stage.rank >= 0 && stage.rank < static_cast<int>(plan.ranks.size()),
+                          "plan: a stage names rank ", stage.rank, " of ", plan.ranks.size());
+      ordered.ranks.push_back(plan.ranks[stage.rank]);
+      stage.rank = static_cast<int>(ordered.ranks.size()) - 1;
+    }
+  }
+  CHORUS_CHECK_CONFIG(ordered.ranks.size() == plan.ranks.size(), "plan: ", plan.ranks.size(),
+                      " ranks, but its stages use ", ordered.ranks.size());
+  return ordered;
+}
+
+std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
+                                      const std::vector<DeviceSpec>& devices) {
+  std::vector<DeviceSpec> ordered;
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    const plan::RankPlan& rank = plan.ranks[r];
+    CHORUS_CHECK_CONFIG(rank.device >= 0 && rank.device < static_cast<int>(devices.size()),
+                        "plan: rank ", r, " runs on device ", rank.device, ", but the job has ",
+                        devices.size(), " devices (", toString(devices), ")");
+    const DeviceSpec& device = devices[rank.device];
+    CHORUS_CHECK_CONFIG(device.toString() == rank.device_type, "plan: rank ", r,
+                        " was planned for device '", rank.device_type, "', but device ",
+                        rank.device, " of this job is '", device.toString(), "' (devices ",
+                        toString(devices), ")");
+    ordered.push_back(device);
+  }
+  return ordered;
+}
+
+void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
+                     const std::vector<DeviceSpec>& devices) {
+  plan.validate(layerCount(job));
+  CHORUS_CHECK_CONFIG(plan.global_batch == job.train.global_batch, "plan: global batch ",
+                      plan.global_batch, ", but the job's train.global_batch is ",
+                      job.train.global_batch);
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0, "plan: ZeRO stage ", plan.zero_stage,
+                      " is priced by the planner but not run by chorus train yet");
+  CHORUS_CHECK_CONFIG(plan.ranks.size() == devices.size(), "plan: ", plan.ranks.size(),
+                      " ranks, but the job runs on ", devices.size(), " devices (",
+                      toString(devices), ")");
+  const plan::CommPlan comm = commOf(job);
+  CHORUS_CHECK_CONFIG(plan.comm.algorithm == comm.algorithm &&
+                          plan.comm.inter_node_codec == comm.inter_node_codec &&
+                          plan.comm.intra_node_codec == comm.intra_node_codec,
+                      "plan: its gradient all-reduce (", plan::toString(plan.comm.algorithm), ", ",
+                      plan::toString(plan.comm.inter_node_codec),
+                      " across nodes) is not the job's "
+                      "[comm] (algorithm '",
+                      job.comm.algorithm, "', compression '", job.comm.compression,
+                      "'); set [comm] to match");
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const plan::RankPlan& rank = plan.ranks[r];
+    CHORUS_CHECK_CONFIG(rank.device_type == devices[r].toString(), "plan: rank ", r,
+                        " was planned for '", rank.device_type, "', but runs on '",
+                        devices[r].toString(), "'");
+    CHORUS_CHECK_CONFIG(rank.emulated_speed == 1 && rank.memory_budget == 0, "plan: rank ", r,
+                        " asks for an emulated speed or memory budget on top of its device '",
+                        rank.device_type, "'; write them in the device spec (e.g. cpu@0.5/512MiB)");
+    CHORUS_CHECK_CONFIG(rank.precision != plan::Dtype::kTf32 || job.precision.tf32, "plan: rank ",
+                        r, " computes in tf32; set precision.tf32 = true in the job");
+  }
+  if (plan.stageCount() > 1) {
+    const bool checkpoint = plan.replicas[0].stages[0].checkpoint;
+    for (const auto& replica : plan.replicas)
+      for (const auto& stage : replica.stages)
+        CHORUS_CHECK_CONFIG(stage.checkpoint == checkpoint,
+                            "plan: activation checkpointing on some stages only; the pipeline "
+                            "trainer checkpoints all stages or none");
+    CHORUS_CHECK_CONFIG(checkpoint || job.parallel.activation_checkpointing == "none",
+                        "plan: no activation checkpointing, but the job sets "
+                        "parallel.activation_checkpointing = '",
+                        job.parallel.activation_checkpointing, "'");
+  }
+}
+
+std::string precisionName(const plan::RankPlan& rank) {
+  return rank.precision == plan::Dtype::kTf32 ? "fp32" : plan::toString(rank.precision);
+}
+
+std::string describePlan(const plan::Plan& plan) {
+  std::vector<std::string> devices, precisions;
+  for (const auto& rank : plan.ranks) {
+    devices.push_back(rank.device_type);
+    precisions.push_back(precisionName(rank));
+  }
+  std::vector<int> shares;
+  for (const auto& replica : plan.replicas) shares.push_back(replica.share);
+  std::ostringstream text;
+  if (plan.stageCount() == 1) {
+    std::vector<int> micro;
+    for (const auto& replica : plan.replicas) micro.push_back(replica.stages[0].micro_batch);
+    text << "data parallel on " << joined(devices, ", ") << ": shares " << joined(shares, "/")
+         << ", micro-batches " << joined(micro, "/");
+  } else {
+    std::vector<int> layers;
+    for (const auto& stage : plan.replicas[0].stages)
+      layers.push_back(stage.last_layer - stage.first_layer);
+    text << plan.replicas.size() << (plan.replicas.size() == 1 ? " pipeline" : " pipelines")
+         << " x " << plan.stageCount() << " stages on " << joined(devices, ", ") << ": layers "
+         << joined(layers, "/") << ", " << plan.micro_batches << " micro-batches "
+         << plan::toString(plan.schedule) << ", replica shares " << joined(shares, "/")
+         << (plan.replicas[0].stages[0].checkpoint ? ", activation checkpointing" : "");
+  }
+  text << ", precision " << joined(precisions, "/");
+  return text.str();
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,215 @@
+#include "job/job_sections.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "chorus/core/error.h"
+#include "chorus/runtime/job/auto_plan.h"
+
+namespace chorus::runtime {
+namespace {
+
+void require(bool ok, const std::string& key, const std::string& what) {
+  if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
+}
+
+void requirePrecisionName(const std::string& name, const std::string& key) {
+  require(name == "fp32" || name == "bf16" || name == "fp16", key,
+          "'" + name + "' is unknown; expected fp32, bf16 or fp16");
+}
+
+PrecisionSection::LossScale readLossScale(const Config& config, const std::string& table,
+                                          PrecisionSection::LossScale scale) {
+  scale.init = config.getDouble(table + ".init", scale.init);
+  scale.growth = config.getDouble(table + ".growth", scale.growth);
+  scale.backoff = config.getDouble(table + ".backoff", scale.backoff);
+  scale.interval = config.getInt(table + ".interval", scale.interval);
+  require(scale.init > 0, table + ".init", "must be positive");
+  require(scale.growth > 1, table + ".growth", "must be > 1");
+  require(scale.backoff > 0 && scale.backoff < 1, table + ".backoff", "must be in (0, 1)");
+  require(scale.interval >= 1, table + ".interval", "must be at least 1");
+  return scale;
+}
+
+void requireChoice(const std::string& value, const std::string& key,
+                   std::initializer_list<const char*> choices) {
+  std::ostringstream list;
+  for (const char* choice : choices) {
+    if (value == choice) return;
+    list << (list.tellp() > 0 ? ", " : "") << choice;
+  }
+  require(false, key, "'" + value + "' is unknown; expected " + list.str());
+}
+
+// "auto", "even", or layer counts: a TOML array [3, 5], or the string "3,5" that --set gives.
+// Kept as the text PipelineOptions::partition takes.
+std::string readPartition(const Config& config, const std::string& fallback) {
+  const std::string key = "parallel.partition";
+  std::string text;
+  try {
+    text = config.getString(key, fallback);
+  } catch (const ConfigError&) {
+    // Not a string: an array of layer counts (getInts names any other type).
+    std::ostringstream joined;
+    const auto counts = config.getInts(key, {});
+    for (std::size_t i = 0; i < counts.size(); ++i) joined << (i ? "," : "") << counts[i];
+    text = joined.str();
+  }
+  if (text == "auto" || text == "even") return text;
+  std::istringstream in(text);
+  std::string item;
+  int items = 0;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long long count = 0;
+    try {
+      count = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(!item.empty() && used == item.size() && count >= 1, key,
+            "'" + text + "': expected \"auto\", \"even\" or positive layer counts like [3, 5]");
+    ++items;
+  }
+  require(items > 0, key, "expected \"auto\", \"even\" or positive layer counts like [3, 5]");
+  return text;
+}
+
+std::int64_t partitionStages(const std::string& partition) {
+  if (partition == "auto" || partition == "even") return 0;
+  return 1 + static_cast<std::int64_t>(std::count(partition.begin(), partition.end(), ','));
+}
+
+bool isFp32(const std::string& precision) { return precision.empty() || precision == "fp32"; }
+
+}  // namespace
+
+PrecisionSection readPrecision(const Config& config) {
+  PrecisionSection precision;
+  precision.fallback = config.getString("precision.default", precision.fallback);
+  precision.cpu = config.getString("precision.cpu", precision.cpu);
+  precision.cuda = config.getString("precision.cuda", precision.cuda);
+  precision.ranks = config.getStrings("precision.ranks", precision.ranks);
+  precision.tf32 = config.getBool("precision.tf32", precision.tf32);
+  requirePrecisionName(precision.fallback, "precision.default");
+  if (!precision.cpu.empty()) requirePrecisionName(precision.cpu, "precision.cpu");
+  if (!precision.cuda.empty()) requirePrecisionName(precision.cuda, "precision.cuda");
+  for (const auto& name : precision.ranks) requirePrecisionName(name, "precision.ranks");
+  const auto common = readLossScale(config, "precision.loss_scale", {});
+  precision.loss_scale_cpu = readLossScale(config, "precision.loss_scale.cpu", common);
+  precision.loss_scale_cuda = readLossScale(config, "precision.loss_scale.cuda", common);
+  return precision;
+}
+
+CheckpointSection readCheckpoint(const Config& config) {
+  CheckpointSection checkpoint;
+  checkpoint.dir = config.getString("checkpoint.dir", checkpoint.dir);
+  checkpoint.every = config.getInt("checkpoint.every", checkpoint.every);
+  checkpoint.keep = config.getInt("checkpoint.keep", checkpoint.keep);
+  checkpoint.async = config.getBool("checkpoint.async", checkpoint.async);
+  checkpoint.at_end = config.getBool("checkpoint.at_end", checkpoint.at_end);
+  require(checkpoint.every >= 0, "checkpoint.every", "must be >= 0 (0: only at the end)");
+  require(checkpoint.keep >= 1, "checkpoint.keep", "must be at least 1");
+  require(checkpoint.every == 0 || !checkpoint.dir.empty(), "checkpoint.every",
+          "needs checkpoint.dir");
+  // Without a directory no checkpoint is written: a job asking for background writes or for a
+  // number to keep would silently get none.
+  require(!checkpoint.async || !checkpoint.dir.empty(), "checkpoint.async", "needs checkpoint.dir");
+  require(!config.has("checkpoint.keep") || !checkpoint.dir.empty(), "checkpoint.keep",
+          "needs checkpoint.dir");
+  return checkpoint;
+}
+
+std::string precisionOf(const PrecisionSection& precision, int rank, const DeviceSpec& device) {
+  if (!precision.ranks.empty()) {
+    if (rank < static_cast<int>(precision.ranks.size())) return precision.ranks[rank];
+    CHORUS_THROW(ConfigError, "config key 'precision.ranks': ", precision.ranks.size(),
+                 " entries, but rank ", rank, " exists");
+  }
+  const std::string& kind = device.kind == DeviceKind::kCuda ? precision.cuda : precision.cpu;
+  return kind.empty() ? precision.fallback : kind;
+}
+
+ParallelSection readParallel(const Config& config) {
+  ParallelSection parallel;
+  parallel.pipeline_stages = config.getInt("parallel.pipeline_stages", parallel.pipeline_stages);
+  parallel.schedule = config.getString("parallel.schedule", parallel.schedule);
+  parallel.micro_batches = config.getInt("parallel.micro_batches", parallel.micro_batches);
+  parallel.partition = readPartition(config, parallel.partition);
+  parallel.replicas = config.getInt("parallel.replicas", parallel.replicas);
+  parallel.activation_checkpointing =
+      config.getString("parallel.activation_checkpointing", parallel.activation_checkpointing);
+  require(parallel.pipeline_stages >= 1, "parallel.pipeline_stages",
+          "must be at least 1 (1: plain data parallelism)");
+  requireChoice(parallel.schedule, "parallel.schedule", {"1f1b", "gpipe"});
+  require(parallel.micro_batches >= 1, "parallel.micro_batches", "must be at least 1");
+  require(parallel.replicas >= 1, "parallel.replicas", "must be at least 1");
+  requireChoice(parallel.activation_checkpointing, "parallel.activation_checkpointing",
+                {"none", "stage", "layer"});
+  const std::int64_t counted = partitionStages(parallel.partition);
+  require(counted == 0 || counted == parallel.pipeline_stages, "parallel.partition",
+          std::to_string(counted) + " layer counts for " +
+              std::to_string(parallel.pipeline_stages) + " pipeline stages");
+  return parallel;
+}
+
+void checkParallel(const JobConfig& job, const Config& config) {
+  const ParallelSection& parallel = job.parallel;
+  if (parallel.pipeline_stages == 1) {
+    require(parallel.replicas == 1, "parallel.replicas",
+            "needs parallel.pipeline_stages > 1 (plain data parallelism runs one replica per "
+            "device)");
+    // The data-parallel trainer reads none of these; a job that sets them would get none of it.
+    require(parallel.activation_checkpointing == "none", "parallel.activation_checkpointing",
+            "needs parallel.pipeline_stages > 1 (plain data parallelism keeps all activations)");
+    require(!config.has("parallel.micro_batches"), "parallel.micro_batches",
+            "needs parallel.pipeline_stages > 1; plain data parallelism splits a rank's share "
+            "with train.micro_batch");
+    require(!config.has("parallel.schedule"), "parallel.schedule",
+            "needs parallel.pipeline_stages > 1 (there is no pipeline to schedule)");
+    return;
+  }
+  const std::int64_t ranks = parallel.pipeline_stages * parallel.replicas;
+  const bool automatic = job.devices.size() == 1 && job.devices[0].kind == DeviceKind::kAuto;
+  require(automatic || static_cast<std::int64_t>(job.devices.size()) == ranks, "devices",
+          std::to_string(job.devices.size()) + " devices, but parallel.pipeline_stages (" +
+              std::to_string(parallel.pipeline_stages) + ") x parallel.replicas (" +
+              std::to_string(parallel.replicas) + ") needs exactly " + std::to_string(ranks));
+  require(job.train.global_batch >= parallel.replicas * parallel.micro_batches,
+          "train.global_batch",
+          std::to_string(job.train.global_batch) + " cannot give each of " +
+              std::to_string(parallel.replicas) + " pipeline replicas its " +
+              std::to_string(parallel.micro_batches) +
+              " micro-batches (parallel.micro_batches) of at least one sample");
+  // What a pipeline does not combine with (yet): say so rather than silently ignore it.
+  const std::string with = "is not supported with parallel.pipeline_stages > 1";
+  require(job.train.micro_batch == 0, "train.micro_batch",
+          with + "; parallel.micro_batches sets the micro-batches");
+  require(job.balancer.shares.empty(), "balancer.shares",
+          with + "; replica shares start from the devices' speeds and follow `balance`");
+  require(job.balancer.initial_shares.empty(), "balancer.initial_shares",
+          with + "; replica shares start from the devices' speeds");
+  require(job.comm.sync_every == 1, "comm.sync_every", with);
+  require(job.comm.compression == "none", "comm.compression", with);
+  require(job.comm.algorithm == "flat", "comm.algorithm", with);
+  const PrecisionSection& precision = job.precision;
+  bool fp32 = isFp32(precision.fallback) && isFp32(precision.cpu) && isFp32(precision.cuda);
+  for (const auto& name : precision.ranks) fp32 = fp32 && isFp32(name);
+  require(fp32, "precision", "only fp32 " + with);
+}
+
+const std::vector<std::string>& autoPlanKeys() {
+  static const std::vector<std::string> keys = {
+      "parallel.pipeline_stages", "parallel.replicas",      "parallel.micro_batches",
+      "parallel.schedule",        "parallel.partition",     "parallel.activation_checkpointing",
+      "balancer.shares",          "balancer.initial_shares"};
+  return keys;
+}
+
+void rejectPlannedKeys(const Config& config) {
+  for (const std::string& key : autoPlanKeys())
+    require(!config.has(key), key,
+            "plan = \"auto\" chooses it; remove the key, or set plan = \"manual\" to keep it");
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,146 @@
+// The plan of a pipeline job: the engine's options from the config, the replicas' shares, and
+// the checks `chorus train` runs before any worker starts.
+#include <algorithm>
+
+#include "chorus/core/error.h"
+#include "chorus/model/model_config.h"
+#include "chorus/plan/balancer.h"
+#include "chorus/runtime/job/pipeline_job.h"
+
+namespace chorus::runtime {
+namespace {
+
+// A replica's shares below the micro-batch count take samples, one at a time, from the largest
+// share: the engine needs at least one sample per micro-batch.
+void raiseToMicroBatches(std::vector<std::int64_t>& shares, std::int64_t micro_batches) {
+  for (auto& share : shares) {
+    while (share < micro_batches) {
+      auto largest = std::max_element(shares.begin(), shares.end());
+      CHORUS_CHECK_CONFIG(*largest > micro_batches, "pipeline: the global batch cannot give ",
+                          shares.size(), " replicas ", micro_batches, " micro-batches each");
+      --*largest;
+      ++share;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<parallel::StageDevice>> stageDevices(
+    const parallel::PipelineLayout& layout, const std::vector<DeviceSpec>& devices) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(devices.size()) == layout.worldSize(),
+                      "pipeline: ", devices.size(), " devices for ", layout.worldSize(), " ranks");
+  std::vector<std::vector<parallel::StageDevice>> grid(
+      layout.replicas(), std::vector<parallel::StageDevice>(layout.stages()));
+  for (int rank = 0; rank < layout.worldSize(); ++rank) {
+    const parallel::StagePosition where = layout.positionOf(rank);
+    grid[where.replica][where.stage] = {devices[rank].speed,
+                                        devices[rank].memory_budget.value_or(0)};
+  }
+  return grid;
+}
+
+parallel::PipelineOptions pipelineOptions(const JobConfig& job) {
+  const ParallelSection& section = job.parallel;
+  parallel::PipelineOptions options;
+  options.pipeline_stages = static_cast<int>(section.pipeline_stages);
+  options.schedule = parallel::parseSchedule(section.schedule);
+  options.micro_batches = static_cast<int>(section.micro_batches);
+  options.partition = section.partition;
+  options.replicas = static_cast<int>(section.replicas);
+  options.global_batch = job.train.global_batch;
+  options.activation_checkpointing = parallel::parseCheckpointing(section.activation_checkpointing);
+  options.timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
+  return options;
+}
+
+std::vector<std::int64_t> pipelineReplicaShares(
+    const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
+    const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(devices.size()) == options.replicas,
+                      "pipeline shares: devices for ", devices.size(), " replicas, need ",
+                      options.replicas);
+  CHORUS_CHECK_CONFIG(static_cast<int>(cuts.size()) == options.pipeline_stages + 1,
+                      "pipeline shares: ", cuts.size(), " cuts for ", options.pipeline_stages,
+                      " stages");
+  // Work per sample as the automatic cut prices it (matrix FLOPs plus element-wise work).
+  const double elementwise = parallel::CutModel{}.elementwise_flops_per_output_element;
+  std::vector<double> rates;
+  for (const auto& replica : devices) {
+    double slowest = 0;  // seconds per sample, up to a constant, of the replica's slowest stage
+    for (int s = 0; s < options.pipeline_stages; ++s) {
+      double work = 0;
+      for (int l = cuts[s]; l < cuts[s + 1]; ++l)
+        work += profile.at(l).forward_flops +
+                elementwise * static_cast<double>(profile.at(l).activation_bytes) / 4;
+      slowest = std::max(slowest, work / replica.at(s).speed);
+    }
+    rates.push_back(slowest > 0 ? 1.0 / slowest : 1.0);
+  }
+  std::vector<std::int64_t> shares = plan::proportionalShares(options.global_batch, rates);
+  raiseToMicroBatches(shares, options.micro_batches);
+  return shares;
+}
+
+std::vector<std::int64_t> pipelineShareCaps(
+    const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
+    const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices) {
+  parallel::CutRequest request;
+  request.profile = profile;
+  request.options = options;
+  request.devices = devices;
+  const int stages = options.pipeline_stages, micro_batches = options.micro_batches;
+  std::vector<std::int64_t> caps;
+  for (const auto& replica : devices) {
+    std::int64_t largest = 0;  // largest micro-batch every budgeted stage holds; 0: no budget
+    for (int s = 0; s < stages; ++s) {
+      const std::uint64_t budget = replica.at(s).memory_bytes;
+      if (budget == 0) continue;
+      // As the engine holds them: all micro-batches under GPipe, S - s under 1F1B.
+      const int in_flight = options.schedule == parallel::Schedule::kGPipe
+                                ? micro_batches
+                                : std::min(stages - s, micro_batches);
+      // The estimate is affine in the micro-batch: fixed + per_sample * samples.
+      const double fixed =
+          parallel::predictedStageBytes(request, cuts[s], cuts[s + 1], 0, in_flight);
+      const double per_sample =
+          parallel::predictedStageBytes(request, cuts[s], cuts[s + 1], 1, in_flight) - fixed;
+      const double room = static_cast<double>(budget) - fixed;
+      // No more than the whole batch, so that the product below cannot overflow.
+      const double batch = static_cast<double>(options.global_batch);
+      const double fits = per_sample > 0 ? std::min(batch, room / per_sample) : batch;
+      // A stage that holds no micro-batch at all still gets one: the cut check passed with the
+      // start shares, and a cap below the micro-batch count cannot be honoured.
+      const std::int64_t stage_cap = std::max<std::int64_t>(1, static_cast<std::int64_t>(fits));
+      largest = largest == 0 ? stage_cap : std::min(largest, stage_cap);
+    }
+    caps.push_back(largest == 0 ? 0 : largest * micro_batches);
+  }
+  return caps;
+}
+
+void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  const parallel::PipelineOptions options = pipelineOptions(job);
+  const parallel::PipelineLayout layout(options.replicas, options.pipeline_stages);
+  if (static_cast<int>(devices.size()) != layout.worldSize())
+    CHORUS_THROW(ConfigError, "config key 'devices': ", devices.size(), " devices (",
+                 toString(devices), "), but parallel.pipeline_stages (", layout.stages(),
+                 ") x parallel.replicas (", layout.replicas(), ") needs exactly ",
+                 layout.worldSize());
+  // A budget bounds one stage, not the whole model: the cut below checks budgets.
+  std::vector<DeviceSpec> unbounded = devices;
+  for (auto& device : unbounded) device.memory_budget.reset();
+  validateJobOnDevices(job, unbounded);
+  auto model = model::makeModel(job.model, job.seed);
+  parallel::CutRequest request;
+  request.profile = model->profile();
+  request.options = options;
+  request.devices = stageDevices(layout, devices);
+  try {
+    parallel::stageCuts(request);
+  } catch (const ConfigError& error) {
+    CHORUS_THROW(ConfigError, "config section [parallel]: ", error.message());
+  }
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,221 @@
+#include "chorus/runtime/launch/agent.h"
+
+#include <csignal>
+#include <limits>
+
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/tcp_store.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/device/discovery.h"
+#include "chorus/device/host_sharing.h"
+#include "chorus/device/speed_emulator.h"
+#include "chorus/runtime/job/job_package.h"
+#include "chorus/runtime/launch/identity.h"
+#include "chorus/runtime/launch/supervisor.h"
+#include "launch/child_process.h"
+#include "launch/node_rendezvous.h"
+
+namespace chorus::runtime {
+namespace {
+
+void validateOptions(const AgentOptions& options) {
+  CHORUS_CHECK_CONFIG(!options.command.empty(), "chorus run: no worker program given after --");
+  CHORUS_CHECK_CONFIG(options.nnodes >= 1, "chorus run: --nnodes must be at least 1");
+  CHORUS_CHECK_CONFIG(options.node_rank >= 0 && options.node_rank < options.nnodes,
+                      "chorus run: --node-rank ", options.node_rank, " is outside [0, ",
+                      options.nnodes, ")");
+  // Workers read the deadline back as an int of milliseconds, and 0 would expire at once.
+  CHORUS_CHECK_CONFIG(options.comm_timeout.count() >= 1 &&
+                          options.comm_timeout.count() <= std::numeric_limits<int>::max(),
+                      "chorus run: the communication deadline must be 1 ms to 24 days, got ",
+                      options.comm_timeout.count(), " ms");
+  CHORUS_CHECK_CONFIG(options.grace.count() >= 0,
+                      "chorus run: the grace before SIGKILL must not be negative");
+  if (options.nnodes > 1) {
+    CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
+                        "chorus run: a job of several nodes needs --rdzv-endpoint HOST:PORT");
+    CHORUS_CHECK_CONFIG(!options.secret_file.empty(),
+                        "chorus run: a job of several nodes needs --secret-file, the same file "
+                        "(mode 600) on every node");
+  }
+}
+
+// The job's store: hosted here on node 0, reached as a client everywhere.
+struct StoreConnection {
+  std::unique_ptr<comm::TcpStoreServer> server;
+  std::shared_ptr<comm::TcpStore> client;
+  std::string endpoint;  // what workers connect to
+};
+
+StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret,
+                             int local_workers) {
+  StoreConnection connection;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  if (!options.rdzv_endpoint.empty()) std::tie(host, port) = parseEndpoint(options.rdzv_endpoint);
+  if (options.node_rank == 0) {
+    comm::TcpStoreServerOptions server;
+    server.host = options.nnodes > 1 ? "0.0.0.0" : host;
+    server.port = port;
+    server.secret = secret;
+    // One connection per worker and per agent. With several nodes the job's size is known only
+    // once the agents met (runAgent tightens the limit then); until then no worker exists.
+    if (options.nnodes == 1)
+      server.max_connections = local_workers + 1 + comm::kStoreConnectionMargin;
+    connection.server = std::make_unique<comm::TcpStoreServer>(server);
+    port = connection.server->port();
+  }
+  comm::TcpStoreOptions client;
+  client.host = host;
+  client.port = port;
+  client.secret = secret;
+  client.connect_timeout = options.rdzv_timeout;
+  connection.client = std::make_shared<comm::TcpStore>(client);
+  connection.endpoint = host + ":" + std::to_string(port);
+  return connection;
+}
+
+constexpr const char* kGlibcTunables = "GLIBC_TUNABLES";
+
+// The malloc settings workers get: none when the user set GLIBC_TUNABLES (workers inherit it).
+std::string workerMallocTunables(const AgentOptions& options) {
+  if (options.malloc_tunables.empty() || processEnvironment().count(kGlibcTunables) > 0) return "";
+  return options.malloc_tunables;
+}
+
+// Step offsets of this node's emulated CPU workers (device::staggerOffsets), by local index: the
+// workers whose speeds leave room take turns within a data-parallel step rather than all
+// computing at once (the trainer's SpeedEmulator::beginStep; pipeline stages do not stagger).
+// Logs them.
+std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int cores) {
+  std::vector<size_t> cpus;
+  std::vector<double> speeds;
+  for (size_t local = 0; local < devices.size(); ++local) {
+    if (devices[local].kind != DeviceKind::kCpu) continue;
+    cpus.push_back(local);
+    speeds.push_back(devices[local].speed);
+  }
+  const std::vector<double> staggered = device::staggerOffsets(speeds, cores);
+  std::vector<double> offsets(devices.size(), 0.0);
+  std::string described;
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    offsets[cpus[i]] = staggered[i];
+    if (staggered[i] > 0)
+      described += detail::concat(described.empty() ? "" : ", ", devices[cpus[i]].toString(),
+                                  " at ", staggered[i]);
+  }
+  if (!described.empty())
+    logInfo("chorus run: ", devices.size(), " workers on ", cores,
+            " cores take turns within a data-parallel step, so that fewer compute at once: ",
+            described, " of its emulated compute time");
+  return offsets;
+}
+
+std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
+                                          const std::vector<DeviceSpec>& devices, int cores,
+                                          const NodeSlot& slot, const StoreConnection& store,
+                                          const comm::JobSecret& secret) {
+  const auto [store_host, store_port] = parseEndpoint(store.endpoint);
+  const std::string bind =
+      options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
+  const std::string malloc_tunables = workerMallocTunables(options);
+  const std::vector<double> offsets = emulationOffsets(devices, cores);
+  std::vector<WorkerLaunch> workers;
+  for (size_t local = 0; local < devices.size(); ++local) {
+    WorkerLaunch worker;
+    worker.rank = slot.rank_offset + static_cast<int>(local);
+    worker.argv = options.command;
+    worker.env = {
+        {env::kRank, std::to_string(worker.rank)},
+        {env::kWorldSize, std::to_string(slot.world_size)},
+        {env::kLocalRank, std::to_string(local)},
+        {env::kLocalWorldSize, std::to_string(devices.size())},
+        {env::kNodeRank, std::to_string(options.node_rank)},
+        {env::kNodes, std::to_string(options.nnodes)},
+        {env::kDevice, devices[local].toString()},
+        {env::kStoreEndpoint, store.endpoint},
+        {env::kBindAddress, bind},
+        {env::kHostId, "node" + std::to_string(options.node_rank)},
+        {env::kTimeoutMs, std::to_string(options.comm_timeout.count())},
+        {env::kCpuTransport, options.cpu_transport},
+        {env::kLogLevel, options.log_level},
+    };
+    worker.secret = secret;  // through an inherited pipe, never the environment
+    if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
+    if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
+    workers.push_back(std::move(worker));
+  }
+  return workers;
+}
+
+int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::Store& store) {
+  if (outcome.first_failure) {
+    const std::string message =
+        detail::concat(outcome.first_failure->describe(), " on node ", options.node_rank);
+    try {
+      reportJobFailure(store, message);
+    } catch (const std::exception&) {
+    }
+    logError("chorus run: ", message, "; stopped the other workers");
+    return 3;
+  }
+  if (!outcome.external_failure.empty()) {
+    logError("chorus run: stopped: ", outcome.external_failure);
+    return 3;
+  }
+  if (outcome.interrupt_signal != 0) {
+    logWarn("chorus run: interrupted by signal ", outcome.interrupt_signal, "; workers stopped");
+    return 128 + outcome.interrupt_signal;
+  }
+  return 0;
+}
+
+// Node 0 hands the job to every worker; a job that cannot be prepared stops the other nodes too.
+void publishJob(const AgentOptions& options, const NodeSlot& slot, comm::Store& store) {
+  try {
+    store.setString(kJobPackageKey, options.prepare_job(slot.devices, slot.node_of_rank));
+  } catch (const std::exception& error) {
+    if (options.nnodes > 1) reportJobFailure(store, error.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+int runAgent(const AgentOptions& options) {
+  validateOptions(options);
+  const auto found = options.discovered.empty() ? device::discoverDevices() : options.discovered;
+  const std::vector<DeviceSpec> devices = device::expandAuto(options.devices, found);
+  device::validateSpecs(devices, found);
+  const comm::JobSecret secret = options.secret_file.empty()
+                                     ? comm::JobSecret::generate()
+                                     : comm::JobSecret::fromFile(options.secret_file);
+  StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
+  const NodeSlot slot =
+      joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);
+  if (store.server)
+    store.server->setMaxConnections(slot.world_size + options.nnodes +
+                                    comm::kStoreConnectionMargin);
+  if (options.prepare_job && options.node_rank == 0) publishJob(options, slot, *store.client);
+  logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
+          "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
+          " on ", toString(devices), ", store ", store.endpoint);
+
+  SupervisorOptions supervision;
+  supervision.prefix_output = options.prefix_output;
+  supervision.log_dir = options.log_dir;
+  supervision.grace = options.grace;
+  Supervisor supervisor(supervision);
+  supervisor.start(describeWorkers(options, devices, found.front().cores, slot, store, secret));
+  std::function<std::optional<std::string>()> remote_failure;
+  if (options.nnodes > 1) remote_failure = [&] { return jobFailure(*store.client); };
+  const SupervisorOutcome outcome = supervisor.run(remote_failure);
+  const int code = report(options, outcome, *store.client);
+  reportNodeDone(*store.client, options.node_rank);
+  if (store.server && options.nnodes > 1)
+    awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
+  return code;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,161 @@
+#include "chorus/runtime/launch/identity.h"
+
+#include <unistd.h>
+
+#include "chorus/core/error.h"
+
+extern char** environ;
+
+namespace chorus::runtime {
+namespace {
+
+const std::string* find(const Environment& environment, const char* name) {
+  const auto found = environment.find(name);
+  return found == environment.end() ? nullptr : &found->second;
+}
+
+int readInt(const Environment& environment, const char* name, int fallback) {
+  const std::string* text = find(environment, name);
+  if (!text) return fallback;
+  try {
+    size_t used = 0;
+    const int value = std::stoi(*text, &used);
+    if (used == text->size() && value >= 0) return value;
+  } catch (const std::logic_error&) {
+  }
+  CHORUS_THROW(ConfigError, "environment variable ", name, "='", *text,
+               "' is not a non-negative integer");
+}
+
+double readFraction(const Environment& environment, const char* name, double fallback) {
+  const std::string* text = find(environment, name);
+  if (!text) return fallback;
+  try {
+    size_t used = 0;
+    const double value = std::stod(*text, &used);
+    if (used == text->size() && value >= 0 && value < 1) return value;
+  } catch (const std::logic_error&) {
+  }
+  CHORUS_THROW(ConfigError, "environment variable ", name, "='", *text,
+               "' is not a fraction in [0, 1)");
+}
+
+std::string readString(const Environment& environment, const char* name, std::string fallback) {
+  const std::string* text = find(environment, name);
+  return text ? *text : fallback;
+}
+
+// Rank variables of the launchers we understand, in order of preference.
+struct LauncherVars {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+  const char* node_rank;
+  const char* nodes;
+};
+
+constexpr LauncherVars kLaunchers[] = {
+    {"chorus", env::kRank, env::kWorldSize, env::kLocalRank, env::kLocalWorldSize, env::kNodeRank,
+     env::kNodes},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", nullptr},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+     "SLURM_NODEID", "SLURM_NNODES"},
+};
+
+void readRanks(const Environment& environment, WorkerIdentity& identity) {
+  for (const LauncherVars& vars : kLaunchers) {
+    if (!find(environment, vars.rank)) continue;
+    identity.launcher = vars.launcher;
+    identity.rank = readInt(environment, vars.rank, 0);
+    identity.world_size = readInt(environment, vars.size, 1);
+    identity.local_rank = readInt(environment, vars.local_rank, identity.rank);
+    identity.local_world_size = readInt(environment, vars.local_size, identity.world_size);
+    identity.node_rank = readInt(environment, vars.node_rank, 0);
+    identity.nnodes = vars.nodes ? readInt(environment, vars.nodes, 1) : 1;
+    return;
+  }
+}
+
+void validate(const WorkerIdentity& identity) {
+  if (identity.world_size < 1 || identity.rank >= identity.world_size)
+    CHORUS_THROW(ConfigError, "worker identity: rank ", identity.rank, " is outside world size ",
+                 identity.world_size, " (launcher: ", identity.launcher, ")");
+  if (identity.local_rank >= identity.local_world_size)
+    CHORUS_THROW(ConfigError, "worker identity: local rank ", identity.local_rank,
+                 " is outside local world size ", identity.local_world_size);
+  if (identity.world_size > 1 && !identity.hasStore())
+    CHORUS_THROW(ConfigError, "worker identity: a job of ", identity.world_size,
+                 " workers needs the rendezvous endpoint in ", env::kStoreEndpoint,
+                 " (start workers with `chorus run`, or set it for mpirun/srun)");
+  if (identity.hasStore() && identity.secret_fd < 0 && identity.secret_file.empty())
+    CHORUS_THROW(ConfigError, "worker identity: the job secret is missing (", env::kSecretFile,
+                 " names a mode-600 file holding it; `chorus run` passes it as ", env::kSecretFd,
+                 ")");
+}
+
+}  // namespace
+
+std::pair<std::string, int> parseEndpoint(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  std::string host = colon == std::string::npos ? "" : endpoint.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    size_t used = 0;
+    const std::string text = endpoint.substr(colon + 1);
+    port = std::stoi(text, &used);
+    if (used != text.size()) port = -1;
+  } catch (const std::logic_error&) {
+  }
+  if (colon == std::string::npos || host.empty() || port < 0 || port > 65535)
+    CHORUS_THROW(ConfigError, "invalid endpoint '", endpoint,
+                 "': expected HOST:PORT, e.g. 10.0.0.1:29500");
+  return {host, port};
+}
+
+WorkerIdentity identityFromEnvironment(const Environment& environment) {
+  WorkerIdentity identity;
+  readRanks(environment, identity);
+  std::string device = readString(environment, env::kDevice, "");
+  if (device.empty() && find(environment, env::kDevices)) {
+    const auto devices = parseDeviceSpecs(*find(environment, env::kDevices));
+    device = devices.at(identity.local_rank % devices.size()).toString();
+  }
+  if (!device.empty()) identity.device = parseDeviceSpec(device);
+  if (const std::string* endpoint = find(environment, env::kStoreEndpoint)) {
+    std::tie(identity.store_host, identity.store_port) = parseEndpoint(*endpoint);
+  }
+  if (find(environment, env::kSecretInEnvironment))
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kSecretInEnvironment,
+                 " is set, but a job secret in the environment is readable by every process of "
+                 "this user (/proc/PID/environ) and is not accepted; put it in a mode-600 file "
+                 "and set ",
+                 env::kSecretFile, " instead");
+  identity.secret_fd = readInt(environment, env::kSecretFd, -1);
+  identity.secret_file = readString(environment, env::kSecretFile, "");
+  identity.bind_address = readString(environment, env::kBindAddress, identity.bind_address);
+  identity.host_id =
+      readString(environment, env::kHostId, "node" + std::to_string(identity.node_rank));
+  identity.timeout_ms = readInt(environment, env::kTimeoutMs, identity.timeout_ms);
+  identity.cpu_transport = readString(environment, env::kCpuTransport, identity.cpu_transport);
+  identity.log_level = readString(environment, env::kLogLevel, identity.log_level);
+  identity.emulation_offset = readFraction(environment, env::kEmulationOffset, 0);
+  validate(identity);
+  return identity;
+}
+
+Environment processEnvironment() {
+  Environment environment;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    const std::string text(*entry);
+    const size_t equals = text.find('=');
+    if (equals != std::string::npos) environment[text.substr(0, equals)] = text.substr(equals + 1);
+  }
+  return environment;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,112 @@
+#include "chorus/runtime/launch/worker.h"
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include "chorus/chorus.h"
+#include "chorus/comm/store/job_secret.h"
+#include "chorus/comm/store/memory_store.h"
+#include "chorus/comm/store/tcp_store.h"
+#include "chorus/device/memory_budget.h"
+#include "chorus/device/speed_emulator.h"
+#include "chorus_version.h"
+
+namespace chorus {
+
+const char* versionString() {
+  static const std::string kVersion =
+      std::string(CHORUS_VERSION) + " (libtorch " + TORCH_VERSION + ")";
+  return kVersion.c_str();
+}
+
+}  // namespace chorus
+
+namespace chorus::runtime {
+namespace {
+
+comm::JobSecret secretOf(const WorkerIdentity& identity) {
+  return identity.secret_fd >= 0 ? comm::JobSecret::fromDescriptor(identity.secret_fd)
+                                 : comm::JobSecret::fromFile(identity.secret_file);
+}
+
+}  // namespace
+
+Worker::Worker(WorkerIdentity identity) : identity_(std::move(identity)) {}
+
+Worker::~Worker() {
+  // The communicator uses the store: release it first, the hosted server last.
+  world_.reset();
+  store_.reset();
+  hosted_store_.reset();
+}
+
+std::shared_ptr<device::MemoryBudget> Worker::enforceMemoryBudget() {
+  if (!budget_ && identity_.device.memory_budget)
+    budget_ = device::MemoryBudget::install(*identity_.device.memory_budget);
+  return budget_;
+}
+
+std::unique_ptr<device::SpeedEmulator> Worker::makeEmulator(double speed) const {
+  const bool cuda = identity_.device.kind == DeviceKind::kCuda;
+  auto emulator = std::make_unique<device::SpeedEmulator>(
+      speed, cuda ? device::TimeBasis::kWall : device::TimeBasis::kThreadCpu);
+  // The worker keeps its turn on the shared cores while it still fits its window.
+  if (!cuda && identity_.emulation_offset > 0 && identity_.emulation_offset <= 1 - speed)
+    emulator->setStepOffset(identity_.emulation_offset);
+  return emulator;
+}
+
+c10::Device Worker::device() const {
+  if (identity_.device.kind == DeviceKind::kCuda)
+    return c10::Device(c10::DeviceType::CUDA,
+                       static_cast<c10::DeviceIndex>(identity_.device.index));
+  return c10::Device(c10::DeviceType::CPU);
+}
+
+std::shared_ptr<Worker> init(const InitOptions& options) {
+  const Environment environment = options.environment ? *options.environment : processEnvironment();
+  std::shared_ptr<Worker> worker(new Worker(identityFromEnvironment(environment)));
+  const WorkerIdentity& identity = worker->identity_;
+  Logger::instance().setLevel(parseLogLevel(identity.log_level));
+  // `chorus run` already prefixes every output line with the rank; other launchers do not.
+  if (identity.world_size > 1 && identity.launcher != "chorus")
+    Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
+  if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
+
+  worker->emulator_ = worker->makeEmulator(identity.device.speed);
+  // Before the communicator starts its threads, so that they inherit the priority.
+  worker->emulator_->yieldCoreToFasterDevices();
+
+  if (options.store) {
+    worker->store_ = options.store;
+  } else if (!identity.hasStore()) {
+    worker->store_ = std::make_shared<comm::MemoryStore>();
+  } else {
+    const comm::JobSecret secret = secretOf(identity);
+    // Under mpirun/srun no agent hosts the store: rank 0 does.
+    if (identity.launcher != "chorus" && identity.rank == 0) {
+      comm::TcpStoreServerOptions server;
+      server.port = identity.store_port;
+      server.secret = secret;
+      server.max_connections = identity.world_size + comm::kStoreConnectionMargin;
+      worker->hosted_store_ = std::make_unique<comm::TcpStoreServer>(server);
+    }
+    comm::TcpStoreOptions client;
+    client.host = identity.store_host;
+    client.port = identity.store_port;
+    client.secret = secret;
+    worker->store_ = std::make_shared<comm::TcpStore>(client);
+  }
+  if (options.connect) {
+    comm::CommOptions comm;
+    comm.timeout = std::chrono::milliseconds(identity.timeout_ms);
+    comm.bind_address = identity.bind_address;
+    comm.host_id = identity.host_id;
+    comm.cpu_transport = identity.cpu_transport;
+    worker->world_ =
+        comm::Communicator::create(worker->store_, identity.rank, identity.world_size, comm);
+  }
+  return worker;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,193 @@
+// The data-parallel engine's part of a checkpoint: the model and optimizer (rank 0; every rank its
+// own under local SGD), every rank's RNG, loss scaler and codec memory, the balancer's state in
+// trainer.json. A checkpoint of another world size resumes with new shares.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/checkpoint_archive.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "job/balancer_settings.h"
+#include "train/data_parallel_engine.h"
+
+namespace chorus::runtime {
+namespace {
+
+constexpr const char* kModelFile = "model.pt";
+constexpr const char* kOptimizerFile = "optimizer.pt";
+
+std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
+
+// The generator of the worker's device (CUDA), when it has one of its own.
+std::optional<at::Generator> deviceGenerator(const DataParallelEngine& s) {
+  const c10::Device device = s.worker->device();
+  if (device.is_cpu()) return std::nullopt;
+  return at::globalContext().defaultGenerator(device);
+}
+
+// The model archive is flat: one tensor per dotted parameter or buffer name.
+void loadModel(model::ZooModel& model, torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) archive.read(item.key(), item.value());
+  for (auto& item : model.named_buffers()) archive.read(item.key(), item.value(), true);
+}
+
+void restoreRankState(DataParallelEngine& s, const std::string& bytes) {
+  auto archive = archiveOf(bytes);
+  at::Tensor cpu_rng, device_rng, scaler;
+  archive.read("rng_cpu", cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
+  if (auto generator = deviceGenerator(s); generator && archive.try_read("rng_device", device_rng))
+    setGeneratorState(*generator, device_rng);
+  if (s.codec) {
+    std::map<std::string, at::Tensor> codec;
+    for (const auto& key : archive.keys()) {
+      if (key.rfind("codec/", 0) != 0) continue;
+      at::Tensor value;
+      archive.read(key, value);
+      codec[key.substr(6)] = value;
+    }
+    s.codec->loadState(codec);
+  }
+  at::Tensor since;
+  if (archive.try_read("samples_since_average", since))
+    s.samples_since_average = static_cast<std::int64_t>(since.item<double>());
+  if (s.scaler && archive.try_read("loss_scale", scaler))
+    s.scaler->loadState(
+        {scaler[0].item<double>(), static_cast<std::int64_t>(scaler[1].item<double>())});
+}
+
+// Deep copy of one optimizer state entry (SGD and AdamW, the trainer's optimizers).
+std::unique_ptr<torch::optim::OptimizerParamState> deepCopy(
+    torch::optim::OptimizerParamState& state) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::SGDParamState>();
+    if (sgd->momentum_buffer().defined()) copy->momentum_buffer(sgd->momentum_buffer().clone());
+    return copy;
+  }
+  if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
+    auto copy = std::make_unique<torch::optim::AdamWParamState>();
+    copy->step(adamw->step());
+    copy->exp_avg(adamw->exp_avg().clone());
+    copy->exp_avg_sq(adamw->exp_avg_sq().clone());
+    if (adamw->max_exp_avg_sq().defined()) copy->max_exp_avg_sq(adamw->max_exp_avg_sq().clone());
+    return copy;
+  }
+  CHORUS_THROW(CheckpointError, "cannot snapshot this optimizer's state (SGD and AdamW only)");
+}
+
+// Deep copies of the model's tensors and of the optimizer (over copied parameters), taken between
+// steps so that they can be serialized while training goes on.
+struct StateCopy {
+  std::vector<std::pair<std::string, at::Tensor>> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+StateCopy copyState(DataParallelEngine& s) {
+  torch::NoGradGuard no_grad;
+  StateCopy copy;
+  for (const auto& item : s.model->named_parameters())
+    copy.model.emplace_back(item.key(), item.value().detach().clone());
+  for (const auto& item : s.model->named_buffers())
+    copy.model.emplace_back(item.key(), item.value().detach().clone());
+  std::vector<at::Tensor> parameters;
+  for (const auto& parameter : s.optimizer->param_groups().at(0).params())
+    parameters.push_back(parameter.detach().clone());
+  copy.optimizer = makeOptimizer(s.job.optimizer, parameters);
+  copy.optimizer->param_groups().at(0).set_options(
+      s.optimizer->param_groups().at(0).options().clone());
+  const auto& original = s.optimizer->param_groups().at(0).params();
+  for (size_t i = 0; i < original.size(); ++i) {
+    auto found = s.optimizer->state().find(original[i].unsafeGetTensorImpl());
+    if (found != s.optimizer->state().end())
+      copy.optimizer->state()[parameters[i].unsafeGetTensorImpl()] = deepCopy(*found->second);
+  }
+  return copy;
+}
+
+}  // namespace
+
+CheckpointSnapshot DataParallelEngine::snapshot() {
+  DataParallelEngine& s = *this;
+  CheckpointSnapshot snapshot;
+  std::vector<CheckpointFile>& files = snapshot.small;
+  torch::serialize::OutputArchive mine;
+  mine.write("rng_cpu", generatorState(cpuGenerator()));
+  if (auto generator = deviceGenerator(s)) mine.write("rng_device", generatorState(*generator));
+  if (s.scaler) {
+    const auto state = s.scaler->state();
+    mine.write("loss_scale",
+               at::tensor({state.scale, static_cast<double>(state.clean_steps)}, at::kDouble));
+  }
+  if (s.codec)
+    for (const auto& [key, value] : s.codec->state()) mine.write("codec/" + key, value.clone());
+  mine.write("samples_since_average",
+             at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));
+  files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
+  // Model and optimizer: deep copies now (memory bandwidth), serialized later — in the
+  // background in async mode. Replicas are identical except under local SGD.
+  const bool own = s.job.comm.sync_every > 1;
+  if (s.worker->rank() != 0 && !own) return snapshot;
+  auto copy = std::make_shared<StateCopy>(copyState(s));
+  // Names built with a stream: GCC 12 warns falsely on `"x" + string` here (stringop-overflow).
+  std::ostringstream suffix_text;
+  if (own) suffix_text << '-' << rankFile(s.worker->rank());
+  const std::string suffix = suffix_text.str();
+  const bool shared = s.worker->rank() == 0;
+  snapshot.serialize = [copy, suffix, shared] {
+    std::vector<CheckpointFile> heavy;
+    torch::serialize::OutputArchive model, optimizer;
+    for (const auto& [name, tensor] : copy->model) model.write(name, tensor);
+    copy->optimizer->save(optimizer);
+    const std::string model_bytes = archiveBytes(model), optimizer_bytes = archiveBytes(optimizer);
+    if (shared) {
+      heavy.push_back({kModelFile, model_bytes});
+      heavy.push_back({kOptimizerFile, optimizer_bytes});
+    }
+    if (!suffix.empty()) {
+      heavy.push_back({std::string("model").append(suffix), model_bytes});
+      heavy.push_back({std::string("optimizer").append(suffix), optimizer_bytes});
+    }
+    return heavy;
+  };
+  return snapshot;
+}
+
+nlohmann::json DataParallelEngine::checkpointEntries() const {
+  return {{"balancer", balancerStateToJson(balancer->exportState())},
+          {"skipped_steps", skipped_steps}};
+}
+
+void DataParallelEngine::restore(const CheckpointSource& source) {
+  DataParallelEngine& s = *this;
+  if (source.saved.contains("pipeline"))
+    source.mismatch("the layout", source.saved.at("pipeline").dump(),
+                    "one stage per replica (resume needs the pipeline layout that wrote it)");
+  auto model_archive = archiveOf(source.read(kModelFile));
+  loadModel(*s.model, model_archive);
+  auto optimizer_archive = archiveOf(source.read(kOptimizerFile));
+  s.optimizer->load(optimizer_archive);
+  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
+  const int world = s.worker->worldSize();
+  if (source.manifest.world_size == world) {
+    s.balancer->importState(balancerStateFromJson(source.saved.at("balancer")));
+    restoreRankState(s, source.read(rankFile(s.worker->rank())));
+    const std::string own_model = "model-" + rankFile(s.worker->rank());
+    if (s.job.comm.sync_every > 1 && source.has(own_model)) {
+      auto own = archiveOf(source.read(own_model));
+      loadModel(*s.model, own);
+      auto own_optimizer = archiveOf(source.read("optimizer-" + rankFile(s.worker->rank())));
+      s.optimizer->load(own_optimizer);
+    }
+  } else if (s.worker->rank() == 0) {
+    logInfo("resuming a ", source.manifest.world_size, "-rank checkpoint on ", world,
+            " ranks: the batch sequence goes on, shares are planned anew");
+  }
+}
+
+}  // namespace chorus::runtime

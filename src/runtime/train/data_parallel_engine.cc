@@ -1,0 +1,220 @@
+// The data-parallel step: this rank's share of the global batch in micro-batches, the gradient
+// all-reduce, the overflow consensus of mixed precision, the optimizer, the balancer's next shares.
+#include "train/data_parallel_engine.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <array>
+#include <limits>
+
+#include "chorus/core/clock.h"
+#include "chorus/data/sharding.h"
+#include "chorus/observe/trace_recorder.h"
+
+namespace chorus::runtime {
+namespace {
+
+// Per-rank figures of a step, all-gathered so every rank sees the same numbers.
+// kBalance: what the rank reports to the balancer (its compute, or TrainerHooks::balancer_seconds).
+enum Figure { kCompute, kWait, kLossSum, kOverflow, kStop, kLossScale, kBalance, kFigures };
+
+struct StepFigures {
+  std::vector<std::array<double, kFigures>> ranks;
+  std::vector<double> column(Figure figure) const {
+    std::vector<double> values;
+    for (const auto& rank : ranks) values.push_back(rank[figure]);
+    return values;
+  }
+  double sum(Figure figure) const {
+    double total = 0;
+    for (const auto& rank : ranks) total += rank[figure];
+    return total;
+  }
+  bool any(Figure figure) const { return sum(figure) > 0; }
+};
+
+StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kFigures>& mine) {
+  at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
+  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
+  world.allGather(local, all).wait();
+  StepFigures figures;
+  auto values = all.accessor<double, 1>();
+  figures.ranks.resize(world.size());
+  for (int rank = 0; rank < world.size(); ++rank)
+    for (int k = 0; k < kFigures; ++k) figures.ranks[rank][k] = values[kFigures * rank + k];
+  return figures;
+}
+
+struct ShareResult {
+  double compute_seconds = 0;
+  double loss_sum = 0;
+  bool overflow = false;  // this rank's own gradients overflowed (seen before the reduction)
+};
+
+// Makes a compute phase the one the reducer's hold_launch notes (State::phase) while it lives.
+class CurrentPhase {
+ public:
+  CurrentPhase(DataParallelEngine& s, device::SpeedEmulator::ComputeScope& phase) : s_(s) {
+    s_.phase = &phase;
+  }
+  ~CurrentPhase() { s_.phase = nullptr; }
+  CurrentPhase(const CurrentPhase&) = delete;
+  CurrentPhase& operator=(const CurrentPhase&) = delete;
+
+ private:
+  DataParallelEngine& s_;
+};
+
+using TraceClock = observe::TraceRecorder::Clock;
+
+// Records a span on this step's timeline, if it is recorded.
+void traceSpan(DataParallelEngine& s, observe::Track track, const char* name, const char* category,
+               TraceClock::time_point start) {
+  if (s.trace != nullptr) s.trace->span(track, name, category, start, TraceClock::now());
+}
+
+// Each bucket's all-reduce of the step, from its launch to when the reducer saw it complete.
+void traceBuckets(observe::TraceRecorder& trace,
+                  const std::vector<parallel::BucketTiming>& timings) {
+  for (const parallel::BucketTiming& timing : timings)
+    trace.span(observe::Track::kComm, "all_reduce bucket " + std::to_string(timing.bucket),
+               "allreduce", timing.launched, timing.completed);
+}
+
+// Launches the buckets the reducer held back in `phase`, each when the emulated device would have
+// had its gradients ready.
+void releaseHeldBuckets(DataParallelEngine& s, device::SpeedEmulator::ComputeScope& phase) {
+  for (const double compute : s.held_at) {
+    const auto start = TraceClock::now();
+    if (phase.padTo(compute) > 0) traceSpan(s, observe::Track::kCompute, "pad", "pad", start);
+    s.reducer->launchNextHeld();
+  }
+  s.held_at.clear();
+}
+
+// This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
+// over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
+// An emulated slower device computes each micro-batch in one block and pads it at its end, but
+// releases its gradient buckets at the emulated pace (DESIGN.md, "Emulated heterogeneity"): the
+// reducer holds each one back (reducerOptions), and the padding launches it at the moment the
+// slower device would have had it ready, so its all-reduces cannot hide in one final sleep.
+ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& mine, bool inject,
+                     bool arm_reducer) {
+  const auto micro = data::microBatches(
+      mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
+  s.optimizer->zero_grad(/*set_to_none=*/true);
+  s.model->train();
+  if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
+  s.held_at.clear();  // what a failed step left
+  const auto turn_start = TraceClock::now();
+  s.emulator->beginStep();  // an emulated device sharing a core may wait for its turn here
+  if (TraceClock::now() - turn_start > std::chrono::microseconds(50))
+    traceSpan(s, observe::Track::kCompute, "wait for turn", "pad", turn_start);
+  ShareResult result;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    const data::Batch batch = s.data.train->get(micro[k]);
+    if (arm_reducer && k + 1 == micro.size()) s.reducer->armForFinalBackward();
+    const auto forward_start = TraceClock::now();
+    auto phase = s.emulator->compute();
+    const CurrentPhase current(s, phase);
+    at::Tensor loss;
+    {
+      parallel::AutocastScope autocast(s.worker->device().type(), s.compute_precision);
+      loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
+                              batch.targets.to(s.worker->device()));
+    }
+    traceSpan(s, observe::Track::kCompute, "forward", "compute", forward_start);
+    const auto backward_start = TraceClock::now();
+    at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
+    if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
+    scaled.backward();
+    result.loss_sum += loss.item<double>();  // also waits for a GPU's queued work
+    traceSpan(s, observe::Track::kCompute, "backward", "compute", backward_start);
+    releaseHeldBuckets(s, phase);
+    const auto pad_start = TraceClock::now();
+    if (phase.end() > 0) traceSpan(s, observe::Track::kCompute, "pad", "pad", pad_start);
+    result.compute_seconds += phase.deviceSeconds();
+  }
+  result.overflow = s.unscaler && s.unscaler->overflowed();
+  return result;
+}
+
+}  // namespace
+
+StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks) {
+  DataParallelEngine& s = *this;
+  comm::Communicator& world = *s.worker->world();
+  if (hooks.speed_at) {
+    const double speed = hooks.speed_at(step);
+    if (speed != s.speed) {
+      s.speed_override = s.worker->makeEmulator(s.speed = speed);
+      s.emulator = s.speed_override.get();
+      s.emulator->yieldCoreToFasterDevices();
+    }
+  }
+  if (hooks.trace != nullptr) hooks.trace->setStep(step);
+  s.trace = hooks.trace != nullptr && hooks.trace->recording() ? hooks.trace : nullptr;
+  Stopwatch clock;
+  StepRecord record;
+  record.step = step;
+  record.shares = shares();
+  record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
+  setLearningRate(*s.optimizer, record.lr);
+
+  const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
+  const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
+  // Local SGD: no gradient all-reduce; each rank steps on its own mean gradient and parameters
+  // are averaged every sync_every steps.
+  const bool local = s.job.comm.sync_every > 1;
+  const ShareResult share = runShare(s, mine, inject, /*arm_reducer=*/!local);
+  parallel::ReduceTiming reduce;
+  if (local)
+    s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
+  else
+    reduce = s.reducer->finish(s.job.train.global_batch);
+  if (s.trace != nullptr && !local) traceBuckets(*s.trace, s.reducer->lastTimings());
+  // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
+  // gathered flags add overflows that a lossy path could have hidden.
+  const bool local_overflow = share.overflow || !s.reducer->gradientsFinite();
+  const bool stop = hooks.stop_requested && hooks.stop_requested();
+  const auto figures_start = TraceClock::now();
+  const double balance = hooks.balancer_seconds
+                             ? hooks.balancer_seconds(step, static_cast<std::int64_t>(mine.size()))
+                             : share.compute_seconds;
+  const StepFigures figures =
+      gatherFigures(world, {share.compute_seconds, reduce.wait_seconds, share.loss_sum,
+                            local_overflow ? 1.0 : 0.0, stop ? 1.0 : 0.0,
+                            s.scaler ? s.scaler->scale() : 0.0, balance});
+  traceSpan(s, observe::Track::kComm, "step figures", "sync", figures_start);
+  record.skipped = figures.any(kOverflow);
+  record.stop_requested = figures.any(kStop);
+  const auto optimizer_start = TraceClock::now();
+  if (record.skipped) {
+    ++s.skipped_steps;  // every rank skips together: the replicas stay identical
+    s.optimizer->zero_grad(/*set_to_none=*/true);
+  } else {
+    s.optimizer->step();
+  }
+  traceSpan(s, observe::Track::kCompute, "optimizer", "optimizer", optimizer_start);
+  if (s.scaler) s.scaler->update(record.skipped);
+  if (local) {
+    s.samples_since_average += static_cast<std::int64_t>(mine.size());
+    if ((step + 1) % s.job.comm.sync_every == 0) {
+      s.reducer->averageParameters(static_cast<double>(s.samples_since_average));
+      s.samples_since_average = 0;
+    }
+  }
+  record.loss = figures.sum(kLossSum) / static_cast<double>(s.job.train.global_batch);
+  record.compute_seconds = figures.column(kCompute);
+  record.wait_seconds = figures.column(kWait);
+  record.loss_scales = figures.column(kLossScale);
+  // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
+  if (s.fixed_shares.empty() && step > 0 && s.balancer->update(step, figures.column(kBalance)))
+    record.rebalance = s.balancer->lastChange();
+  record.step_seconds = clock.seconds();
+  record.samples_per_second = s.job.train.global_batch / record.step_seconds;
+  return record;
+}
+
+}  // namespace chorus::runtime

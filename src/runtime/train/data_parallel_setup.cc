@@ -1,0 +1,206 @@
+// The data-parallel engine's construction: the gradient reducer (buckets, hierarchy, codec), the
+// rank's precision and loss scaler, the balancer's start, and the micro-batch a memory budget
+// allows.
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "chorus/comm/hierarchical_all_reduce.h"
+#include "chorus/comm/topology.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/core/units.h"
+#include "chorus/device/memory_budget.h"
+#include "chorus/runtime/job/job_plan.h"
+#include "job/balancer_settings.h"
+#include "train/data_parallel_engine.h"
+
+namespace chorus::runtime {
+namespace {
+
+// Peak bytes one forward/backward of `samples` training samples allocates under the budget.
+std::uint64_t peakOf(DataParallelEngine& s, device::MemoryBudget& budget, std::int64_t samples) {
+  std::vector<std::int64_t> ids(static_cast<size_t>(samples));
+  for (std::int64_t i = 0; i < samples; ++i) ids[i] = i % s.data.train->size();
+  const data::Batch batch = s.data.train->get(ids);
+  budget.resetPeak();
+  const std::uint64_t before = budget.bytesInUse();
+  s.model
+      ->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
+                batch.targets.to(s.worker->device()))
+      .backward();  // the reducer's hooks are not armed: nothing is communicated
+  const std::uint64_t peak = budget.peakBytes() - before;
+  s.optimizer->zero_grad(/*set_to_none=*/true);
+  return peak;
+}
+
+// The largest micro-batch that fits the memory budget, measured rather than estimated: the peak
+// of a forward/backward at 1 and at 4 samples gives the fixed and the per-sample bytes (kernels'
+// scratch space included, which no layer profile knows). Leaves 10% of the budget spare, and room
+// for the gradients and the optimizer's state that the first step allocates.
+std::int64_t calibrateMicroBatch(DataParallelEngine& s, device::MemoryBudget& budget) {
+  const std::string device = s.worker->identity().device.toString();
+  std::uint64_t one = 0, four = 0;
+  try {
+    one = peakOf(s, budget, 1);
+    four = peakOf(s, budget, 4);
+  } catch (const c10::OutOfMemoryError& error) {
+    CHORUS_THROW(ConfigError, "device '", device, "': the memory budget of ",
+                 formatBytes(budget.budget()), " cannot hold a training step of a few samples (",
+                 error.what_without_backtrace(), ")");
+  }
+  std::int64_t parameters = 0;
+  for (const auto& parameter : s.model->parameters()) parameters += parameter.numel();
+  const double states = s.job.optimizer.name == "adamw" ? 2 : 1;
+  const double per_sample = std::max(1.0, (static_cast<double>(four) - one) / 3.0);
+  const double fixed = static_cast<double>(one) - per_sample + 4.0 * parameters * (1 + states);
+  const double room = 0.9 * static_cast<double>(budget.budget()) - fixed;
+  const auto limit = static_cast<std::int64_t>(room / per_sample);
+  if (limit < 1)
+    CHORUS_THROW(ConfigError, "device '", device, "': the memory budget of ",
+                 formatBytes(budget.budget()), " cannot hold one training sample (measured ",
+                 formatBytes(static_cast<std::uint64_t>(fixed)), " fixed + ",
+                 formatBytes(static_cast<std::uint64_t>(per_sample)), " per sample)");
+  return limit;
+}
+
+// Buckets, and the topology-aware path when the job asks for it: a hierarchical all-reduce over
+// the hosts and/or a codec where gradients cross them.
+parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
+  const CommSection& section = s.job.comm;
+  parallel::ReducerOptions options;
+  // At least one byte: a positive bucket_mb below a byte still means "as small as it gets".
+  const auto bytesOf = [](double mib) {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(mib * (1 << 20)));
+  };
+  options.bucket_bytes = bytesOf(section.bucket_mb);
+  options.first_bucket_bytes = bytesOf(section.first_bucket_mb);
+  options.min_buckets = static_cast<int>(section.min_buckets);
+  options.overlap = section.overlap;
+  // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
+  // phase had got (runShare launches it at the emulated moment); launches after the phase
+  // (finish(), overlap off) find none and go out at once. The State outlives the reducer it owns.
+  options.hold_launch = [&s](int /*bucket*/) {
+    if (s.phase == nullptr || !s.emulator->emulated()) return false;
+    s.held_at.push_back(s.phase->computeSoFar());
+    return true;
+  };
+  if (section.algorithm != "flat") {
+    comm::RankDescriptor self;
+    self.host_id = s.worker->identity().host_id;
+    self.vendor = s.worker->identity().device.kind == DeviceKind::kCuda ? "nvidia" : "cpu";
+    comm::HierarchicalOptions hierarchical;
+    hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
+    auto topology = comm::Topology::discover(*s.worker->world(), self, comm::GroupBy::kHost);
+    if (s.worker->rank() == 0)
+      logInfo("gradient all-reduce: ", section.algorithm, " over ", topology.describe());
+    options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
+        s.worker->world(), std::move(topology), hierarchical);
+  }
+  if (section.compression != "none") {
+    parallel::CodecOptions codec;
+    codec.kind = parallel::parseCodecKind(section.compression);
+    codec.powersgd_rank = static_cast<int>(section.powersgd_rank);
+    codec.powersgd_iterations = static_cast<int>(section.powersgd_iterations);
+    codec.powersgd_bf16_factors = section.powersgd_bf16_factors;
+    codec.powersgd_min_compression_rate = section.powersgd_min_compression_rate;
+    codec.powersgd_start_step = static_cast<int>(section.powersgd_start_step);
+    codec.topk_ratio = section.topk_ratio;
+    codec.error_feedback = section.error_feedback;
+    codec.seed = s.job.seed;
+    s.codec = parallel::makeCodec(codec);
+    options.codec = s.codec;
+  }
+  return options;
+}
+
+// The rank's compute format (the plan's), and a loss scaler when it is fp16.
+void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
+  s.compute_precision = parallel::parsePrecision(precisionName(rank));
+  parallel::allowTf32(s.job.precision.tf32);
+  if (!parallel::needsLossScaling(s.compute_precision)) return;
+  const bool cuda = s.worker->identity().device.kind == DeviceKind::kCuda;
+  const auto& section = cuda ? s.job.precision.loss_scale_cuda : s.job.precision.loss_scale_cpu;
+  parallel::LossScalerOptions options;
+  options.init_scale = section.init;
+  options.growth_factor = section.growth;
+  options.backoff_factor = section.backoff;
+  options.growth_interval = section.interval;
+  s.scaler.emplace(options);
+  s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.model->parameters());
+}
+
+// Each rank's start share under `plan`, by rank. Throws ConfigError unless the plan has one stage
+// per replica (the executor checked its ranks against the world).
+std::vector<std::int64_t> planShares(const plan::Plan& plan, int ranks) {
+  CHORUS_CHECK_CONFIG(plan.stageCount() == 1, "data parallelism: a plan of ", plan.stageCount(),
+                      " stages per replica is run by the pipeline engine");
+  std::vector<std::int64_t> shares(ranks, 0);
+  for (const plan::ReplicaPlan& replica : plan.replicas)
+    shares.at(replica.stages.at(0).rank) = replica.share;
+  return shares;
+}
+
+// The plan's micro-batch for this rank when it asks for accumulation, else the job's limit.
+std::int64_t planMicroBatch(const plan::Plan& plan, const JobConfig& job, int rank) {
+  for (const plan::ReplicaPlan& replica : plan.replicas)
+    if (replica.stages.at(0).rank == rank && replica.stages[0].micro_batch < replica.share)
+      return replica.stages[0].micro_batch;
+  return job.train.micro_batch;
+}
+
+}  // namespace
+
+DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Plan& plan)
+    : job(context.job),
+      worker(context.worker),
+      data(context.data),
+      sampler(context.sampler),
+      model(context.model) {
+  DataParallelEngine& s = *this;
+  comm::Communicator& world = *s.worker->world();
+  const std::vector<std::int64_t> start_shares = planShares(plan, world.size());
+  s.cuts_of_model = {0, static_cast<int>(s.model->numLayers())};
+  s.model_parameters = s.model->parameters();
+  s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
+  parallel::ReducerOptions reducing = reducerOptions(s);
+  s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
+                                                          reducing);
+  setUpPrecision(s, plan.ranks.at(world.rank()));
+  if (world.rank() == 0)
+    logInfo("world: ", world.size(), " ranks, CPU collectives over ", world.cpuTransport(),
+            ", rank 0 computes in ", parallel::toString(s.compute_precision));
+  // balancer.shares fixes the shares: the balancer does not run.
+  if (!s.job.balancer.shares.empty()) s.fixed_shares = start_shares;
+  plan::BalancerOptions balancing = balancerOptions(s.job.balancer);
+  balancing.initial_shares = start_shares;
+  s.balancer =
+      std::make_unique<plan::LoadBalancer>(balancing, world.size(), s.job.train.global_batch,
+                                           std::vector<std::int64_t>(world.size(), 0));
+  s.speed = s.worker->identity().device.speed;
+  s.emulator = &s.worker->emulator();
+  const auto& budget = s.worker->identity().device.memory_budget;
+  // Both bounds matter under a budget: the estimate from the layer profiles is conservative at
+  // large micro-batches, the measurement at 1 and 4 samples catches scratch space no profile knows.
+  s.micro_limit = budget ? maxMicroBatch(*s.model, s.job.optimizer, *budget,
+                                         s.worker->identity().device.toString())
+                         : 0;
+  const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
+  if (planned_micro > 0)
+    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;
+  // Data and model are in place: from here on the budget counts what training allocates.
+  if (budget) {
+    const std::int64_t measured = calibrateMicroBatch(s, *s.worker->enforceMemoryBudget());
+    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, measured) : measured;
+    logInfo("memory budget ", formatBytes(*budget), ": micro-batches of at most ", s.micro_limit,
+            " samples");
+  }
+}
+
+std::unique_ptr<StepEngine> makeDataParallelEngine(TrainingContext& context,
+                                                   const plan::Plan& plan) {
+  return std::make_unique<DataParallelEngine>(context, plan);
+}
+
+}  // namespace chorus::runtime

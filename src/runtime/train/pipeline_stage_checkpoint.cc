@@ -1,0 +1,104 @@
+// The pipeline engine's part of a checkpoint: each rank writes its stage's parameters, optimizer
+// state and RNG under its (stage, replica) name; trainer.json holds the layout and the replicas'
+// balancer (with their shares). Resume needs the same layout and is bitwise.
+#include <ATen/ATen.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/checkpoint_archive.h"
+#include "chorus/core/error.h"
+#include "train/pipeline_stage_engine.h"
+
+namespace chorus::runtime {
+namespace {
+
+// "stage-1-replica-0-model.pt". Built with a stream: GCC 12 warns falsely on long `+` chains.
+std::string stageFile(const PipelineStageEngine& s, const char* what) {
+  std::ostringstream name;
+  name << "stage-" << s.position().stage << "-replica-" << s.position().replica << '-' << what
+       << ".pt";
+  return name.str();
+}
+
+nlohmann::json layoutJson(const PipelineStageEngine& s) {
+  return {{"stages", s.options.pipeline_stages},
+          {"replicas", s.options.replicas},
+          {"cuts", s.stage_cuts},
+          {"replica_shares", s.options.replica_shares}};
+}
+
+// Resume needs the layout that wrote the checkpoint: a stage's files hold its layers only.
+void checkLayout(const PipelineStageEngine& s, const CheckpointSource& source) {
+  if (!source.saved.contains("pipeline"))
+    source.mismatch("the layout", "one stage per replica",
+                    std::to_string(s.options.pipeline_stages) +
+                        " stages (resume needs the layout that wrote it)");
+  const nlohmann::json& saved = source.saved.at("pipeline");
+  const nlohmann::json now = layoutJson(s);
+  for (const char* key : {"stages", "replicas", "cuts"})
+    if (saved.at(key) != now.at(key))
+      source.mismatch(std::string("the pipeline's ") + key, saved.at(key).dump(),
+                      now.at(key).dump() + " (resume needs the layout that wrote it)");
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> stageTensors(PipelineStageEngine& s) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  const auto layers = s.model->named_children();
+  for (int l = s.engine->firstLayer(); l < s.engine->lastLayer(); ++l) {
+    const auto& layer = layers[l];
+    for (const auto& item : layer.value()->named_parameters(/*recurse=*/true))
+      tensors.emplace_back(layer.key() + "." + item.key(), item.value());
+    for (const auto& item : layer.value()->named_buffers(/*recurse=*/true))
+      tensors.emplace_back(layer.key() + "." + item.key(), item.value());
+  }
+  return tensors;
+}
+
+nlohmann::json PipelineStageEngine::checkpointEntries() const {
+  return {{"pipeline", layoutJson(*this)}, {"balancer", balancer->toJson()}};
+}
+
+// Serialized now, between steps (the stage's share of the model is small); only the disk work
+// goes to the background in async mode.
+CheckpointSnapshot PipelineStageEngine::snapshot() {
+  PipelineStageEngine& s = *this;
+  CheckpointSnapshot snapshot;
+  torch::serialize::OutputArchive model_archive, optimizer_archive, rng;
+  for (const auto& [name, tensor] : stageTensors(s)) model_archive.write(name, tensor.detach());
+  s.optimizer->save(optimizer_archive);
+  rng.write("rng_cpu", generatorState(cpuGenerator()));
+  snapshot.small.push_back({stageFile(s, "model"), archiveBytes(model_archive)});
+  snapshot.small.push_back({stageFile(s, "optimizer"), archiveBytes(optimizer_archive)});
+  snapshot.small.push_back({stageFile(s, "rng"), archiveBytes(rng)});
+  return snapshot;
+}
+
+void PipelineStageEngine::restore(const CheckpointSource& source) {
+  PipelineStageEngine& s = *this;
+  checkLayout(s, source);
+  torch::NoGradGuard no_grad;
+  auto model_archive = archiveOf(source.read(stageFile(s, "model")));
+  for (auto& [name, tensor] : stageTensors(s))
+    model_archive.read(name, tensor, !tensor.requires_grad());
+  auto optimizer_archive = archiveOf(source.read(stageFile(s, "optimizer")));
+  s.optimizer->load(optimizer_archive);
+  auto rng = archiveOf(source.read(stageFile(s, "rng")));
+  at::Tensor cpu_rng;
+  rng.read("rng_cpu", cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
+  // The shares the next step runs with, and what the balancer measured: without them a resumed
+  // run would split the batches differently and no longer be bitwise the run that wrote it.
+  // Checkpoints from before the balancer carry none and keep the start plan.
+  if (source.saved.contains("balancer")) {
+    s.balancer->restore(source.saved.at("balancer"));
+    s.options.replica_shares = s.balancer->shares();
+    s.engine->setReplicaShares(s.options.replica_shares);
+  }
+}
+
+}  // namespace chorus::runtime

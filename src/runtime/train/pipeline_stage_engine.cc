@@ -1,0 +1,224 @@
+// The pipeline engine's construction (the plan's cut, schedule, replica shares and the balancer
+// over them) and its step: the replica's slice of the global batch through the stage's schedule,
+// the optimizer over the stage's parameters, the figures every rank shares.
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/core/units.h"
+#include "chorus/device/speed_emulator.h"
+#include "chorus/runtime/job/job_plan.h"
+#include "job/balancer_settings.h"
+#include "train/pipeline_stage_engine.h"
+
+namespace chorus::runtime {
+namespace {
+
+// Every rank's device as the plan names it: an executed plan's device types are device specs
+// (job_plan.h).
+std::vector<DeviceSpec> planDevices(const plan::Plan& plan) {
+  std::vector<DeviceSpec> devices;
+  for (const plan::RankPlan& rank : plan.ranks)
+    devices.push_back(parseDeviceSpec(rank.device_type));
+  return devices;
+}
+
+// The engine's options for `plan` (rank order): its layout, micro-batches, schedule and
+// checkpointing; the rest from the job. A plan that checkpoints uses the job's mode, or keeps
+// layer outputs (the planner's meaning) when the job names none.
+parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Plan& plan) {
+  CHORUS_CHECK_CONFIG(plan.stageCount() > 1,
+                      "pipeline: a plan of one stage per replica is run by "
+                      "the data-parallel engine");
+  parallel::PipelineOptions options = pipelineOptions(job);
+  options.pipeline_stages = plan.stageCount();
+  options.replicas = static_cast<int>(plan.replicas.size());
+  options.micro_batches = plan.micro_batches;
+  options.schedule = plan.schedule == plan::Schedule::kGpipe ? parallel::Schedule::kGPipe
+                                                             : parallel::Schedule::kOneFOneB;
+  if (!plan.replicas[0].stages[0].checkpoint)
+    options.activation_checkpointing = parallel::Checkpointing::kNone;
+  else if (options.activation_checkpointing == parallel::Checkpointing::kNone)
+    options.activation_checkpointing = parallel::Checkpointing::kLayer;
+  return options;
+}
+
+std::string describePlan(const PipelineStageEngine& s) {
+  std::ostringstream text;
+  text << "pipeline: " << s.options.pipeline_stages << " stages x " << s.options.replicas
+       << " replica(s), " << parallel::toString(s.options.schedule) << ", "
+       << s.options.micro_batches << " micro-batches, checkpointing "
+       << parallel::toString(s.options.activation_checkpointing) << "; layers per stage";
+  for (std::size_t i = 0; i + 1 < s.stage_cuts.size(); ++i)
+    text << (i ? " + " : " ") << s.stage_cuts[i + 1] - s.stage_cuts[i];
+  text << " (cut " << s.options.partition << "); replica shares";
+  for (std::size_t r = 0; r < s.options.replica_shares.size(); ++r)
+    text << (r ? ", " : " ") << s.options.replica_shares[r];
+  if (s.balancer->active()) text << " (balance " << s.job.balancer.mode << ")";
+  return text.str();
+}
+
+// Per-rank figures of a step, all-gathered so that every rank returns the same record and feeds
+// the balancer the same figures. kBalance: what the rank reports to the balancer (its schedule
+// time, see replicaSeconds).
+enum Figure { kCompute, kWait, kLossSum, kStop, kBalance, kFigures };
+
+std::vector<std::array<double, kFigures>> gatherFigures(comm::Communicator& world,
+                                                        const std::array<double, kFigures>& mine) {
+  const at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
+  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
+  world.allGather(local, all).wait();
+  const auto values = all.accessor<double, 1>();
+  std::vector<std::array<double, kFigures>> ranks(world.size());
+  for (int rank = 0; rank < world.size(); ++rank)
+    for (int k = 0; k < kFigures; ++k) ranks[rank][k] = values[kFigures * rank + k];
+  return ranks;
+}
+
+// Each replica's time for its share, for the balancer: the largest schedule time of its stages,
+// i.e. the replica's step up to the cross-replica all-reduce. Why not the stages' compute: a
+// replica's throughput is set by its whole pipeline (Σ of its stages' times plus (M − 1) × the
+// slowest, bubbles and transfers included), not by its slowest stage alone, and unlike replicas
+// differ in that ratio. The all-reduce is left out because every replica waits in it for the
+// slowest one: it would add the same time to every figure and hide which replica is slow.
+std::vector<double> replicaSeconds(const std::vector<std::array<double, kFigures>>& ranks,
+                                   const parallel::PipelineLayout& layout) {
+  std::vector<double> seconds(layout.replicas(), 0.0);
+  for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank) {
+    double& replica = seconds[layout.positionOf(rank).replica];
+    replica = std::max(replica, ranks[rank][kBalance]);
+  }
+  return seconds;
+}
+
+// TrainerHooks::speed_at: a new emulator when the speed changes, which the engine pads with from
+// this step on.
+void applySpeedHook(PipelineStageEngine& s, const TrainerHooks& hooks, std::int64_t step) {
+  if (!hooks.speed_at) return;
+  const double speed = hooks.speed_at(step);
+  if (speed == s.speed) return;
+  s.speed_override = s.worker->makeEmulator(s.speed = speed);
+  s.speed_override->yieldCoreToFasterDevices();
+  s.engine->setEmulator(s.speed_override.get());
+}
+
+}  // namespace
+
+PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::Plan& plan)
+    : job(context.job),
+      worker(context.worker),
+      data(context.data),
+      sampler(context.sampler),
+      model(context.model) {
+  PipelineStageEngine& s = *this;
+  comm::Communicator& world = *s.worker->world();
+  s.options = pipelineOptionsOf(s.job, plan);
+  const parallel::PipelineLayout layout(s.options.replicas, s.options.pipeline_stages);
+  CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "pipeline: a plan of ", layout.stages(),
+                      " stages x ", layout.replicas(), " replicas needs ", layout.worldSize(),
+                      " ranks, the job has ", world.size());
+  const std::string precision = precisionName(plan.ranks.at(world.rank()));
+  CHORUS_CHECK_CONFIG(precision == "fp32", "pipeline: rank ", world.rank(),
+                      " was planned to compute in ", precision, "; pipelines compute in fp32");
+  for (const plan::StagePlan& stage : plan.replicas.at(0).stages)
+    s.stage_cuts.push_back(stage.first_layer);
+  s.stage_cuts.push_back(plan.replicas[0].stages.back().last_layer);
+  for (const plan::ReplicaPlan& replica : plan.replicas)
+    s.options.replica_shares.push_back(replica.share);
+  s.balancer = std::make_unique<ReplicaBalancer>(
+      balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
+      pipelineShareCaps(s.options, s.model->profile(), s.stage_cuts,
+                        stageDevices(layout, planDevices(plan))));
+  s.speed = s.worker->identity().device.speed;
+  parallel::PipelineResources resources;
+  resources.world = s.worker->world();
+  resources.emulator = &s.worker->emulator();
+  s.engine =
+      std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts, resources);
+  s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
+  if (world.rank() == 0) logInfo(describePlan(s));
+  // Data and model are in place: from here on a budget counts what training allocates.
+  if (s.worker->identity().device.memory_budget) {
+    // The start shares' largest micro-batch: the balancer may raise a share only within the caps
+    // the budgets allow, so evaluation chunks of this size fit wherever training fits.
+    const auto& shares = s.options.replica_shares;
+    const std::int64_t largest = *std::max_element(shares.begin(), shares.end());
+    s.eval_chunk = (largest + s.options.micro_batches - 1) / s.options.micro_batches;
+    s.worker->enforceMemoryBudget();
+  }
+}
+
+StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hooks) {
+  PipelineStageEngine& s = *this;
+  // Neither is implemented for pipelines; a hook that did nothing would make its test vacuous.
+  CHORUS_CHECK_CONFIG(!hooks.inject_overflow,
+                      "pipeline: TrainerHooks::inject_overflow is for one stage per replica "
+                      "(pipelines compute in fp32)");
+  CHORUS_CHECK_CONFIG(hooks.trace == nullptr,
+                      "pipeline: a timeline (TrainerHooks::trace, --trace) is recorded for one "
+                      "stage per replica only");
+  comm::Communicator& world = *s.worker->world();
+  applySpeedHook(s, hooks, step);
+  Stopwatch clock;
+  StepRecord record;
+  record.step = step;
+  record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
+  setLearningRate(*s.optimizer, record.lr);
+
+  // This replica's contiguous slice of the global batch; only the ends of the pipe read data.
+  const std::vector<std::int64_t>& shares = s.options.replica_shares;
+  const int replica = s.position().replica;
+  std::int64_t offset = 0;
+  for (int r = 0; r < replica; ++r) offset += shares[r];
+  at::Tensor inputs, targets;
+  if (s.firstStage() || s.lastStage()) {
+    const std::vector<std::int64_t> ids = s.sampler->batch(step);
+    const data::Batch batch = s.data.train->get(
+        std::vector<std::int64_t>(ids.begin() + offset, ids.begin() + offset + shares[replica]));
+    if (s.firstStage()) inputs = batch.inputs.to(s.worker->device());
+    if (s.lastStage()) targets = batch.targets.to(s.worker->device());
+  }
+  s.model->train();
+  const parallel::PipelineStepStats stats = s.engine->step(inputs, targets);
+  s.optimizer->step();
+
+  const bool stop = hooks.stop_requested && hooks.stop_requested();
+  const double balance = hooks.balancer_seconds ? hooks.balancer_seconds(step, shares[replica])
+                                                : stats.schedule_seconds;
+  const auto figures =
+      gatherFigures(world, {stats.compute_seconds, stats.transfer_wait_seconds + stats.sync_seconds,
+                            stats.loss_sum, stop ? 1.0 : 0.0, balance});
+  const parallel::PipelineLayout& layout = s.engine->layout();
+  double loss_sum = 0;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    record.shares.push_back(shares[layout.positionOf(rank).replica]);
+    record.compute_seconds.push_back(figures[rank][kCompute]);
+    record.wait_seconds.push_back(figures[rank][kWait]);
+    loss_sum += figures[rank][kLossSum];  // only last stages report a loss
+    record.stop_requested = record.stop_requested || figures[rank][kStop] > 0;
+  }
+  record.loss = loss_sum / static_cast<double>(s.job.train.global_batch);
+  // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit, as
+  // in the data-parallel trainer. The new shares apply from the next step on.
+  if (step > 0 && s.balancer->update(step, replicaSeconds(figures, layout))) {
+    record.rebalance = s.balancer->lastChange();
+    s.options.replica_shares = s.balancer->shares();
+    s.engine->setReplicaShares(s.options.replica_shares);
+  }
+  record.step_seconds = clock.seconds();
+  record.samples_per_second = s.job.train.global_batch / record.step_seconds;
+  return record;
+}
+
+std::unique_ptr<StepEngine> makePipelineStageEngine(TrainingContext& context,
+                                                    const plan::Plan& plan) {
+  return std::make_unique<PipelineStageEngine>(context, plan);
+}
+
+}  // namespace chorus::runtime

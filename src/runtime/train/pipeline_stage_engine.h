@@ -1,0 +1,77 @@
+// Private to runtime: the step engine of a plan with S > 1 stages per replica — pipeline and hybrid
+// parallelism (trainer.h). Its files: pipeline_stage_engine.cc (construction and the step),
+// pipeline_stage_evaluation.cc and pipeline_stage_checkpoint.cc.
+#pragma once
+
+#include <torch/optim.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/data/sampler.h"
+#include "chorus/model/zoo_model.h"
+#include "chorus/parallel/pipeline.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
+#include "chorus/runtime/job/pipeline_job.h"
+#include "train/pipeline_balancing.h"
+#include "train/trainer_state.h"
+
+namespace chorus::runtime {
+
+// One rank's stage: owns the parallel::PipelineEngine over the stage's layers, the optimizer over
+// their parameters and the replicas' balancer; the job, data, sampler and model (all of it is
+// built with the job's seed; only the stage's layers train here) are the context's. The members
+// are the state its files share. Used by one thread; non-copyable.
+struct PipelineStageEngine final : StepEngine {
+  PipelineStageEngine(TrainingContext& context, const plan::Plan& plan);
+  PipelineStageEngine(const PipelineStageEngine&) = delete;
+  PipelineStageEngine& operator=(const PipelineStageEngine&) = delete;
+
+  StepRecord step(std::int64_t step, const TrainerHooks& hooks) override;
+  std::pair<double, double> evaluate(std::int64_t samples) override;
+  nlohmann::json checkpointEntries() const override;
+  CheckpointSnapshot snapshot() override;
+  void restore(const CheckpointSource& source) override;
+  parallel::StagePosition position() const override { return engine->position(); }
+  const std::vector<int>& cuts() const override { return stage_cuts; }
+  const std::vector<std::int64_t>& shares() const override { return options.replica_shares; }
+  const std::vector<at::Tensor>& parameters() const override { return engine->parameters(); }
+  // Pipelines compute in fp32 (the job reader refuses other precisions for them).
+  parallel::Precision precision() const override { return parallel::Precision::kFp32; }
+  double lossScale() const override { return 0.0; }
+  device::EmulationTotals emulationTotals() const override {
+    return (speed_override ? *speed_override : worker->emulator()).totals();
+  }
+  std::int64_t skippedSteps() const override { return 0; }
+
+  int stages() const { return options.pipeline_stages; }
+  bool firstStage() const { return position().stage == 0; }
+  bool lastStage() const { return position().stage + 1 == stages(); }
+
+  // The context's members, by reference.
+  JobConfig& job;
+  std::shared_ptr<Worker>& worker;
+  TrainingData& data;
+  std::unique_ptr<data::GlobalSampler>& sampler;
+  std::shared_ptr<model::ZooModel>& model;
+
+  // replica_shares: the shares the next step runs with (the balancer's, kept in step with it).
+  parallel::PipelineOptions options;
+  std::vector<int> stage_cuts;
+  std::unique_ptr<ReplicaBalancer> balancer;
+  // The emulated speed (TrainerHooks::speed_at) and the emulator that pads to it when the hook
+  // overrides the device's speed; the engine pads with the worker's emulator otherwise.
+  double speed = 1.0;
+  std::unique_ptr<device::SpeedEmulator> speed_override;
+  std::unique_ptr<parallel::PipelineEngine> engine;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // Samples per evaluation chunk: 256, or a training micro-batch under a memory budget.
+  std::int64_t eval_chunk = 256;
+};
+
+// The (name, tensor) pairs of the stage's layers: parameters and buffers, named as in the whole
+// model ("block2.attention.weight"), so checkpoints are readable and checkable by name.
+std::vector<std::pair<std::string, at::Tensor>> stageTensors(PipelineStageEngine& s);
+
+}  // namespace chorus::runtime

@@ -1,0 +1,166 @@
+// The executor: one loop for every plan — steps, evaluations, the stop on request or at the
+// target accuracy, periodic and final checkpoints, the final whole-split evaluation — around the
+// step engine the plan's shape calls for.
+#include "chorus/runtime/train/trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+#include "chorus/observe/trace_recorder.h"
+#include "chorus/runtime/job/job_plan.h"
+#include "train/trainer_state.h"
+
+namespace chorus::runtime {
+namespace {
+
+using TraceClock = observe::TraceRecorder::Clock;
+
+// What every engine needs of a plan before the collective start: one rank per worker, and this
+// rank's device the one the plan was made for. A rank that threw only after startTraining would
+// leave the others waiting in its broadcast.
+void checkPlanForWorld(const plan::Plan& plan, const Worker& worker) {
+  CHORUS_CHECK_CONFIG(static_cast<int>(plan.ranks.size()) == worker.worldSize(),
+                      "trainer: a plan of ", plan.ranks.size(), " ranks in a job of ",
+                      worker.worldSize());
+  const plan::RankPlan& mine = plan.ranks.at(worker.rank());
+  CHORUS_CHECK_CONFIG(mine.device_type == worker.identity().device.toString(), "trainer: rank ",
+                      worker.rank(), " was planned for '", mine.device_type, "' but runs on '",
+                      worker.identity().device.toString(), "'");
+}
+
+// Runs `body`, recording it on the timeline as `name` when one records.
+template <typename Body>
+auto traced(observe::TraceRecorder* trace, const char* name, Body&& body) {
+  const auto start = TraceClock::now();
+  auto result = body();
+  if (trace != nullptr) trace->span(observe::Track::kCompute, name, name, start, TraceClock::now());
+  return result;
+}
+
+}  // namespace
+
+std::pair<double, double> evaluationResult(const at::Tensor& totals) {
+  const double correct = totals[0].item<double>(), predictions = totals[1].item<double>();
+  const double loss = totals[2].item<double>(), samples = totals[3].item<double>();
+  return {predictions > 0 ? correct / predictions : 0.0, samples > 0 ? loss / samples : 0.0};
+}
+
+Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
+    : Trainer(job, planOfWorld(job, *worker), worker) {}
+
+Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  checkPlanForWorld(plan, *worker);
+  s.context = startTraining(std::move(job), std::move(worker));
+  TrainingContext& c = *s.context;
+  s.engine =
+      plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
+  if (!c.job.checkpoint.dir.empty()) {
+    CheckpointOptions options;
+    options.root = c.job.checkpoint.dir;
+    options.keep = static_cast<int>(c.job.checkpoint.keep);
+    s.checkpoints = std::make_unique<CheckpointWriter>(options, c.worker->store(), c.worker->rank(),
+                                                       c.worker->worldSize());
+  }
+}
+
+Trainer::~Trainer() {
+  // A background checkpoint must not outlive the state it writes from.
+  if (state_ && state_->pending_checkpoint.valid()) {
+    try {
+      state_->pending_checkpoint.get();
+    } catch (const std::exception& error) {
+      logWarn("checkpoint: background write failed: ", error.what());
+    }
+  }
+}
+
+StepRecord Trainer::step(const TrainerHooks& hooks) {
+  StepRecord record = state_->engine->step(state_->next_step++, hooks);
+  if (hooks.on_step) hooks.on_step(record);
+  return record;
+}
+
+std::pair<double, double> Trainer::evaluate(std::int64_t samples) {
+  return state_->engine->evaluate(samples);
+}
+
+TrainResult Trainer::run(const TrainerHooks& hooks) {
+  State& s = *state_;
+  const JobConfig& job = s.context->job;
+  const TrainSection& train = job.train;
+  // Evaluations and checkpoints go on the timeline of the step they follow.
+  observe::TraceRecorder* trace = hooks.trace;
+  const auto checkpoint = [&](bool final_or_requested) {
+    const auto start = TraceClock::now();
+    if (writeCheckpointIfDue(s, final_or_requested) && trace != nullptr)
+      trace->span(observe::Track::kCompute, "checkpoint", "checkpoint", start, TraceClock::now());
+  };
+  TrainerHooks inner = hooks;
+  inner.on_step = nullptr;  // called below, after any evaluation joined the record
+  TrainResult result;
+  Stopwatch clock;
+  std::int64_t samples = 0;
+  while (s.next_step < train.steps) {
+    StepRecord record = step(inner);
+    samples += train.global_batch;
+    const std::int64_t done = s.next_step;
+    if ((train.eval_every > 0 && done % train.eval_every == 0) || done == train.steps) {
+      const auto [accuracy, loss] = traced(trace, "evaluation", [&] { return evaluate(-1); });
+      record.test_accuracy = accuracy;
+      record.test_loss = loss;
+    }
+    // Every rank decides the same change; one of them says so.
+    if (!record.rebalance.empty() && s.context->worker->rank() == 0)
+      logInfo("balancer: ", record.rebalance);
+    if (hooks.on_step) hooks.on_step(record);
+    result.final_loss = record.loss;
+    result.steps = done;
+    if (record.stop_requested) {
+      result.interrupted = true;
+      break;
+    }
+    if (train.target_accuracy > 0 && record.test_accuracy &&
+        *record.test_accuracy >= train.target_accuracy) {
+      result.reached_target = true;
+      break;
+    }
+    checkpoint(false);
+  }
+  // The state after the last step: at the end (when configured), or when asked to stop.
+  checkpoint(result.interrupted || job.checkpoint.at_end);
+  finishPendingCheckpoint(s);
+  result.last_checkpoint = s.last_checkpoint_path;
+  if (!result.interrupted) result.test_accuracy = evaluate(0).first;
+  result.skipped_steps = s.engine->skippedSteps();
+  result.wall_seconds = clock.seconds();
+  result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);
+  return result;
+}
+
+std::int64_t Trainer::nextStep() const { return state_->next_step; }
+
+parallel::StagePosition Trainer::position() const { return state_->engine->position(); }
+
+const std::vector<int>& Trainer::cuts() const { return state_->engine->cuts(); }
+
+const std::vector<std::int64_t>& Trainer::shares() const { return state_->engine->shares(); }
+
+const std::vector<at::Tensor>& Trainer::parameters() const { return state_->engine->parameters(); }
+
+std::string Trainer::precision() const { return parallel::toString(state_->engine->precision()); }
+
+double Trainer::lossScale() const { return state_->engine->lossScale(); }
+
+model::ZooModel& Trainer::model() { return *state_->context->model; }
+
+device::EmulationTotals Trainer::emulationTotals() const {
+  return state_->engine->emulationTotals();
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,80 @@
+// Private to runtime: what one rank's Trainer (the executor) holds, and the helpers its engines
+// share.
+#pragma once
+
+#include <torch/optim.h>
+
+#include <functional>
+#include <future>
+#include <memory>
+
+#include "chorus/data/dataset.h"
+#include "chorus/data/sampler.h"
+#include "chorus/model/zoo_model.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
+#include "chorus/runtime/train/trainer.h"
+#include "train/step_engine.h"
+
+namespace chorus::runtime {
+
+struct TrainingData {
+  std::shared_ptr<data::Dataset> train;
+  std::shared_ptr<data::Dataset> test;
+};
+
+// Builds the job's datasets and fits the model config to them (classes, vocabulary, shapes).
+TrainingData makeTrainingData(const JobConfig& job, model::ModelConfig& model);
+
+// What every step engine of a rank shares with the executor: the job, the worker, the job's
+// data (job.model fitted to it), the global sampler, and the model built from the seed on the
+// worker's device with rank 0's parameters on every rank (whatever each rank's own
+// initialization did). Owned by Trainer::State; engines hold a reference.
+struct TrainingContext {
+  JobConfig job;
+  std::shared_ptr<Worker> worker;
+  TrainingData data;
+  std::unique_ptr<data::GlobalSampler> sampler;
+  std::shared_ptr<model::ZooModel> model;
+};
+// Builds the context (collective: rank 0's parameters are broadcast).
+std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Worker> worker);
+
+// The optimizer of the job over `parameters`, and its learning rate at `step`.
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerSection& options,
+                                                       std::vector<at::Tensor> parameters);
+double learningRateAt(const OptimizerSection& options, std::int64_t step, std::int64_t steps);
+void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
+
+// Largest micro-batch that fits `budget_bytes` for this model and optimizer (0 = no budget given:
+// unlimited). Throws ConfigError when not even one sample fits.
+std::int64_t maxMicroBatch(const model::ZooModel& model, const OptimizerSection& optimizer,
+                           std::uint64_t budget_bytes, const std::string& device);
+
+// The engine that runs `plan` on this rank: DataParallelEngine for one stage per replica,
+// PipelineStageEngine otherwise. Throws ConfigError when the plan does not fit the engine.
+std::unique_ptr<StepEngine> makeDataParallelEngine(TrainingContext& context,
+                                                   const plan::Plan& plan);
+std::unique_ptr<StepEngine> makePipelineStageEngine(TrainingContext& context,
+                                                    const plan::Plan& plan);
+
+// The executor's state: the context, the engine that computes the plan's steps, and the
+// checkpoints — the writer (null without checkpoint.dir), the write in flight (async mode) and
+// the step of the newest checkpoint written or resumed from.
+struct Trainer::State {
+  std::unique_ptr<TrainingContext> context;
+  std::unique_ptr<StepEngine> engine;
+  std::int64_t next_step = 0;
+  std::unique_ptr<CheckpointWriter> checkpoints;
+  std::future<std::string> pending_checkpoint;
+  std::int64_t last_checkpoint_step = -1;
+  std::string last_checkpoint_path;
+};
+
+// Writes a checkpoint when one is due after the step just completed: every checkpoint.every
+// steps (in the background in async mode), or now when `final_or_requested`. Never twice for one
+// step. No-op without checkpoint.dir. Returns whether it wrote (or started writing) one.
+bool writeCheckpointIfDue(Trainer::State& s, bool final_or_requested);
+// Waits for a background write in flight, if any; rethrows its error.
+void finishPendingCheckpoint(Trainer::State& s);
+
+}  // namespace chorus::runtime
