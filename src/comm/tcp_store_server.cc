@@ -24,13 +24,17 @@ namespace {
 
 using wire::Status;
 
-// How often the accept thread looks at the stop flag; bounds how long stop() takes.
+// How often the accept thread looks at the stop flag (stop() also wakes it at once) and reaps
+// the threads of finished connections.
 constexpr int kAcceptPollMillis = 50;
 // At most one warning about refused or dropped peers per this many milliseconds, so that a flood
 // of them can neither flood the log nor slow the server down writing it.
 constexpr std::int64_t kWarningEveryMillis = 1000;
 // How long a refused peer has to read why before its connection is closed.
 constexpr int kLingerMillis = 200;
+// Connections taken from the kernel's queue per wake-up of the accept thread, before it reaps
+// finished ones again.
+constexpr int kAcceptBatch = 256;
 
 std::string describePeer(const sockaddr_storage& address) {
   char host[NI_MAXHOST] = "?";
@@ -40,10 +44,10 @@ std::string describePeer(const sockaddr_storage& address) {
   return std::string("client ") + host + ":" + port;
 }
 
-// Whether the peer has closed or reset its end of `socket` (read without consuming anything, so
+// Whether the peer has closed or reset its end of socket `fd` (read without consuming anything, so
 // it does not race the thread serving the connection). Such a peer cannot finish a handshake.
-bool peerHungUp(const wire::Socket& socket) {
-  pollfd entry{socket.fd(), POLLRDHUP, 0};
+bool peerHungUp(int fd) {
+  pollfd entry{fd, POLLRDHUP, 0};
   return ::poll(&entry, 1, 0) > 0 && (entry.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
@@ -97,6 +101,9 @@ int TcpStoreServer::connections() const {
 void TcpStoreServer::stop() {
   std::lock_guard<std::mutex> stop_lock(stop_mutex_);
   stopping_ = true;
+  // Wakes the accept thread's poll at once (Linux: a listening socket shut down reads as hung
+  // up), so that stop() returns in microseconds rather than after up to kAcceptPollMillis.
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
   if (accept_thread_.joinable()) accept_thread_.join();
   state_.close();  // wakes handlers blocked in get/wait
   std::list<std::unique_ptr<Connection>> connections;
@@ -126,7 +133,8 @@ void TcpStoreServer::listen() {
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
   std::string error;
   for (const addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    // Non-blocking, so that the accept thread can take all queued connections at each wake-up.
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -151,7 +159,8 @@ void TcpStoreServer::acceptLoop() {
     pollfd entry{listen_fd_, POLLIN, 0};
     int rc = ::poll(&entry, 1, kAcceptPollMillis);
     try {
-      if (rc > 0 && !stopping_) acceptOne();
+      for (int i = 0; rc > 0 && i < kAcceptBatch && !stopping_ && acceptOne(); ++i) {
+      }
     } catch (const std::exception& error) {
       // E.g. bad_alloc: lose this connection, never the server (an exception leaving this thread
       // would end the process).
@@ -161,7 +170,7 @@ void TcpStoreServer::acceptLoop() {
   }
 }
 
-void TcpStoreServer::acceptOne() {
+bool TcpStoreServer::acceptOne() {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length, SOCK_CLOEXEC);
@@ -172,7 +181,18 @@ void TcpStoreServer::acceptOne() {
       logWarn("store: accept failed: ", std::strerror(errno));
       std::this_thread::sleep_for(Millis(kAcceptPollMillis));
     }
-    return;
+    return false;
+  }
+  // A peer that has already closed or reset its end (a port scanner; a flood's connection that
+  // waited in the kernel's queue while the server was busy) gets neither a thread nor a pending
+  // slot. Under a flood faster than the server, nearly every queued connection is such a one:
+  // closed at the cost of three system calls, they drain the queue quickly, and a worker that
+  // connected behind them is greeted within its handshake timeout. (Each one once cost a thread:
+  // under TSan the server then fell to tens of connections a second, and a worker behind
+  // thousands of queued ones waited past its handshake timeout.)
+  if (peerHungUp(fd)) {
+    ::close(fd);
+    return true;
   }
   wire::configureSocket(fd);
   auto connection = std::make_unique<Connection>();
@@ -187,9 +207,10 @@ void TcpStoreServer::acceptOne() {
     // Out of threads: refuse this one connection rather than lose the server.
     logWarn("store: cannot serve ", ref.socket->peer(), ": ", error.what());
     connections_.pop_back();
-    return;
+    return true;
   }
   ++pending_;
+  return true;
 }
 
 void TcpStoreServer::evictPendingLocked() {
@@ -203,7 +224,7 @@ void TcpStoreServer::evictPendingLocked() {
   for (auto& connection : connections_) {
     if (connection->state != Connection::State::kHandshake) continue;
     if (victim == nullptr) victim = connection.get();  // the oldest, if no peer has hung up
-    if (peerHungUp(*connection->socket)) {
+    if (peerHungUp(connection->socket->fd())) {
       victim = connection.get();
       break;
     }

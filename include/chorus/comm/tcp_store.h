@@ -95,7 +95,8 @@ class TcpStoreServer {
 
   void listen();
   void acceptLoop();
-  void acceptOne();
+  // Takes one connection from the kernel's queue; false when there was none (or accept failed).
+  bool acceptOne();
   // REQUIRES: connections_mutex_ held. Drops one connection still in its handshake (which one:
   // TcpStoreServerOptions::max_pending_handshakes).
   void evictPendingLocked();
