@@ -95,7 +95,7 @@ class TcpStoreServer {
 
   void listen();
   void acceptLoop();
-  // Takes one connection from the kernel's queue; false when there was none (or accept failed).
+  // Takes one connection from the kernel's queue; false when the queue is empty or accept failed.
   bool acceptOne();
   // REQUIRES: connections_mutex_ held. Drops one connection still in its handshake (which one:
   // TcpStoreServerOptions::max_pending_handshakes).
