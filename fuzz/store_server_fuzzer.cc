@@ -10,8 +10,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <deque>
-#include <thread>
 
 #include "chorus/comm/store/tcp_store.h"
 #include "fuzz_support.h"
@@ -58,28 +56,6 @@ void drain(chorus::comm::wire::Socket& socket, chorus::Deadline deadline) {
   }
 }
 
-// Stopping a server takes up to its accept loop's poll period (50 ms), most of an input's time;
-// servers are stopped on threads of their own, at most kStopping at once, so the next input
-// need not wait.
-class Reaper {
- public:
-  static constexpr std::size_t kStopping = 16;
-  ~Reaper() {
-    while (!stopping_.empty()) joinOldest();
-  }
-  void stop(std::unique_ptr<chorus::comm::TcpStoreServer> server) {
-    if (stopping_.size() >= kStopping) joinOldest();
-    stopping_.emplace_back([server = std::move(server)] { server->stop(); });
-  }
-
- private:
-  void joinOldest() {
-    stopping_.front().join();
-    stopping_.pop_front();
-  }
-  std::deque<std::thread> stopping_;
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -92,7 +68,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.secret = fz::fuzzSecret();
   options.handshake_timeout = Millis(500);
   options.io_timeout = Millis(500);
-  static Reaper reaper;
   auto server = std::make_unique<comm::TcpStoreServer>(options);
   fz::guarded([&] {
     comm::wire::Socket socket =
@@ -118,6 +93,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       channel->receive(deadline);
     }
   });
-  reaper.stop(std::move(server));
+  // Stopped before the next input, every server thread joined: LeakSanitizer's check after an
+  // input, which libFuzzer runs when it saw more allocations than frees, reports the memory of
+  // threads still starting or exiting as leaked (OpenSSL's per-thread DRBGs, glibc's thread
+  // attributes). Servers stopped on background threads made that a false finding in 18 of 30
+  // replays of the seeds on a loaded host (0 of 30 stopped here); stop() returns at once.
+  server->stop();
   return 0;
 }

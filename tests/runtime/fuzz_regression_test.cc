@@ -53,5 +53,25 @@ TEST(CheckpointFuzzRegression, ArchiveWithAnUnknownPickleGlobalIsACheckpointErro
   }
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc: an archive whose pickle announced a 2.8 GB string made
+// libtorch allocate and fill that much before it found the archive too short (3.3 GB resident
+// for a 7.5 KB file). The announced lengths are checked against the records first now.
+TEST(CheckpointFuzzRegression, PickleAnnouncingMoreThanItHoldsIsRefusedBeforeLibtorchReadsIt) {
+  std::string bytes = seedArchive("rank_state");
+  // BINUNICODE in data.pkl (stored uncompressed): 'X', a 4-byte little-endian length, the text.
+  const std::string key = std::string("X\x07", 2) + std::string(3, '\0') + "rng_cpu";
+  const std::size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 4] = '\x10';  // 7 + 256 MiB
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("its record 'data.pkl' announces 268435463 bytes"),
+              std::string::npos)
+        << error.message();
+  }
+}
+
 }  // namespace
 }  // namespace chorus::runtime

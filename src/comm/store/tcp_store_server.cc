@@ -24,13 +24,17 @@ namespace {
 
 using wire::Status;
 
-// How often the accept thread looks at the stop flag; bounds how long stop() takes.
+// How often the accept thread looks at the stop flag (stop() also wakes it at once) and reaps
+// the threads of finished connections.
 constexpr int kAcceptPollMillis = 50;
 // At most one warning about refused or dropped peers per this many milliseconds, so that a flood
 // of them can neither flood the log nor slow the server down writing it.
 constexpr std::int64_t kWarningEveryMillis = 1000;
 // How long a refused peer has to read why before its connection is closed.
 constexpr int kLingerMillis = 200;
+// Connections taken from the kernel's queue per wake-up of the accept thread, before it reaps
+// finished ones again.
+constexpr int kAcceptBatch = 256;
 
 std::string describePeer(const sockaddr_storage& address) {
   char host[NI_MAXHOST] = "?";
@@ -38,6 +42,25 @@ std::string describePeer(const sockaddr_storage& address) {
   ::getnameinfo(reinterpret_cast<const sockaddr*>(&address), sizeof(address), host, sizeof(host),
                 port, sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
   return std::string("client ") + host + ":" + port;
+}
+
+// Whether the peer has closed or reset its end of socket `fd` (read without consuming anything, so
+// it does not race the thread serving the connection). Such a peer cannot finish a handshake.
+bool peerHungUp(int fd) {
+  pollfd entry{fd, POLLRDHUP, 0};
+  return ::poll(&entry, 1, 0) > 0 && (entry.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// Whether a connection just taken from the kernel's queue can be closed at once, unread: its
+// peer has closed or reset its end and sent nothing that could begin a handshake (nothing, or
+// bytes that are not the start of the magic). A peer that sent the magic and then half-closed
+// still gets its thread, which reads what it sent (the store_server fuzz target is such a peer).
+bool goneBeforeGreeting(int fd) {
+  if (!peerHungUp(fd)) return false;
+  char head[wire::kMagicBytes];
+  ssize_t got = ::recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+  if (got <= 0) return true;
+  return std::memcmp(head, wire::kMagic, static_cast<std::size_t>(got)) != 0;
 }
 
 wire::Writer startReply(Status status) {
@@ -66,8 +89,10 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : options_(std::mo
   CHORUS_CHECK_CONFIG(options_.max_pending_handshakes >= 1,
                       "the store's max_pending_handshakes must be >= 1");
   listen();
-  accept_thread_ = std::thread([this] { acceptLoop(); });
   logInfo("store: listening on ", endpoint(), " (job secret ", options_.secret.fingerprint(), ")");
+  // Last: nothing after it may throw, or the joinable accept thread would be destroyed unjoined
+  // (std::terminate), since a constructor that throws runs no destructor.
+  accept_thread_ = std::thread([this] { acceptLoop(); });
 }
 
 TcpStoreServer::~TcpStoreServer() { stop(); }
@@ -88,6 +113,9 @@ int TcpStoreServer::connections() const {
 void TcpStoreServer::stop() {
   std::lock_guard<std::mutex> stop_lock(stop_mutex_);
   stopping_ = true;
+  // Wakes the accept thread's poll at once (Linux: a listening socket shut down reads as hung
+  // up), so that stop() returns in microseconds rather than after up to kAcceptPollMillis.
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
   if (accept_thread_.joinable()) accept_thread_.join();
   state_.close();  // wakes handlers blocked in get/wait
   std::list<std::unique_ptr<Connection>> connections;
@@ -117,7 +145,8 @@ void TcpStoreServer::listen() {
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
   std::string error;
   for (const addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    // Non-blocking, so that the accept thread can take all queued connections at each wake-up.
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -141,30 +170,49 @@ void TcpStoreServer::acceptLoop() {
   while (!stopping_) {
     pollfd entry{listen_fd_, POLLIN, 0};
     int rc = ::poll(&entry, 1, kAcceptPollMillis);
-    if (rc > 0 && !stopping_) acceptOne();
+    try {
+      for (int i = 0; rc > 0 && i < kAcceptBatch && !stopping_ && acceptOne(); ++i) {
+      }
+    } catch (const std::exception& error) {
+      // E.g. bad_alloc: lose this connection, never the server (an exception leaving this thread
+      // would end the process).
+      logWarn("store: cannot take a connection: ", error.what());
+    }
     reapFinished();
   }
 }
 
-void TcpStoreServer::acceptOne() {
+bool TcpStoreServer::acceptOne() {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length, SOCK_CLOEXEC);
   if (fd < 0) {
     // Transient (the peer gave up, or we are out of descriptors for a moment): keep serving,
     // but pause so that a persistent error such as EMFILE does not spin this thread.
-    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+    if (errno == EINTR || errno == ECONNABORTED) return true;  // others may be queued
+    if (errno != EAGAIN) {
       logWarn("store: accept failed: ", std::strerror(errno));
       std::this_thread::sleep_for(Millis(kAcceptPollMillis));
     }
-    return;
+    return false;
+  }
+  // A peer that is gone and sent nothing of a handshake (a port scanner; a flood's connection
+  // that waited in the kernel's queue while the server was busy) gets neither a thread nor a
+  // pending slot. Under a flood faster than the server, nearly every queued connection is such a
+  // one: closed at the cost of a few system calls, they drain the queue quickly, and a worker that
+  // connected behind them is greeted within its handshake timeout. (Each one once cost a thread:
+  // under TSan the server then fell to tens of connections a second, and a worker behind
+  // thousands of queued ones waited past its handshake timeout.)
+  if (goneBeforeGreeting(fd)) {
+    ::close(fd);
+    return true;
   }
   wire::configureSocket(fd);
   auto connection = std::make_unique<Connection>();
   connection->socket = std::make_unique<wire::Socket>(fd, describePeer(address));
   Connection& ref = *connection;
   std::lock_guard<std::mutex> lock(connections_mutex_);
-  if (pending_ >= options_.max_pending_handshakes) evictOldestPendingLocked();
+  if (pending_ >= options_.max_pending_handshakes) evictPendingLocked();
   connections_.push_back(std::move(connection));
   try {
     ref.thread = std::thread([this, &ref] { serve(ref); });
@@ -172,24 +220,37 @@ void TcpStoreServer::acceptOne() {
     // Out of threads: refuse this one connection rather than lose the server.
     logWarn("store: cannot serve ", ref.socket->peer(), ": ", error.what());
     connections_.pop_back();
-    return;
+    return true;
   }
   ++pending_;
+  return true;
 }
 
-void TcpStoreServer::evictOldestPendingLocked() {
+void TcpStoreServer::evictPendingLocked() {
+  // A worker stays connected through its handshake; a peer that closed or reset its end can only
+  // fail it. Dropping those first keeps a flood of connections that close again from pushing a
+  // worker out mid-handshake. Dropping the oldest regardless did, in 2 of 8 runs under ASan's
+  // slowdown: an arrival dropped the worker before its answer came, and its retries met the same
+  // flood until connect_timeout. Only when no pending peer has hung up does the oldest go, so
+  // silent connections still cannot hold the slots.
+  Connection* victim = nullptr;
   for (auto& connection : connections_) {
     if (connection->state != Connection::State::kHandshake) continue;
-    connection->state = Connection::State::kEvicted;
-    --pending_;
-    connection->socket->shutdown();  // its thread sees the connection fail and ends
-    ++evicted_;
-    if (warningAllowed()) {
-      logWarn("store: ", evicted_, " connection(s) dropped in their handshake so far, because ",
-              options_.max_pending_handshakes,
-              " others were pending (a connection flood?); latest: ", connection->socket->peer());
+    if (victim == nullptr) victim = connection.get();  // the oldest, if no peer has hung up
+    if (peerHungUp(connection->socket->fd())) {
+      victim = connection.get();
+      break;
     }
-    return;
+  }
+  if (victim == nullptr) return;
+  victim->state = Connection::State::kEvicted;
+  --pending_;
+  victim->socket->shutdown();  // its thread sees the connection fail and ends
+  ++evicted_;
+  if (warningAllowed()) {
+    logWarn("store: ", evicted_, " connection(s) dropped in their handshake so far, because ",
+            options_.max_pending_handshakes,
+            " others were pending (a connection flood?); latest: ", victim->socket->peer());
   }
 }
 
@@ -215,8 +276,8 @@ void TcpStoreServer::serve(Connection& connection) {
     try {
       channel->send(startReply(status).str(message).payload(), deadlineFor(options_.io_timeout));
       socket.finish(Millis(kLingerMillis));
-    } catch (const Error&) {
-      // The peer is being dropped anyway.
+    } catch (const std::exception&) {
+      // The peer is being dropped anyway (and nothing may leave this thread: std::terminate).
     }
   };
   try {

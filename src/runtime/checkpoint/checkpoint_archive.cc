@@ -2,13 +2,109 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
 
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
+namespace {
+
+// How a pickle opcode's argument is laid out (Python's pickletools, protocols 0 to 5).
+enum class Arg : std::uint8_t {
+  kUnknown,  // not an opcode: libtorch refuses it before reading on
+  kNone,
+  kFixed,   // `size` bytes
+  kLines,   // `size` newline-terminated lines
+  kLength,  // a little-endian length of `size` bytes, then that many bytes
+  kFrame,   // an 8-byte frame length; the frame's opcodes follow
+};
+struct OpcodeArg {
+  Arg kind;
+  int size;
+};
+
+// Every opcode of pickle protocols 0 to 5 by its argument; the rest are kUnknown.
+OpcodeArg opcodeArg(std::uint8_t op) {
+  static const std::array<OpcodeArg, 256> table = [] {
+    std::array<OpcodeArg, 256> args{};
+    args.fill({Arg::kUnknown, 0});
+    auto set = [&](std::string_view ops, OpcodeArg arg) {
+      for (char op : ops) args[static_cast<std::uint8_t>(op)] = arg;
+    };
+    set("ILSVFgpP", {Arg::kLines, 1});
+    set("ci", {Arg::kLines, 2});
+    set("Khq\x80\x82", {Arg::kFixed, 1});
+    set("M\x83", {Arg::kFixed, 2});
+    set("Jjr\x84", {Arg::kFixed, 4});
+    set("G", {Arg::kFixed, 8});
+    set("\x8aUC\x8c", {Arg::kLength, 1});
+    set("\x8bTBX", {Arg::kLength, 4});
+    set("\x8e\x96\x8d", {Arg::kLength, 8});
+    set("\x95", {Arg::kFrame, 8});
+    set("\x97\x98N\x88\x89]ael)t\x85\x86\x87}dsu\x8f\x90\x91"
+        "021(\x94\x93Rbo\x81\x92.Q",
+        {Arg::kNone, 0});
+    return args;
+  }();
+  return table[op];
+}
+
+// libtorch's unpickler allocates the length that a string, bytes or frame opcode announces
+// before it reads the bytes (fuzz/checkpoint_archive_fuzzer.cc: a 7.5 KB archive made a restore
+// touch 3.3 GB). No valid pickle announces more than it holds, so an archive whose pickle does
+// is damaged: refused here, before libtorch reads it. Stops where libtorch would stop reading
+// (the STOP opcode, or an unknown one, or the end), so it refuses nothing libtorch reads whole.
+void checkPickleLengths(const std::string& record, const std::uint8_t* data, std::size_t size) {
+  std::size_t pos = 0;
+  while (pos < size) {
+    const std::uint8_t op = data[pos++];
+    if (op == '.') return;  // STOP
+    const OpcodeArg arg = opcodeArg(op);
+    switch (arg.kind) {
+      case Arg::kUnknown:
+        return;
+      case Arg::kNone:
+        break;
+      case Arg::kFixed:
+        pos += static_cast<std::size_t>(arg.size);
+        break;
+      case Arg::kLines:
+        for (int line = 0; line < arg.size; ++line) {
+          if (pos >= size) return;
+          const void* end = std::memchr(data + pos, '\n', size - pos);
+          if (end == nullptr) return;
+          pos = static_cast<std::size_t>(static_cast<const std::uint8_t*>(end) - data) + 1;
+        }
+        break;
+      case Arg::kLength:
+      case Arg::kFrame: {
+        const auto width = static_cast<std::size_t>(arg.size);
+        if (size - pos < width) return;
+        std::uint64_t length = 0;
+        for (std::size_t i = width; i-- > 0;) length = (length << 8) | data[pos + i];
+        pos += width;
+        if (length > size - pos) {
+          CHORUS_THROW(CheckpointError, "a checkpoint archive is damaged: its record '", record,
+                       "' announces ", length, " bytes at offset ", pos - width - 1, " where only ",
+                       size - pos, " remain");
+        }
+        if (arg.kind == Arg::kLength) pos += static_cast<std::size_t>(length);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
 
 std::string archiveBytes(torch::serialize::OutputArchive& archive) {
   std::ostringstream out;
@@ -17,6 +113,16 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
 }
 
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
+  {
+    caffe2::serialize::PyTorchStreamReader reader(
+        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
+                                                               static_cast<off_t>(bytes.size())));
+    for (const std::string& record : reader.getAllRecords()) {
+      if (record.size() < 3 || record.compare(record.size() - 3, 3, "pkl") != 0) continue;
+      auto [data, size] = reader.getRecord(record);
+      checkPickleLengths(record, static_cast<const std::uint8_t*>(data.get()), size);
+    }
+  }
   torch::serialize::InputArchive archive;
   archive.load_from(bytes.data(), bytes.size());
   return archive;

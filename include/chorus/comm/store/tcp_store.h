@@ -53,9 +53,12 @@ struct TcpStoreServerOptions {
   // (its client throws CommError). `chorus run` sets the job's ranks + agents +
   // kStoreConnectionMargin. REQUIRES: >= 1. Default: 4096.
   int max_connections = 4096;
-  // Connections still in their handshake at once. When one more arrives the oldest of them is
-  // dropped: a flood of connections that never authenticate cannot keep a worker out for long,
-  // and costs one thread per pending connection at most. REQUIRES: >= 1. Default: 64.
+  // Connections still in their handshake at once. When one more arrives, one of them is dropped:
+  // the oldest whose peer has already closed or reset its end (its handshake can only fail), else
+  // the oldest. So a flood of connections that never authenticate costs one thread per pending
+  // connection at most, cannot keep a worker out for long, and a flood of connections that close
+  // again (a port scanner, garbage senders) never drops a worker in its handshake.
+  // REQUIRES: >= 1. Default: 64.
   int max_pending_handshakes = 64;
 };
 
@@ -92,9 +95,11 @@ class TcpStoreServer {
 
   void listen();
   void acceptLoop();
-  void acceptOne();
-  // REQUIRES: connections_mutex_ held. Drops the oldest connection still in its handshake.
-  void evictOldestPendingLocked();
+  // Takes one connection from the kernel's queue; false when the queue is empty or accept failed.
+  bool acceptOne();
+  // REQUIRES: connections_mutex_ held. Drops one connection still in its handshake (which one:
+  // TcpStoreServerOptions::max_pending_handshakes).
+  void evictPendingLocked();
   void reapFinished();
   void serve(Connection& connection);
   void serveRequests(wire::StoreChannel& channel);
