@@ -37,7 +37,8 @@ void ModelProfile::validate() const {
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerProfile& layer = layers[i];
     CHORUS_CHECK_CONFIG(validFigure(layer.params) && validFigure(layer.forward_flops) &&
-                            validFigure(layer.activation_bytes) && validFigure(layer.output_bytes),
+                            validFigure(layer.activation_bytes) &&
+                            validFigure(layer.output_bytes) && validFigure(layer.workspace_bytes),
                         "model '", name, "': layer ", i, " ('", layer.name,
                         "') has a negative or non-finite figure");
   }
@@ -58,8 +59,8 @@ ModelProfile parseModelJson(const std::string& text, const std::string& source) 
   if (layers.empty()) reader.fail("/layers", "a model needs at least one layer");
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string at = "/layers/" + std::to_string(i);
-    reader.object(
-        at, {"name", "repeat", "params", "forward_flops", "activation_bytes", "output_bytes"});
+    reader.object(at, {"name", "repeat", "params", "forward_flops", "activation_bytes",
+                       "output_bytes", "workspace_bytes"});
     for (const char* key : {"params", "forward_flops", "activation_bytes", "output_bytes"})
       reader.require(at + "/" + key);
     LayerProfile layer;
@@ -68,6 +69,7 @@ ModelProfile parseModelJson(const std::string& text, const std::string& source) 
     layer.forward_flops = reader.number(at + "/forward_flops", 0, 0);
     layer.activation_bytes = reader.number(at + "/activation_bytes", 0, 0);
     layer.output_bytes = reader.number(at + "/output_bytes", 0, 0);
+    layer.workspace_bytes = reader.number(at + "/workspace_bytes", 0, 0);
     const long long repeat = reader.integer(at + "/repeat", 1, 1, kMaxRepeat);
     for (long long r = 0; r < repeat; ++r) {
       model.layers.push_back(layer);
@@ -84,12 +86,16 @@ ModelProfile loadModelFile(const std::string& path) {
 
 std::string modelToJson(const ModelProfile& model) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const auto& layer : model.layers)
-    layers.push_back({{"name", layer.name},
-                      {"params", layer.params},
-                      {"forward_flops", layer.forward_flops},
-                      {"activation_bytes", layer.activation_bytes},
-                      {"output_bytes", layer.output_bytes}});
+  for (const auto& layer : model.layers) {
+    nlohmann::json entry = {{"name", layer.name},
+                            {"params", layer.params},
+                            {"forward_flops", layer.forward_flops},
+                            {"activation_bytes", layer.activation_bytes},
+                            {"output_bytes", layer.output_bytes}};
+    // Only calibrated profiles have it; the others keep their JSON form.
+    if (layer.workspace_bytes > 0) entry["workspace_bytes"] = layer.workspace_bytes;
+    layers.push_back(std::move(entry));
+  }
   return nlohmann::json{{"name", model.name},
                         {"activation_element_bytes", model.activation_element_bytes},
                         {"layers", layers}}

@@ -1,0 +1,132 @@
+// The memory model: the bytes one rank holds at the peak of a training step. The only memory
+// estimate in chorus: the planner's search and its predicted memory per rank (cost_model.h), the
+// pipeline cut (parallel/pipeline_layout.h) and the data-parallel micro-batch sizing under a memory
+// budget (runtime) all ask it, so they cannot disagree.
+//
+// A rank running layers [first, last) of a model holds, in bytes:
+//   state        weights, gradients (fp32: autocast keeps fp32 master parameters, so gradients
+//                reach the optimizer in fp32), the optimizer's state (MemoryOptions), each sharded
+//                over the data-parallel group by ZeRO stage 3, 2 and 1;
+//   buffers      the data-parallel reducer's flat gradient buckets (one more fp32 copy, held for
+//   the
+//                whole step), ZeRO-3's one gathered layer, autocast's 16-bit copies of the weights;
+//   activations  what autograd keeps of the micro-batches in flight, plus the backward pass's
+//                transient peak of one micro-batch (see below), scaled from the profile's
+//                activation_element_bytes to the rank's format.
+// The backward pass of layer l frees what layers above it kept and allocates its own gradients
+// (LayerProfile::workspace_bytes), while the layers below still hold theirs. So one micro-batch
+// peaks at max over the stage's layers l of (kept by layers [first, l] + workspace of l), and the
+// other in-flight micro-batches add what the whole stage keeps. With activation checkpointing
+// (kStage) a micro-batch keeps only the stage's input and recomputes the stage in backward;
+// with kLayer it keeps every layer's input and recomputes one layer at a time.
+//
+// The figures are only as good as the profile: the runtime calibrates the zoo models' profiles by
+// measuring every layer with the counting allocator (runtime/memory_calibration.h); named
+// transformer shapes and JSON profiles carry their own. The estimate is affine in the micro-batch,
+// which largestMicroBatch() solves exactly.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "chorus/plan/device_catalog.h"
+#include "chorus/plan/model_profile.h"
+#include "chorus/plan/plan.h"
+
+namespace chorus::plan {
+
+// What a rank keeps of a micro-batch between its forward and its backward pass.
+enum class Checkpointing {
+  kNone,   // the whole autograd graph
+  kStage,  // the stage's input; backward recomputes the whole stage first
+  kLayer,  // every layer's input; backward recomputes one layer at a time
+};
+const char* toString(Checkpointing checkpointing);  // "none", "stage", "layer"
+
+// What the model knows about the job besides the model's layers. Value type.
+struct MemoryOptions {
+  // Bytes of optimizer state per parameter, in fp32: AdamW's two moments 8, SGD's momentum buffer
+  // 4, plain SGD 0. Default: 8.
+  double optimizer_state_bytes = 8;
+};
+
+// One rank's work, as the memory model sees it. Value type.
+struct StageMemoryRequest {
+  // Layers [first_layer, last_layer) of the model. REQUIRES: 0 <= first < last <= layers.
+  int first_layer = 0;
+  int last_layer = 0;
+  // The format activations are computed in. Default: fp32.
+  Dtype dtype = Dtype::kFp32;
+  // Samples per micro-batch (>= 0; fractional averages allowed). Default: 1.
+  double micro_batch = 1;
+  // Micro-batches whose activations are held at once: 1 for a one-stage replica, S - s on stage
+  // s under 1F1B, M under GPipe. Default: 1.
+  int in_flight = 1;
+  // Default: kNone.
+  Checkpointing checkpointing = Checkpointing::kNone;
+  // ZeRO stage 0-3 and the data-parallel group the state is sharded over. Default: 0, 1.
+  int zero_stage = 0;
+  int group = 1;
+  // Whether gradients are also held in flat all-reduce buckets for the whole step, as the
+  // data-parallel trainer's reducer does (a pipeline stage reduces after its backward, when the
+  // activations are gone). Default: false.
+  bool gradient_buckets = false;
+};
+
+// Predicted bytes of one rank at its peak, by kind. Value type.
+struct MemoryEstimate {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;
+  double buffers = 0;
+  double activations = 0;
+
+  double total() const { return weights + gradients + optimizer + buffers + activations; }
+};
+
+// The memory model of one model. Immutable after construction; safe to share between threads.
+// Value type (holds its own copy of the profile).
+class MemoryModel {
+ public:
+  // Throws ConfigError when the profile is invalid (ModelProfile::validate) or an option negative.
+  explicit MemoryModel(ModelProfile model, MemoryOptions options = {});
+
+  const ModelProfile& model() const { return model_; }
+  const MemoryOptions& options() const { return options_; }
+
+  // Peak bytes of a rank doing `request`. Throws ConfigError for a layer range outside the model.
+  MemoryEstimate estimate(const StageMemoryRequest& request) const;
+  double peakBytes(const StageMemoryRequest& request) const { return estimate(request).total(); }
+
+  // The largest micro-batch in [1, limit] whose peak stays within `capacity` bytes (ignoring
+  // request.micro_batch); 0 when not even one sample fits. REQUIRES: limit >= 1.
+  std::int64_t largestMicroBatch(StageMemoryRequest request, double capacity,
+                                 std::int64_t limit) const;
+
+ private:
+  // Activation bytes at the rank's peak for one sample per micro-batch (the estimate is linear in
+  // the micro-batch), at the profile's activation_element_bytes.
+  double activationsPerSample(const StageMemoryRequest& request) const;
+  // The largest values[l] for l in [first, last), in O(1) (a sparse table; the planner's searches
+  // ask for every layer range).
+  double rangeMax(const std::vector<std::vector<double>>& table, int first, int last) const;
+
+  ModelProfile model_;
+  MemoryOptions options_;
+  // Prefix sums over layers [0, l) of parameters, activation bytes and output bytes.
+  std::vector<double> params_, kept_, outputs_;
+  // Sparse tables: widest layer; kept_[l + 1] + workspace of l (backward peak at layer l without
+  // checkpointing); outputs_[l] + activation + workspace of l (recomputing layer l, kLayer).
+  std::vector<std::vector<double>> widest_, backward_peak_, recompute_peak_;
+  std::vector<int> log2_;  // floor(log2(n)) for n = 0..layers
+};
+
+// Predicted peak bytes of every rank of `plan`, indexed like plan.ranks: each stage with its
+// rank's precision, its micro-batches in flight under the plan's schedule (one for a one-stage
+// replica, which holds the reducer's buckets), ZeRO sharding over the replicas, and `checkpointing`
+// on the stages that checkpoint (StagePlan::checkpoint; the planner prices kLayer). What the cost
+// model fills RankPlan::predicted_memory with. REQUIRES: plan.validate(layers) passes.
+std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
+                               Checkpointing checkpointing = Checkpointing::kLayer);
+
+}  // namespace chorus::plan
