@@ -130,20 +130,10 @@ double CostModel::microBatchSeconds(const DeviceType& type, Dtype dtype, int fir
 }
 
 double CostModel::stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
-                              int zero_stage, int group, bool checkpoint) const {
-  StageMemoryRequest request;
-  request.first_layer = first;
-  request.last_layer = last;
-  request.dtype = dtype;
-  request.micro_batch = micro_batch;
-  request.in_flight = in_flight;
-  request.checkpointing = checkpoint ? Checkpointing::kLayer : Checkpointing::kNone;
-  request.zero_stage = zero_stage;
-  request.group = group;
-  // The data-parallel trainer's reducer holds a flat copy of the gradients; a pipeline stage
-  // reduces after its backward (memory_model.h).
-  request.gradient_buckets = first == 0 && last == memory_.model().layerCount();
-  return memory_.peakBytes(request);
+                              int zero_stage, int group, bool checkpoint, int micro_batches) const {
+  return memory_.peakBytes(trainerStageRequest(
+      first, last, memory_.model().layerCount(), dtype, micro_batch, in_flight, micro_batches,
+      zero_stage, group, checkpoint ? Checkpointing::kLayer : Checkpointing::kNone));
 }
 
 double CostModel::boundaryBytes(Dtype dtype, int last, double micro_batch) const {

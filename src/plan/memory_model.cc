@@ -72,7 +72,7 @@ double MemoryModel::rangeMax(const std::vector<std::vector<double>>& table, int 
   return std::max(table[level][first], table[level][last - (1 << level)]);
 }
 
-double MemoryModel::activationsPerSample(const StageMemoryRequest& request) const {
+MemoryModel::PerSample MemoryModel::activationsPerSample(const StageMemoryRequest& request) const {
   const int first = request.first_layer, last = request.last_layer;
   // A later stage receives its input, which autograd keeps as the leaf of the stage's graph.
   const double input = first > 0 ? model_.layers[first - 1].output_bytes : 0;
@@ -94,8 +94,21 @@ double MemoryModel::activationsPerSample(const StageMemoryRequest& request) cons
       peak = std::max(peak, kept);
       break;
   }
-  const int others = std::max(0, request.in_flight - 1);
-  return others * kept + peak;
+  return {std::max(0, request.in_flight - 1) * kept, peak};
+}
+
+double MemoryModel::progressivePeak(const StageMemoryRequest& request, double scale) const {
+  const int first = request.first_layer, last = request.last_layer;
+  const double input = first > 0 ? model_.layers[first - 1].output_bytes : 0;
+  double peak = 0;
+  for (int l = first; l < last; ++l) {
+    const double activations = request.checkpointing == Checkpointing::kLayer
+                                   ? input + recompute_peak_[0][l] - outputs_[first]
+                                   : input + backward_peak_[0][l] - kept_[first];
+    const double gradients = (params_[last] - params_[l]) * kParameterBytes;
+    peak = std::max(peak, activations * scale * request.micro_batch + gradients);
+  }
+  return activationsPerSample(request).others * scale * request.micro_batch + peak;
 }
 
 MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
@@ -110,9 +123,10 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
   const double params = params_[last] - params_[first];
   const int zero = request.zero_stage;
   const double shard = request.group;
+  const double resident = request.whole_model ? params_.back() : params;
   MemoryEstimate bytes;
-  bytes.weights = params * kParameterBytes / (zero >= 3 ? shard : 1);
-  bytes.gradients = params * kParameterBytes / (zero >= 2 ? shard : 1);
+  bytes.weights = resident * kParameterBytes / (zero >= 3 ? shard : 1);
+  const double gradients = params * kParameterBytes / (zero >= 2 ? shard : 1);
   bytes.optimizer = params * options_.optimizer_state_bytes / (zero >= 1 ? shard : 1);
   if (request.gradient_buckets) bytes.buffers += params * kParameterBytes / (zero >= 2 ? shard : 1);
   // ZeRO-3 gathers one layer's full weights at a time.
@@ -122,21 +136,80 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
   const double element = bytesOf(request.dtype);
   if (element < kParameterBytes) bytes.buffers += params * element;
   const double scale = element / model_.activation_element_bytes;
-  bytes.activations = request.micro_batch * activationsPerSample(request) * scale;
+  // The ends of a pipeline (and a one-stage replica) load inputs and targets together, before
+  // anything else of the step is allocated, then hold the part their layers need.
+  const bool head = first == 0, tail = last == model_.layerCount();
+  const double samples = request.micro_batch * request.batch_micro_batches;
+  const double loaded = head || tail ? samples * (model_.input_bytes + model_.target_bytes) : 0;
+  const double data =
+      samples * ((head ? model_.input_bytes : 0) + (tail ? model_.target_bytes : 0));
+  // Transfers' buffers, at the rank's format.
+  const double transfers =
+      request.micro_batch * scale *
+      (request.received_gradients * model_.layers[last - 1].output_bytes +
+       (first > 0 ? request.prefetched_inputs * model_.layers[first - 1].output_bytes : 0));
+  // Accumulating, each layer's new gradient is made beside the one it is added to.
+  if (request.gradients_held) bytes.buffers += rangeMax(widest_, first, last) * kParameterBytes;
+  if (request.gradients_held || zero >= 2) {
+    const PerSample per_sample = activationsPerSample(request);
+    bytes.gradients = gradients;
+    bytes.activations =
+        data + transfers + request.micro_batch * (per_sample.others + per_sample.peak) * scale;
+    bytes.activations = std::max(bytes.activations, loaded);
+  } else {
+    // The peak holds the gradients of the layers the backward pass has reached: counted with the
+    // activations, as the two trade against each other.
+    bytes.activations = std::max(loaded, data + transfers + progressivePeak(request, scale));
+  }
   return bytes;
 }
 
 std::int64_t MemoryModel::largestMicroBatch(StageMemoryRequest request, double capacity,
                                             std::int64_t limit) const {
   CHORUS_CHECK_CONFIG(limit >= 1, "memory model: a micro-batch limit must be >= 1, got ", limit);
-  request.micro_batch = 0;
-  const double fixed = peakBytes(request);
-  request.micro_batch = 1;
-  const double per_sample = peakBytes(request) - fixed;
-  if (fixed + per_sample > capacity) return 0;
-  if (per_sample <= 0) return limit;
-  const double fits = std::floor((capacity - fixed) / per_sample);
-  return fits >= static_cast<double>(limit) ? limit : static_cast<std::int64_t>(fits);
+  // The peak grows with the micro-batch (piecewise linearly): bisect.
+  const auto fits = [&](std::int64_t samples) {
+    request.micro_batch = static_cast<double>(samples);
+    return peakBytes(request) <= capacity;
+  };
+  if (!fits(1)) return 0;
+  std::int64_t low = 1, high = limit;
+  while (low < high) {
+    const std::int64_t middle = low + (high - low + 1) / 2;
+    if (fits(middle))
+      low = middle;
+    else
+      high = middle - 1;
+  }
+  return low;
+}
+
+StageMemoryRequest trainerStageRequest(int first, int last, int layers, Dtype dtype,
+                                       double micro_batch, int in_flight, int micro_batches,
+                                       int zero_stage, int group, Checkpointing checkpointing) {
+  const bool one_stage = first == 0 && last == layers;
+  StageMemoryRequest request;
+  request.first_layer = first;
+  request.last_layer = last;
+  request.dtype = dtype;
+  request.micro_batch = micro_batch;
+  request.in_flight = in_flight;
+  request.checkpointing = checkpointing;
+  request.zero_stage = zero_stage;
+  request.group = group;
+  request.gradient_buckets = one_stage;
+  if (one_stage) {
+    // The data-parallel trainer sets gradients to none before each step.
+    request.gradients_held = micro_batches > 1;
+  } else {
+    request.batch_micro_batches = micro_batches;
+    request.whole_model = true;
+    // The engine posts a stage's next receive before it computes (prefetch), and backward holds
+    // the received gradient until the stage's backward pass ends.
+    if (last < layers) request.received_gradients = std::min(2, in_flight + 1);
+    if (first > 0) request.prefetched_inputs = 1;
+  }
+  return request;
 }
 
 std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
@@ -146,21 +219,20 @@ std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
   for (const ReplicaPlan& replica : plan.replicas)
     for (int s = 0; s < stages; ++s) {
       const StagePlan& stage = replica.stages[s];
-      StageMemoryRequest request;
-      request.first_layer = stage.first_layer;
-      request.last_layer = stage.last_layer;
-      request.dtype = plan.ranks.at(stage.rank).precision;
-      request.micro_batch = stage.micro_batch;
       // 1F1B holds at most S - s micro-batches on stage s, GPipe all of them.
-      request.in_flight = stages == 1 ? 1
-                          : plan.schedule == Schedule::kGpipe
-                              ? plan.micro_batches
-                              : std::min(stages - s, plan.micro_batches);
-      request.checkpointing = stage.checkpoint ? checkpointing : Checkpointing::kNone;
-      request.zero_stage = plan.zero_stage;
-      request.group = static_cast<int>(plan.replicas.size());
-      request.gradient_buckets = stages == 1;
-      bytes[stage.rank] = memory.peakBytes(request);
+      const int in_flight = stages == 1 ? 1
+                            : plan.schedule == Schedule::kGpipe
+                                ? plan.micro_batches
+                                : std::min(stages - s, plan.micro_batches);
+      // A one-stage replica accumulates ceil(share / micro_batch) micro-batches.
+      const int micro_batches =
+          stages == 1 ? (replica.share + stage.micro_batch - 1) / std::max(1, stage.micro_batch)
+                      : plan.micro_batches;
+      bytes[stage.rank] = memory.peakBytes(trainerStageRequest(
+          stage.first_layer, stage.last_layer, memory.model().layerCount(),
+          plan.ranks.at(stage.rank).precision, stage.micro_batch, in_flight, micro_batches,
+          plan.zero_stage, static_cast<int>(plan.replicas.size()),
+          stage.checkpoint ? checkpointing : Checkpointing::kNone));
     }
   return bytes;
 }

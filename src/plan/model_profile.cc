@@ -34,6 +34,8 @@ void ModelProfile::validate() const {
   CHORUS_CHECK_CONFIG(activation_element_bytes == 1 || activation_element_bytes == 2 ||
                           activation_element_bytes == 4 || activation_element_bytes == 8,
                       "model '", name, "': activation_element_bytes must be 1, 2, 4 or 8");
+  CHORUS_CHECK_CONFIG(validFigure(input_bytes) && validFigure(target_bytes), "model '", name,
+                      "': input_bytes and target_bytes must be numbers >= 0");
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerProfile& layer = layers[i];
     CHORUS_CHECK_CONFIG(validFigure(layer.params) && validFigure(layer.forward_flops) &&
@@ -46,12 +48,14 @@ void ModelProfile::validate() const {
 
 ModelProfile parseModelJson(const std::string& text, const std::string& source) {
   const JsonReader reader(text, source);
-  reader.object("", {"name", "activation_element_bytes", "layers"});
+  reader.object("", {"name", "activation_element_bytes", "input_bytes", "target_bytes", "layers"});
   ModelProfile model;
   model.name = reader.text("/name", "");
   if (model.name.empty()) reader.fail("", "missing key 'name'");
   model.activation_element_bytes =
       static_cast<int>(reader.integer("/activation_element_bytes", 2, 1, 8));
+  model.input_bytes = reader.number("/input_bytes", 0, 0);
+  model.target_bytes = reader.number("/target_bytes", 0, 0);
   const int element = model.activation_element_bytes;
   if (element != 1 && element != 2 && element != 4 && element != 8)
     reader.fail("/activation_element_bytes", "must be 1, 2, 4 or 8");
@@ -96,10 +100,12 @@ std::string modelToJson(const ModelProfile& model) {
     if (layer.workspace_bytes > 0) entry["workspace_bytes"] = layer.workspace_bytes;
     layers.push_back(std::move(entry));
   }
-  return nlohmann::json{{"name", model.name},
-                        {"activation_element_bytes", model.activation_element_bytes},
-                        {"layers", layers}}
-      .dump(2);
+  nlohmann::json json{{"name", model.name},
+                      {"activation_element_bytes", model.activation_element_bytes}};
+  if (model.input_bytes > 0) json["input_bytes"] = model.input_bytes;
+  if (model.target_bytes > 0) json["target_bytes"] = model.target_bytes;
+  json["layers"] = layers;
+  return json.dump(2);
 }
 
 }  // namespace chorus::plan

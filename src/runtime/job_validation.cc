@@ -9,6 +9,7 @@
 #include "chorus/model/model_config.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/job_config.h"
+#include "chorus/runtime/memory_calibration.h"
 #include "trainer_state.h"
 
 namespace chorus::runtime {
@@ -50,11 +51,13 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
     CHORUS_THROW(ConfigError, "config key 'precision.ranks': ", job.precision.ranks.size(),
                  " entries for ", devices.size(), " devices (", toString(devices), ")");
   checkDataFiles(job.data);
-  std::shared_ptr<model::ZooModel> model;
-  for (const DeviceSpec& device : devices) {
+  const auto memory = memoryModelForBudgets(job, devices);
+  for (size_t rank = 0; rank < devices.size(); ++rank) {
+    const DeviceSpec& device = devices[rank];
     if (!device.memory_budget) continue;
-    if (!model) model = model::makeModel(job.model, job.seed);
-    maxMicroBatch(*model, job.optimizer, *device.memory_budget, device.toString());
+    const plan::Dtype dtype =
+        plan::parseDtype(precisionOf(job.precision, static_cast<int>(rank), device));
+    maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString());
   }
 }
 

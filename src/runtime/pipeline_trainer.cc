@@ -14,6 +14,7 @@
 #include "chorus/core/units.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/job_plan.h"
+#include "chorus/runtime/memory_calibration.h"
 #include "pipeline_trainer_state.h"
 
 namespace chorus::runtime {
@@ -139,7 +140,7 @@ PipelineTrainer::PipelineTrainer(JobConfig job, plan::Plan plan, std::shared_ptr
     s.options.replica_shares.push_back(replica.share);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, s.model->profile(), s.cuts,
+      pipelineShareCaps(s.options, memoryModelForBudgets(s.job, planDevices(plan)), s.cuts,
                         stageDevices(layout, planDevices(plan))));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;

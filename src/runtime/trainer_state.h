@@ -17,6 +17,7 @@
 #include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/precision.h"
 #include "chorus/plan/balancer.h"
+#include "chorus/plan/memory_model.h"
 #include "chorus/runtime/checkpoint.h"
 #include "chorus/runtime/trainer.h"
 
@@ -46,9 +47,10 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerSection& o
 double learningRateAt(const OptimizerSection& options, std::int64_t step, std::int64_t steps);
 void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 
-// Largest micro-batch that fits `budget_bytes` for this model and optimizer (0 = no budget given:
-// unlimited). Throws ConfigError when not even one sample fits.
-std::int64_t maxMicroBatch(const model::ZooModel& model, const OptimizerSection& optimizer,
+// Largest micro-batch of a data-parallel rank computing in `dtype` that fits `budget_bytes` by the
+// job's memory model (memory_calibration.h). Throws ConfigError naming `device` when not even one
+// sample fits.
+std::int64_t maxMicroBatch(const plan::MemoryModel& memory, plan::Dtype dtype,
                            std::uint64_t budget_bytes, const std::string& device);
 
 // Deep copies of the model's tensors and of the optimizer (over copied parameters), taken between

@@ -77,8 +77,9 @@ TEST(CommCost, BucketsOverlapTheBackwardPass) {
 }
 
 // The cost model prices memory with the memory model (memory_model_test.cc pins its terms): a
-// one-stage replica holds the reducer's buckets, a pipeline stage does not, and a checkpointing
-// stage recomputes layer by layer.
+// one-stage replica holds the reducer's buckets and, in one micro-batch, allocates its gradients
+// during backward; a pipeline stage holds its share's data and the whole model's weights; a
+// checkpointing stage recomputes layer by layer.
 TEST(CostModel, StageMemoryIsTheMemoryModels) {
   const Cluster cluster = makeCluster({{"A100-80"}});
   const CostModel model(cluster, uniformModel(4, 1e9, 1e12, 1e9, 1e7));
@@ -89,7 +90,8 @@ TEST(CostModel, StageMemoryIsTheMemoryModels) {
   replica.zero_stage = 1;
   replica.group = 8;
   replica.gradient_buckets = true;
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 3, 1, 1, 8, false),
+  replica.gradients_held = false;
+  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 3, 1, 1, 8, false, 1),
                    model.memory().peakBytes(replica));
   StageMemoryRequest stage;
   stage.first_layer = 1;
@@ -97,7 +99,9 @@ TEST(CostModel, StageMemoryIsTheMemoryModels) {
   stage.micro_batch = 2;
   stage.in_flight = 2;
   stage.checkpointing = Checkpointing::kLayer;
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kFp32, 1, 3, 2, 2, 0, 1, true),
+  stage.batch_micro_batches = 4;
+  stage.whole_model = true;
+  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kFp32, 1, 3, 2, 2, 0, 1, true, 4),
                    model.memory().peakBytes(stage));
 }
 

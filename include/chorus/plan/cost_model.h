@@ -139,10 +139,10 @@ class CostModel {
   // The memory model of this model (memory_model.h), with CostOptions::optimizer_state_bytes.
   const MemoryModel& memory() const { return memory_; }
   // Bytes a stage needs: `in_flight` micro-batches of activations, state sharded over `group`,
-  // layer-wise recomputation when `checkpoint`; bucketed gradients for one-stage replicas, as
-  // the data-parallel trainer holds them. memory().peakBytes() of that request.
+  // layer-wise recomputation when `checkpoint`, as chorus's trainers run it with `micro_batches`
+  // micro-batches per step (trainerStageRequest; a stage of all layers is a one-stage replica).
   double stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
-                     int zero_stage, int group, bool checkpoint) const;
+                     int zero_stage, int group, bool checkpoint, int micro_batches) const;
   // Bytes a stage boundary after layer `last - 1` carries per micro-batch.
   double boundaryBytes(Dtype dtype, int last, double micro_batch) const;
   // Parameters of layers [first, last).

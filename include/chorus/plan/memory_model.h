@@ -71,6 +71,26 @@ struct StageMemoryRequest {
   // data-parallel trainer's reducer does (a pipeline stage reduces after its backward, when the
   // activations are gone). Default: false.
   bool gradient_buckets = false;
+  // Whether the gradients exist before the backward pass reaches the peak: false when the step
+  // is one micro-batch whose backward allocates them layer by layer, top down (the data-parallel
+  // trainer sets them to none before each step), so at layer l only those of layers >= l exist.
+  // Default: true (accumulation, or a pipeline stage, which zeroes them in place).
+  bool gradients_held = true;
+  // Micro-batches of data the rank holds at its peak (ModelProfile::input_bytes per sample when
+  // it runs the first layer, target_bytes when it runs the last): 1 for the data-parallel
+  // trainer, which loads one at a time; the pipeline trainer loads its replica's share at once.
+  // Default: 1.
+  int batch_micro_batches = 1;
+  // Gradients of the stage's output the rank holds at its peak, per micro-batch: a pipeline stage
+  // below the last keeps the received gradient through its backward pass and has the next one's
+  // receive posted. Default: 0.
+  int received_gradients = 0;
+  // Inputs received ahead of their forward pass (a later pipeline stage posts the next receive
+  // while it computes). Default: 0.
+  int prefetched_inputs = 0;
+  // Whether the rank holds the weights of every layer, though it trains only its own: the
+  // pipeline trainer builds the whole model on every rank. Default: false.
+  bool whole_model = false;
 };
 
 // Predicted bytes of one rank at its peak, by kind. Value type.
@@ -79,6 +99,7 @@ struct MemoryEstimate {
   double gradients = 0;
   double optimizer = 0;
   double buffers = 0;
+  // With the batch's data: the larger of the backward pass's peak and the batch as loaded.
   double activations = 0;
 
   double total() const { return weights + gradients + optimizer + buffers + activations; }
@@ -104,9 +125,19 @@ class MemoryModel {
                                  std::int64_t limit) const;
 
  private:
-  // Activation bytes at the rank's peak for one sample per micro-batch (the estimate is linear in
-  // the micro-batch), at the profile's activation_element_bytes.
-  double activationsPerSample(const StageMemoryRequest& request) const;
+  // Activation bytes at the rank's peak for one sample per micro-batch, at the profile's
+  // activation_element_bytes: kept by the other micro-batches in flight (`others`), and the
+  // backward peak of one (`peak`). The estimate is linear in the micro-batch unless gradients are
+  // allocated during the backward pass (StageMemoryRequest::gradients_held).
+  struct PerSample {
+    double others = 0;
+    double peak = 0;
+  };
+  PerSample activationsPerSample(const StageMemoryRequest& request) const;
+  // The peak of activations and gradients when the backward pass allocates the gradients:
+  // max over the stage's layers l of (activations kept by [first, l] + l's workspace) x scale x
+  // micro-batch + gradients of layers [l, last).
+  double progressivePeak(const StageMemoryRequest& request, double scale) const;
   // The largest values[l] for l in [first, last), in O(1) (a sparse table; the planner's searches
   // ask for every layer range).
   double rangeMax(const std::vector<std::vector<double>>& table, int first, int last) const;
@@ -120,6 +151,18 @@ class MemoryModel {
   std::vector<std::vector<double>> widest_, backward_peak_, recompute_peak_;
   std::vector<int> log2_;  // floor(log2(n)) for n = 0..layers
 };
+
+// How chorus's trainers run a stage of a plan, as a request: layers [first, last) in `dtype`,
+// `in_flight` micro-batches of `micro_batch` samples, `micro_batches` per step and replica, ZeRO
+// stage and group, `checkpointing` when the stage checkpoints, of a model of `layers` layers. A
+// one-stage replica (the data-parallel trainer) holds the reducer's buckets, loads one
+// micro-batch at a time and holds its gradients at the peak only when it accumulates
+// (micro_batches > 1); a pipeline stage holds the data of its replica's share (at the ends), the
+// whole model's weights (the pipeline trainer builds all of it) and its transfers' buffers. The
+// planner's search, rankMemory() and the pipeline cut ask the model through it.
+StageMemoryRequest trainerStageRequest(int first, int last, int layers, Dtype dtype,
+                                       double micro_batch, int in_flight, int micro_batches,
+                                       int zero_stage, int group, Checkpointing checkpointing);
 
 // Predicted peak bytes of every rank of `plan`, indexed like plan.ranks: each stage with its
 // rank's precision, its micro-batches in flight under the plan's schedule (one for a one-stage

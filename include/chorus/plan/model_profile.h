@@ -8,7 +8,7 @@
 // for the zoo models; the planner never links the model layer.
 //
 // JSON form (`repeat` expands one entry into that many identical layers; Default: 1;
-// `workspace_bytes` Default: 0):
+// `workspace_bytes` and the model's `input_bytes` and `target_bytes` Default: 0):
 //   {"name": "gpt-small", "activation_element_bytes": 4,
 //    "layers": [{"name": "embed", "params": 1.6e6, "forward_flops": 0,
 //                "activation_bytes": 65536, "output_bytes": 65536},
@@ -42,6 +42,10 @@ struct ModelProfile {
   // Bytes per element at which activation_bytes and output_bytes were taken; the cost model
   // scales them to each rank's precision. Default: 2 (16-bit training).
   int activation_element_bytes = 2;
+  // Bytes of one sample's input and of its target as the data loader hands them over (the first
+  // stage holds inputs, the last targets); optional in JSON. Default: 0.
+  double input_bytes = 0;
+  double target_bytes = 0;
 
   int layerCount() const { return static_cast<int>(layers.size()); }
   double totalParams() const;
