@@ -43,15 +43,22 @@ TEST(MemoryModel, StateFollowsTheZeroStagesAndTheOptimizer) {
   const double p = 4e9;  // parameters of all four layers
   StageMemoryRequest request = stageOf(0, 4, 0);
   request.group = 8;
-  // fp32 weights and gradients, Adam's m and v: 16 bytes per parameter without sharding.
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p);
+  // fp32 weights and gradients, Adam's m and v: 16 bytes per parameter without sharding; and,
+  // accumulating, one layer's new gradient (4e9 bytes) beside the one it is added to.
+  const double fresh = 4e9;
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p + fresh);
   request.zero_stage = 1;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 8 * p / 8);
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 8 * p / 8 + fresh);
   request.zero_stage = 2;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 4 * p + 12 * p / 8);
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 4 * p + 12 * p / 8 + fresh);
   // ZeRO-3 also gathers one layer's weights at a time.
   request.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p / 8 + 4e9);
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p / 8 + 4e9 + fresh);
+  // One micro-batch allocates its gradients during its backward pass: no second copy.
+  request.zero_stage = 0;
+  request.gradients_held = false;
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p);
+  request.gradients_held = true;
   // SGD with momentum keeps one buffer; the reducer's buckets are one more gradient copy.
   const MemoryModel sgd(uniformModel(4, 1e9, 1e12, 1e9, 1e7), MemoryOptions{4});
   request.zero_stage = 0;
@@ -60,10 +67,10 @@ TEST(MemoryModel, StateFollowsTheZeroStagesAndTheOptimizer) {
   EXPECT_DOUBLE_EQ(bytes.weights, 4 * p);
   EXPECT_DOUBLE_EQ(bytes.gradients, 4 * p);
   EXPECT_DOUBLE_EQ(bytes.optimizer, 4 * p);
-  EXPECT_DOUBLE_EQ(bytes.buffers, 4 * p);
+  EXPECT_DOUBLE_EQ(bytes.buffers, 4 * p + fresh);
   // 16-bit training keeps fp32 parameters and adds autocast's 16-bit copies.
   request.dtype = Dtype::kBf16;
-  EXPECT_DOUBLE_EQ(sgd.estimate(request).buffers, 4 * p + 2 * p);
+  EXPECT_DOUBLE_EQ(sgd.estimate(request).buffers, 4 * p + fresh + 2 * p);
 }
 
 TEST(MemoryModel, BackwardPeaksAtTheWidestPrefixPlusWorkspace) {
@@ -104,11 +111,48 @@ TEST(MemoryModel, ActivationsScaleToTheRanksFormat) {
 TEST(MemoryModel, LargestMicroBatchSolvesTheCapacity) {
   const MemoryModel model(steppedModel(3), MemoryOptions{0});
   const StageMemoryRequest request = stageOf(0, 3, 0);
-  const double fixed = 3000 * 8;  // weights and gradients
+  const double fixed = 3000 * 8 + 1000 * 4;  // weights, gradients, one new layer gradient
   EXPECT_EQ(model.largestMicroBatch(request, fixed + 10 * 607, 100), 10);
   EXPECT_EQ(model.largestMicroBatch(request, fixed + 10 * 607 - 1, 100), 9);
   EXPECT_EQ(model.largestMicroBatch(request, fixed + 10 * 607, 4), 4);
   EXPECT_EQ(model.largestMicroBatch(request, fixed + 606, 100), 0);
+}
+
+TEST(MemoryModel, OneMicroBatchAllocatesItsGradientsDuringBackward) {
+  const MemoryModel model(steppedModel(3), MemoryOptions{0});
+  StageMemoryRequest request = stageOf(0, 3, 1);
+  request.gradients_held = false;
+  // At layer l backward holds what layers [0, l] keep, l's workspace and the gradients of layers
+  // [l, 3): 107 + 12000 at layer 0 is the peak of one sample...
+  EXPECT_DOUBLE_EQ(model.peakBytes(request), 12000 + 107 + 12000);
+  // ... 60700 + 4000 at layer 2 that of a hundred.
+  request.micro_batch = 100;
+  EXPECT_DOUBLE_EQ(model.peakBytes(request), 12000 + 60700 + 4000);
+  // Accumulating, all gradients and one fresh layer gradient are there at the peak.
+  request.gradients_held = true;
+  EXPECT_DOUBLE_EQ(model.peakBytes(request), 12000 + 12000 + 4000 + 60700);
+}
+
+TEST(MemoryModel, PipelineStagesHoldTheirDataTransfersAndTheWholeModel) {
+  ModelProfile profile = steppedModel(3);
+  profile.input_bytes = 50;
+  profile.target_bytes = 8;
+  const MemoryModel model(profile, MemoryOptions{0});
+  // The last stage, 1F1B with one micro-batch of 2 in flight, 4 per step: the whole model's
+  // weights, its gradients and a fresh one, the targets of 8 samples, the next input received
+  // ahead (2 x 10), and backward's peak (2 x (10 + 500 + 7)).
+  const StageMemoryRequest last =
+      trainerStageRequest(1, 3, 3, Dtype::kFp32, 2, 1, 4, 0, 1, Checkpointing::kNone);
+  EXPECT_DOUBLE_EQ(model.peakBytes(last), 12000 + 8000 + 4000 + (8 * 8 + 2 * 10 + 2 * 517));
+  // The first stage, two in flight: the inputs of 8 samples, two received gradients (2 x 2 x
+  // 10), one micro-batch kept (2 x 100) and backward's peak (2 x 107).
+  const StageMemoryRequest first =
+      trainerStageRequest(0, 1, 3, Dtype::kFp32, 2, 2, 4, 0, 1, Checkpointing::kNone);
+  EXPECT_DOUBLE_EQ(model.peakBytes(first), 12000 + 4000 + 4000 + (8 * 50 + 40 + 200 + 214));
+  // Large inputs: the batch as loaded, inputs and targets of 8 samples, is the last stage's peak.
+  profile.input_bytes = 1000;
+  EXPECT_DOUBLE_EQ(MemoryModel(profile, MemoryOptions{0}).peakBytes(last),
+                   12000 + 8000 + 4000 + 8 * 1008);
 }
 
 TEST(MemoryModel, RefusesARangeOutsideTheModel) {
