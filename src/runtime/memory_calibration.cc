@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <optional>
 
 #include "auto_plan.h"
 #include "chorus/core/error.h"

@@ -4,26 +4,29 @@
 // budget (runtime) all ask it, so they cannot disagree.
 //
 // A rank running layers [first, last) of a model holds, in bytes:
-//   state        weights, gradients (fp32: autocast keeps fp32 master parameters, so gradients
-//                reach the optimizer in fp32), the optimizer's state (MemoryOptions), each sharded
-//                over the data-parallel group by ZeRO stage 3, 2 and 1;
-//   buffers      the data-parallel reducer's flat gradient buckets (one more fp32 copy, held for
-//   the
-//                whole step), ZeRO-3's one gathered layer, autocast's 16-bit copies of the weights;
-//   activations  what autograd keeps of the micro-batches in flight, plus the backward pass's
-//                transient peak of one micro-batch (see below), scaled from the profile's
-//                activation_element_bytes to the rank's format.
+//   state        fp32 weights (autocast keeps fp32 master parameters) of its layers, or of the
+//                whole model where the runtime builds all of it; fp32 gradients; the optimizer's
+//                state (MemoryOptions); sharded over the data-parallel group by ZeRO 3, 2 and 1;
+//   buffers      the data-parallel reducer's flat gradient buckets (one more copy, held for the
+//                whole step), ZeRO-3's one gathered layer, autocast's 16-bit weight copies, and,
+//                accumulating, one layer's fresh gradient beside the one it is added to;
+//   activations  what autograd keeps of the micro-batches in flight, the backward pass's peak of
+//                one micro-batch (below), the transfers' buffers of a pipeline stage and the
+//                batch's data, scaled from the profile's activation_element_bytes to the rank's
+//                format; or the batch as loaded (inputs and targets together), when larger.
 // The backward pass of layer l frees what layers above it kept and allocates its own gradients
 // (LayerProfile::workspace_bytes), while the layers below still hold theirs. So one micro-batch
 // peaks at max over the stage's layers l of (kept by layers [first, l] + workspace of l), and the
-// other in-flight micro-batches add what the whole stage keeps. With activation checkpointing
-// (kStage) a micro-batch keeps only the stage's input and recomputes the stage in backward;
-// with kLayer it keeps every layer's input and recomputes one layer at a time.
+// other in-flight micro-batches add what the whole stage keeps. A step of one micro-batch whose
+// backward allocates the parameter gradients holds, at layer l, only those of layers [l, last).
+// With activation checkpointing (kStage) a micro-batch keeps only the stage's input and
+// recomputes the stage in backward; with kLayer it keeps every layer's input and recomputes one
+// layer at a time.
 //
 // The figures are only as good as the profile: the runtime calibrates the zoo models' profiles by
 // measuring every layer with the counting allocator (runtime/memory_calibration.h); named
-// transformer shapes and JSON profiles carry their own. The estimate is affine in the micro-batch,
-// which largestMicroBatch() solves exactly.
+// transformer shapes and JSON profiles carry their own. The estimate grows with the micro-batch
+// (piecewise linearly), which largestMicroBatch() inverts.
 #pragma once
 
 #include <cstdint>
