@@ -75,7 +75,7 @@ std::vector<int> autoCuts(const CutRequest& request) {
       const StageDevice& device = deviceOf(request, r, s);
       const std::int64_t micro = (shares[r] + options.micro_batches - 1) / options.micro_batches;
       if (device.memory_bytes > 0 &&
-          predictedStageBytes(request, first, last, micro, inFlight(options, s)) >
+          request.memory->peakBytes(stageMemoryRequest(options, layers, s, first, last, micro)) >
               static_cast<double>(device.memory_bytes))
         return plan::StageCost{};
       const double work = passes * (prefix[last] - prefix[first]) * static_cast<double>(micro);
@@ -192,8 +192,12 @@ std::vector<int> stageCuts(const CutRequest& request) {
     for (const auto& replica : request.devices) {
       CHORUS_CHECK_CONFIG(static_cast<int>(replica.size()) == options.pipeline_stages,
                           "pipeline cut: each replica needs ", options.pipeline_stages, " devices");
-      for (const StageDevice& device : replica)
+      for (const StageDevice& device : replica) {
         CHORUS_CHECK_CONFIG(device.speed > 0, "pipeline cut: device speed must be > 0");
+        CHORUS_CHECK_CONFIG(device.memory_bytes == 0 || request.memory,
+                            "pipeline cut: a device has a memory budget but the cut was given no "
+                            "memory model");
+      }
     }
   }
   if (options.partition == "even")
@@ -202,33 +206,24 @@ std::vector<int> stageCuts(const CutRequest& request) {
   return cutsFromCounts(explicitCounts(options.partition, layers, options.pipeline_stages));
 }
 
-double predictedStageBytes(const CutRequest& request, int first, int last, std::int64_t micro_batch,
-                           int in_flight) {
-  const CutModel& model = request.model;
-  double parameters = 0, outputs = 0, widest = 0;
-  for (int l = first; l < last; ++l) {
-    const model::LayerProfile& layer = request.profile.at(l);
-    parameters += static_cast<double>(layer.parameters);
-    outputs += static_cast<double>(layer.activation_bytes);
-    widest = std::max(widest, static_cast<double>(layer.activation_bytes));
-  }
-  const double input =
-      first > 0 ? static_cast<double>(request.profile.at(first - 1).activation_bytes) : 0.0;
-  const double samples = static_cast<double>(micro_batch);
-  const double held = static_cast<double>(in_flight) * samples;
-  const double saved = model.saved_bytes_per_output_byte;
-  double activations = 0;
-  switch (request.options.activation_checkpointing) {
+plan::Checkpointing toPlan(Checkpointing checkpointing) {
+  switch (checkpointing) {
     case Checkpointing::kNone:
-      activations = held * (input + saved * outputs);
-      break;
+      return plan::Checkpointing::kNone;
     case Checkpointing::kStage:
-      activations = held * input + samples * saved * outputs;
-      break;
+      return plan::Checkpointing::kStage;
     case Checkpointing::kLayer:
-      activations = held * (input + outputs) + samples * saved * widest;
+      return plan::Checkpointing::kLayer;
   }
-  return parameters * model.state_bytes_per_parameter + activations;
+  return plan::Checkpointing::kNone;
+}
+
+plan::StageMemoryRequest stageMemoryRequest(const PipelineOptions& options, int layers, int stage,
+                                            int first, int last, std::int64_t micro_batch) {
+  return plan::trainerStageRequest(first, last, layers, plan::Dtype::kFp32,
+                                   static_cast<double>(micro_batch), inFlight(options, stage),
+                                   options.micro_batches, /*zero_stage=*/0, options.replicas,
+                                   toPlan(options.activation_checkpointing));
 }
 
 }  // namespace chorus::parallel

@@ -9,19 +9,6 @@
 namespace chorus::plan {
 namespace {
 
-// Sparse table over `values` for O(1) range maxima: table[k][i] = max of values[i, i + 2^k).
-std::vector<std::vector<double>> sparseTable(const std::vector<double>& values) {
-  std::vector<std::vector<double>> table{values};
-  for (size_t width = 2; width <= values.size(); width *= 2) {
-    const auto& previous = table.back();
-    std::vector<double> next(values.size() - width + 1);
-    for (size_t i = 0; i < next.size(); ++i)
-      next[i] = std::max(previous[i], previous[i + width / 2]);
-    table.push_back(std::move(next));
-  }
-  return table;
-}
-
 // coreSlowdown() of every CPU type on a node with core contention.
 std::vector<std::pair<std::string, double>> coreSlowdowns(const Cluster& cluster) {
   std::vector<std::pair<std::string, double>> slowdowns;
@@ -69,27 +56,20 @@ PrecisionPolicy parsePrecisionPolicy(const std::string& text) {
 }
 
 CostModel::CostModel(const Cluster& cluster, const ModelProfile& model, CostOptions options)
-    : cluster_(cluster), model_(model), options_(std::move(options)) {
-  model_.validate();
+    : cluster_(cluster),
+      model_(model),
+      options_(std::move(options)),
+      memory_(model, MemoryOptions{options_.optimizer_state_bytes}) {
   const int layers = model_.layerCount();
   prefix_params_.assign(layers + 1, 0);
   prefix_flops_.assign(layers + 1, 0);
   prefix_activation_.assign(layers + 1, 0);
-  prefix_output_.assign(layers + 1, 0);
-  std::vector<double> activation(layers), parameters(layers);
   for (int i = 0; i < layers; ++i) {
     const LayerProfile& layer = model_.layers[i];
     prefix_params_[i + 1] = prefix_params_[i] + layer.params;
     prefix_flops_[i + 1] = prefix_flops_[i] + layer.forward_flops;
     prefix_activation_[i + 1] = prefix_activation_[i] + layer.activation_bytes;
-    prefix_output_[i + 1] = prefix_output_[i] + layer.output_bytes;
-    activation[i] = layer.activation_bytes;
-    parameters[i] = layer.params;
   }
-  log2_.assign(layers + 1, 0);
-  for (int n = 2; n <= layers; ++n) log2_[n] = log2_[n / 2] + 1;
-  max_activation_ = sparseTable(activation);
-  max_params_ = sparseTable(parameters);
   slowdown_ = coreSlowdowns(cluster_);
 }
 
@@ -97,12 +77,6 @@ double CostModel::coreSlowdown(const DeviceType& type) const {
   for (const auto& [name, factor] : slowdown_)
     if (name == type.name) return factor;
   return 1;
-}
-
-double CostModel::rangeMax(const std::vector<std::vector<double>>& table, int first,
-                           int last) const {
-  const int level = log2_[last - first];
-  return std::max(table[level][first], table[level][last - (1 << level)]);
 }
 
 Dtype CostModel::trainingDtype(const DeviceType& type, PrecisionPolicy policy) {
@@ -156,27 +130,10 @@ double CostModel::microBatchSeconds(const DeviceType& type, Dtype dtype, int fir
 }
 
 double CostModel::stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
-                              int zero_stage, int group, bool checkpoint) const {
-  const double p = params(first, last);
-  const double element = bytesOf(dtype);
-  const double shard = std::max(1, group);
-  const double weights = p * element / (zero_stage >= 3 ? shard : 1);
-  const double grads = p * element / (zero_stage >= 2 ? shard : 1);
-  const double state = options_.optimizer_state_bytes + (element < 4 ? 4 : 0);
-  const double optimizer = p * state / (zero_stage >= 1 ? shard : 1);
-  // ZeRO-3 gathers one layer's full weights at a time.
-  const double gathered =
-      zero_stage >= 3 && group > 1 ? rangeMax(max_params_, first, last) * element : 0;
-  const double scale = element / model_.activation_element_bytes;
-  double activations = 0;
-  if (checkpoint) {
-    activations = in_flight * micro_batch * (prefix_output_[last] - prefix_output_[first]) * scale +
-                  micro_batch * rangeMax(max_activation_, first, last) * scale;
-  } else {
-    activations =
-        in_flight * micro_batch * (prefix_activation_[last] - prefix_activation_[first]) * scale;
-  }
-  return weights + grads + optimizer + gathered + activations;
+                              int zero_stage, int group, bool checkpoint, int micro_batches) const {
+  return memory_.peakBytes(trainerStageRequest(
+      first, last, memory_.model().layerCount(), dtype, micro_batch, in_flight, micro_batches,
+      zero_stage, group, checkpoint ? Checkpointing::kLayer : Checkpointing::kNone));
 }
 
 double CostModel::boundaryBytes(Dtype dtype, int last, double micro_batch) const {

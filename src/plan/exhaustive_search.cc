@@ -32,7 +32,8 @@ RankBest bestForShare(const CostModel& model, const PlanOptions& options, const 
   RankBest best;
   for (int checkpoint = 0; checkpoint < (options.allow_checkpointing ? 2 : 1); ++checkpoint)
     for (int mb = 1; mb <= share; ++mb) {
-      if (model.stageMemory(dtype, 0, layers, mb, 1, zero, group, checkpoint) >
+      // Priced as if accumulating, as searchDataParallel does, so that the two agree.
+      if (model.stageMemory(dtype, 0, layers, mb, 1, zero, group, checkpoint, 2) >
           model.capacity(type))
         continue;
       double backward = 0;

@@ -86,7 +86,7 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
   const int replicas = static_cast<int>(plan.replicas.size());
   const int zero = plan.zero_stage;
   PlanCost cost;
-  cost.memory.assign(ranks.size(), 0);
+  cost.memory = rankMemory(memory_, plan);
   cost.capacity.assign(ranks.size(), 0);
   cost.compute.assign(ranks.size(), 0);
   // Per stage: its data-parallel group's synchronization.
@@ -132,11 +132,6 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
       const StagePlan& stage = replica.stages[s];
       const RankView& rank = ranks[stage.rank];
       opt_max = std::max(opt_max, optimizer[s]);
-      const int in_flight =
-          stages == 1 ? 1 : detail::inFlight(plan.schedule, s, stages, plan.micro_batches);
-      cost.memory[stage.rank] =
-          stageMemory(rank.dtype, stage.first_layer, stage.last_layer, stage.micro_batch, in_flight,
-                      zero, replicas, stage.checkpoint);
       cost.capacity[stage.rank] = rank.capacity;
       if (stages == 1) {
         double backward = 0;

@@ -12,11 +12,18 @@
 namespace chorus::plan::detail {
 namespace {
 
+// Micro-batches per step the searches price a data-parallel rank's memory with (see
+// largestFitting).
+constexpr int kAccumulating = 2;
+
 // Largest micro-batch in [1, limit] whose memory fits `capacity` (0 when none).
 int largestFitting(const CostModel& model, Dtype dtype, int layers, int zero_stage, int group,
                    bool checkpoint, double capacity, int limit) {
   auto fits = [&](int mb) {
-    return model.stageMemory(dtype, 0, layers, mb, 1, zero_stage, group, checkpoint) <= capacity;
+    // Priced as if accumulating (gradients held through the backward pass), whatever the share:
+    // one micro-batch size must serve every share the rank may get, and it only errs safe.
+    return model.stageMemory(dtype, 0, layers, mb, 1, zero_stage, group, checkpoint,
+                             kAccumulating) <= capacity;
   };
   if (!fits(1)) return 0;
   int low = 1, high = limit;

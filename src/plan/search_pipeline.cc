@@ -44,6 +44,7 @@ class PipelineCosts {
         replicas_(shape.replicas()),
         micro_batch_((equalSplit(options.global_batch, shape.replicas())[0] + micro_batches - 1) /
                      micro_batches),
+        micro_batches_(micro_batches),
         work_(shape.stages(), std::vector<std::vector<StageWork>>(model.model().layerCount() + 1)) {
     const Cluster& cluster = model.cluster();
     for (int s = 0; s < shape.stages(); ++s) {
@@ -116,7 +117,7 @@ class PipelineCosts {
 
   double memory(const StageContext& stage, int first, int last, bool checkpoint) const {
     return model_.stageMemory(stage.dtype, first, last, micro_batch_, stage.in_flight, zero_,
-                              replicas_, checkpoint);
+                              replicas_, checkpoint, micro_batches_);
   }
 
   const CostModel& model_;
@@ -124,6 +125,7 @@ class PipelineCosts {
   int zero_;
   int replicas_;
   int micro_batch_;
+  int micro_batches_;
   std::vector<StageContext> stages_;
   // Memo of measure(): work_[s][first][last - first - 1], filled on demand.
   mutable std::vector<std::vector<std::vector<StageWork>>> work_;

@@ -21,10 +21,25 @@ std::vector<model::LayerProfile> gptProfile(std::int64_t blocks) {
   return model::makeModel(config, 1)->profile();
 }
 
+// A memory model of `profile`: autograd keeping 24 bytes per byte of each layer's output (above
+// what a GPT block keeps), SGD-with-momentum-sized state.
+std::shared_ptr<const plan::MemoryModel> memoryOf(const std::vector<model::LayerProfile>& profile) {
+  plan::ModelProfile model;
+  model.name = "gpt";
+  model.activation_element_bytes = 4;
+  for (const model::LayerProfile& layer : profile) {
+    const double output = static_cast<double>(layer.activation_bytes);
+    model.layers.push_back({layer.name, static_cast<double>(layer.parameters), layer.forward_flops,
+                            24 * output, output});
+  }
+  return std::make_shared<const plan::MemoryModel>(model, plan::MemoryOptions{8});
+}
+
 CutRequest request(std::int64_t blocks, const std::string& partition,
                    std::vector<std::vector<StageDevice>> devices) {
   CutRequest request;
   request.profile = gptProfile(blocks);
+  request.memory = memoryOf(request.profile);
   request.options.pipeline_stages = static_cast<int>(devices.at(0).size());
   request.options.replicas = static_cast<int>(devices.size());
   request.options.micro_batches = 4;
@@ -127,8 +142,9 @@ TEST(PipelineLayout, AutoCutKeepsEachStageWithinItsMemory) {
   const std::vector<int> free_cuts = stageCuts(unlimited);
   // Give the fast device exactly the memory of two layers fewer than it would take.
   const int limit_layers = free_cuts[1] - 2;
-  const double bytes =
-      predictedStageBytes(unlimited, 0, limit_layers, 8, std::min(2, 4));  // 1F1B, stage 0 of 2
+  const double bytes = unlimited.memory->peakBytes(
+      stageMemoryRequest(unlimited.options, unlimited.memory->model().layerCount(), 0, 0,
+                         limit_layers, 8));  // 1F1B, stage 0 of 2
   CutRequest limited = request(8, "auto", {{{1.0, static_cast<std::uint64_t>(bytes)}, {0.4, 0}}});
   EXPECT_EQ(stageCuts(limited)[1], limit_layers);
   // Checkpointing frees enough activation memory to take more layers within the same limit.

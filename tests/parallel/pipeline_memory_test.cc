@@ -79,27 +79,5 @@ TEST_F(PipelineMemory, OneFOneBHoldsLessThanGPipe) {
   EXPECT_LT(one_f_one_b[1], gpipe[1] * 0.6);
 }
 
-// What CutModel::saved_bytes_per_output_byte stands for: the bytes autograd keeps for a GPT block,
-// per byte of the block's output. The default (16) must not underestimate it.
-TEST_F(PipelineMemory, SavedBytesPerOutputByteOfAGptBlock) {
-  const testing::Job job = memoryJob();
-  auto model = model::makeModel(job.model, job.seed);
-  const data::Batch batch = testing::globalBatch(job, 0);
-  const at::Tensor embedded = model->forwardRange(0, 1, batch.inputs).detach().requires_grad_();
-  auto account = std::make_shared<device::MemoryAccount>();
-  at::Tensor output;
-  {
-    device::MemoryAccount::Scope scope(account);
-    output = model->forwardRange(1, 2, embedded);
-  }
-  const double ratio =
-      static_cast<double>(account->bytesInUse()) / static_cast<double>(output.nbytes());
-  std::printf("gpt block (width %lld, context %lld): autograd keeps %.1f bytes per output byte\n",
-              static_cast<long long>(job.model.width), static_cast<long long>(job.model.context),
-              ratio);
-  EXPECT_GT(ratio, 2.0);
-  EXPECT_LT(ratio, CutModel{}.saved_bytes_per_output_byte);
-}
-
 }  // namespace
 }  // namespace chorus::parallel

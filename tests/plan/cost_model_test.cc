@@ -76,28 +76,35 @@ TEST(CommCost, BucketsOverlapTheBackwardPass) {
   EXPECT_NEAR(exposedSeconds(sync, 0.04), 0.01 + sync.total - 0.04, 1e-15);
 }
 
-TEST(CostModel, MemoryFollowsTheZeroStages) {
+// The cost model prices memory with the memory model (memory_model_test.cc pins its terms): a
+// one-stage replica holds the reducer's buckets and, in one micro-batch, allocates its gradients
+// during backward; a pipeline stage holds its share's data and the whole model's weights; a
+// checkpointing stage recomputes layer by layer.
+TEST(CostModel, StageMemoryIsTheMemoryModels) {
   const Cluster cluster = makeCluster({{"A100-80"}});
   const CostModel model(cluster, uniformModel(4, 1e9, 1e12, 1e9, 1e7));
-  const double p = 4e9;  // parameters of all four layers
-  // bf16 weights and grads, fp32 master + Adam m, v: 16 bytes per parameter without sharding.
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 0, 0, 0, 8, false), 16 * p);
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 0, 0, 1, 8, false), 4 * p + 12 * p / 8);
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 0, 0, 2, 8, false), 2 * p + 14 * p / 8);
-  // ZeRO-3 also gathers one layer's weights at a time.
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 0, 0, 3, 8, false), 16 * p / 8 + 2e9);
-  // fp32 training: 4 + 4 + 8, no master copy.
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kFp32, 0, 4, 0, 0, 0, 1, false), 16 * p);
-}
-
-TEST(CostModel, ActivationsScaleWithMicroBatchesInFlightAndCheckpointing) {
-  const Cluster cluster = makeCluster({{"A100-80"}});
-  const CostModel model(cluster, uniformModel(4, 0, 1e12, 1e9, 1e7));
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 2, 3, 2, 0, 1, false), 2 * 3 * 2e9);
-  // Checkpointing keeps the outputs of every micro-batch in flight plus one layer's activations.
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 2, 3, 2, 0, 1, true), 2 * 3 * 2e7 + 3 * 1e9);
-  // fp32 doubles activations recorded at 16 bits.
-  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kFp32, 0, 2, 3, 2, 0, 1, false), 2 * 2 * 3 * 2e9);
+  StageMemoryRequest replica;
+  replica.last_layer = 4;
+  replica.dtype = Dtype::kBf16;
+  replica.micro_batch = 3;
+  replica.zero_stage = 1;
+  replica.group = 8;
+  replica.gradient_buckets = true;
+  replica.gradients_held = false;
+  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kBf16, 0, 4, 3, 1, 1, 8, false, 1),
+                   model.memory().peakBytes(replica));
+  StageMemoryRequest stage;
+  stage.first_layer = 1;
+  stage.last_layer = 3;
+  stage.micro_batch = 2;
+  stage.in_flight = 2;
+  stage.checkpointing = Checkpointing::kLayer;
+  stage.batch_micro_batches = 4;
+  stage.whole_model = true;
+  stage.received_gradients = 2;
+  stage.prefetched_inputs = 1;
+  EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kFp32, 1, 3, 2, 2, 0, 1, true, 4),
+                   model.memory().peakBytes(stage));
 }
 
 TEST(CostModel, ComputeIsARooflineWithOverheadAndCalibratesPerType) {

@@ -85,9 +85,9 @@ TEST(ModelJson, ErrorsNameTheFileTheLineAndTheKey) {
   EXPECT_EQ(errorOf("{\"name\": \"m\",\n \"layers\": [\n  {\"params\": 1, \"forward_flops\": 1,\n"
                     "   \"activation_bytes\": 1}]}"),
             "model.json:3: layers[0]: missing key 'output_bytes'");
-  EXPECT_EQ(
-      errorOf("{\"name\": \"m\", \"layer\": []}"),
-      "model.json:1: layer: unknown key 'layer'; known: name, activation_element_bytes, layers");
+  EXPECT_EQ(errorOf("{\"name\": \"m\", \"layer\": []}"),
+            "model.json:1: layer: unknown key 'layer'; known: name, activation_element_bytes, "
+            "input_bytes, target_bytes, layers");
   EXPECT_EQ(errorOf("{\"name\": \"m\",\n\"layers\": []}"),
             "model.json:2: layers: a model needs at least one layer");
   EXPECT_EQ(errorOf("{\"name\": \"m\",\n\"layers\": [}").substr(0, 29),

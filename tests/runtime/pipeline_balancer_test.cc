@@ -174,22 +174,19 @@ TEST(PipelineBalancer, MemoryBudgetsCapAReplicasShare) {
   options.replicas = 2;
   options.micro_batches = 4;
   options.global_batch = 256;
-  std::vector<model::LayerProfile> profile(2);
-  for (auto& layer : profile) {
-    layer.forward_flops = 1000;
-    layer.parameters = 100;
-    layer.activation_bytes = 1000;
-  }
-  parallel::CutRequest request;
-  request.profile = profile;
-  request.options = options;
+  plan::ModelProfile profile;
+  profile.name = "two layers";
+  profile.activation_element_bytes = 4;
+  profile.layers.assign(2, plan::LayerProfile{"layer", 100, 1000, 24 * 1000.0, 1000});
+  const auto memory = std::make_shared<const plan::MemoryModel>(profile);
   // Replica 1's second stage may hold 20 samples per micro-batch (it holds one in flight under
   // 1F1B), and a little more.
   const double budget =
-      parallel::predictedStageBytes(request, 1, 2, 20, 1) + 0.5 * 24 * 1000 /* < one sample */;
+      memory->peakBytes(parallel::stageMemoryRequest(options, 2, 1, 1, 2, 20)) +
+      0.5 * (1000 + 24 * 1000) /* < one sample: the received input and what the layer keeps */;
   const std::vector<std::vector<parallel::StageDevice>> devices = {
       {{1.0, 0}, {1.0, 0}}, {{1.0, 0}, {1.0, static_cast<std::uint64_t>(budget)}}};
-  EXPECT_EQ(pipelineShareCaps(options, profile, {0, 1, 2}, devices),
+  EXPECT_EQ(pipelineShareCaps(options, memory, {0, 1, 2}, devices),
             (std::vector<std::int64_t>{0, 20 * 4}));
 }
 

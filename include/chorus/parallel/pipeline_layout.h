@@ -6,17 +6,19 @@
 // share of each global batch; shares may differ. Cuts are "even" (equal layer counts), explicit
 // ("3,2,1": layers per stage), or "auto": plan::partitionLayers balances per-micro-batch stage
 // times for each stage's device speed (from the model's per-layer FLOPs) and keeps each stage
-// within its device's memory. Every rank computes the same cuts from the same inputs, so no
-// message is needed to agree on them.
+// within its device's memory by the memory model (plan/memory_model.h). Every rank computes the
+// same cuts from the same inputs, so no message is needed to agree on them.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/pipeline_schedule.h"
+#include "chorus/plan/memory_model.h"
 
 namespace chorus::parallel {
 
@@ -104,17 +106,11 @@ struct StageDevice {
   std::uint64_t memory_bytes = 0;
 };
 
-// Knobs of the automatic cut's memory estimate. Value type.
+// Knobs of the automatic cut's time estimate. Value type.
 struct CutModel {
   // FLOP-equivalents per element of a layer's output for the element-wise work the profile leaves
   // out (norms, activations, softmax, embeddings' gathers), so no layer looks free. Default: 20.
   double elementwise_flops_per_output_element = 20;
-  // Bytes of state per parameter: fp32 weight, gradient and two optimizer moments. Default: 16.
-  double state_bytes_per_parameter = 16;
-  // Bytes autograd keeps per byte of a layer's output, without checkpointing (normalized inputs,
-  // attention scores, MLP hidden states ...). Default: 24, above the 17 measured for a GPT block
-  // of width 64 and context 32 (pipeline_memory_test), so the estimate errs on the safe side.
-  double saved_bytes_per_output_byte = 24;
 };
 
 // Everything the cut depends on; every rank must pass the same. Value type.
@@ -124,6 +120,9 @@ struct CutRequest {
   // devices[replica][stage]. Empty: every device is StageDevice{}.
   std::vector<std::vector<StageDevice>> devices;
   CutModel model;
+  // The job's memory model, which the cut asks whether a stage fits its device's memory_bytes.
+  // REQUIRED when a device has memory_bytes > 0 (ConfigError otherwise); may be null else.
+  std::shared_ptr<const plan::MemoryModel> memory;
 };
 
 // The cuts of options.partition: cuts[0] = 0 < … < cuts[S] = layers; stage s runs layers
@@ -132,9 +131,14 @@ struct CutRequest {
 // or no cut fits the memory.
 std::vector<int> stageCuts(const CutRequest& request);
 
-// Predicted bytes a stage of layers [first, last) holds at its peak, per the CutModel, for
-// `in_flight` micro-batches of `micro_batch` samples: what "auto" compares with memory_bytes.
-double predictedStageBytes(const CutRequest& request, int first, int last, std::int64_t micro_batch,
-                           int in_flight);
+// The memory model's checkpointing mode of `checkpointing`.
+plan::Checkpointing toPlan(Checkpointing checkpointing);
+
+// What the memory model is asked for stage `stage` of layers [first, last) of a model of `layers`
+// layers under `options`: fp32,
+// micro-batches of `micro_batch` samples, as many in flight as the schedule holds there, the
+// job's checkpointing mode, as the pipeline trainer runs a stage (plan::trainerStageRequest).
+plan::StageMemoryRequest stageMemoryRequest(const PipelineOptions& options, int layers, int stage,
+                                            int first, int last, std::int64_t micro_batch);
 
 }  // namespace chorus::parallel

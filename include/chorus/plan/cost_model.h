@@ -13,9 +13,9 @@
 // the last backward (comm_cost.h); then the optimizer step streams its state. The step is the
 // slowest replica's pipeline plus its slowest exposed synchronization.
 //
-// Memory per rank: weights, gradients and Adam state (ZeRO 1/2/3 shard state, gradients, weights
-// over the data-parallel group), activations of the micro-batches in flight (1F1B: S - s on stage
-// s, GPipe: M), or with checkpointing only layer outputs plus one layer's activations.
+// Memory per rank is the memory model's (memory_model.h): the cost model asks it for each stage
+// with the stage's micro-batches in flight (1F1B: S - s on stage s, GPipe: M), its ZeRO sharding
+// and, for a stage that checkpoints, layer-wise recomputation.
 #pragma once
 
 #include <string>
@@ -23,6 +23,7 @@
 
 #include "chorus/plan/cluster.h"
 #include "chorus/plan/comm_cost.h"
+#include "chorus/plan/memory_model.h"
 #include "chorus/plan/model_profile.h"
 #include "chorus/plan/plan.h"
 
@@ -85,8 +86,8 @@ struct CostOptions {
   double codec_seconds_per_byte = 0;
   // Gradient bucket size for overlapped synchronization. Default: 25 MiB (PyTorch DDP).
   double bucket_bytes = 25.0 * (1 << 20);
-  // Optimizer state bytes per parameter besides weights and gradients: Adam's m and v in fp32.
-  // Ranks with 16-bit weights keep a 4-byte fp32 master copy on top. Default: 8.
+  // Optimizer state bytes per parameter besides weights and gradients (MemoryOptions): Adam's m
+  // and v in fp32. Default: 8.
   double optimizer_state_bytes = 8;
   // Bytes the optimizer step reads and writes per parameter (Adam: weights, gradient, m, v,
   // master). Default: 32.
@@ -135,9 +136,13 @@ class CostModel {
   // Forward + backward (+ recompute) seconds of one micro-batch.
   double microBatchSeconds(const DeviceType& type, Dtype dtype, int first, int last,
                            double micro_batch, bool checkpoint) const;
-  // Bytes a stage needs: `in_flight` micro-batches of activations, state sharded over `group`.
+  // The memory model of this model (memory_model.h), with CostOptions::optimizer_state_bytes.
+  const MemoryModel& memory() const { return memory_; }
+  // Bytes a stage needs: `in_flight` micro-batches of activations, state sharded over `group`,
+  // layer-wise recomputation when `checkpoint`, as chorus's trainers run it with `micro_batches`
+  // micro-batches per step (trainerStageRequest; a stage of all layers is a one-stage replica).
   double stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
-                     int zero_stage, int group, bool checkpoint) const;
+                     int zero_stage, int group, bool checkpoint, int micro_batches) const;
   // Bytes a stage boundary after layer `last - 1` carries per micro-batch.
   double boundaryBytes(Dtype dtype, int last, double micro_batch) const;
   // Parameters of layers [first, last).
@@ -150,15 +155,11 @@ class CostModel {
   PlanCost evaluate(const Plan& plan) const;
 
  private:
-  double rangeMax(const std::vector<std::vector<double>>& table, int first, int last) const;
-
   const Cluster& cluster_;
   const ModelProfile& model_;
   CostOptions options_;
-  std::vector<double> prefix_params_, prefix_flops_, prefix_activation_, prefix_output_;
-  // Sparse tables for range maxima of per-layer activation bytes and parameters.
-  std::vector<std::vector<double>> max_activation_, max_params_;
-  std::vector<int> log2_;  // floor(log2(n)) for n = 1..layers
+  MemoryModel memory_;
+  std::vector<double> prefix_params_, prefix_flops_, prefix_activation_;
   // coreSlowdown() per contended type name; empty when no node has contention.
   std::vector<std::pair<std::string, double>> slowdown_;
 };

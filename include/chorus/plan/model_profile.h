@@ -7,7 +7,8 @@
 // (transformer_shapes.h), or as JSON from the torch `model` layer, which measures or derives them
 // for the zoo models; the planner never links the model layer.
 //
-// JSON form (`repeat` expands one entry into that many identical layers; Default: 1):
+// JSON form (`repeat` expands one entry into that many identical layers; Default: 1;
+// `workspace_bytes` and the model's `input_bytes` and `target_bytes` Default: 0):
 //   {"name": "gpt-small", "activation_element_bytes": 4,
 //    "layers": [{"name": "embed", "params": 1.6e6, "forward_flops": 0,
 //                "activation_bytes": 65536, "output_bytes": 65536},
@@ -29,6 +30,9 @@ struct LayerProfile {
   double activation_bytes = 0;
   // Bytes of the layer's output per sample, at the profile's activation_element_bytes.
   double output_bytes = 0;
+  // Bytes per sample the layer's backward pass allocates for a moment above what it keeps: the
+  // gradient of its output and of its intermediates (memory_model.h). Optional in JSON.
+  double workspace_bytes = 0;
 };
 
 // A model as the planner sees it. Value type.
@@ -38,6 +42,10 @@ struct ModelProfile {
   // Bytes per element at which activation_bytes and output_bytes were taken; the cost model
   // scales them to each rank's precision. Default: 2 (16-bit training).
   int activation_element_bytes = 2;
+  // Bytes of one sample's input and of its target as the data loader hands them over (the first
+  // stage holds inputs, the last targets); optional in JSON. Default: 0.
+  double input_bytes = 0;
+  double target_bytes = 0;
 
   int layerCount() const { return static_cast<int>(layers.size()); }
   double totalParams() const;

@@ -10,6 +10,7 @@
 #include "chorus/plan/cluster_file.h"
 #include "chorus/plan/planner.h"
 #include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "job/trained_model.h"
 
@@ -59,18 +60,15 @@ plan::CostOptions costOptions(const JobConfig& job) {
   // without one share the host's memory anyway: reserving the process's 1 GiB would only make
   // small budgets look full.
   cost.cpu_reserved_bytes = 0;
-  // The optimizer the job runs, in fp32 (the cost model's defaults are Adam's with a master
-  // copy): bytes of state and of traffic per parameter.
-  if (job.optimizer.name == "adamw") {
-    cost.optimizer_state_bytes = 8;     // m, v
+  // The optimizer the job runs, in fp32 (the cost model's defaults are Adam's): bytes of state
+  // (as the memory model counts them) and of traffic per parameter.
+  cost.optimizer_state_bytes = optimizerStateBytes(job.optimizer);
+  if (job.optimizer.name == "adamw")
     cost.optimizer_traffic_bytes = 28;  // read w, g, m, v; write w, m, v
-  } else if (job.optimizer.momentum > 0) {
-    cost.optimizer_state_bytes = 4;     // the momentum buffer
+  else if (job.optimizer.momentum > 0)
     cost.optimizer_traffic_bytes = 20;  // read w, g, m; write w, m
-  } else {
-    cost.optimizer_state_bytes = 0;
+  else
     cost.optimizer_traffic_bytes = 12;  // read w, g; write w
-  }
   return cost;
 }
 
@@ -141,32 +139,6 @@ std::vector<std::string> settingsOf(const plan::Plan& plan, const std::vector<De
   return settings;
 }
 
-// The pipeline trainer's own memory estimate (parallel::CutModel, which counts what autograd keeps
-// far above the planner's layer outputs) of the planned stages against the devices' budgets.
-bool stagesFitBudgets(const JobConfig& job, const plan::Plan& plan,
-                      const std::vector<DeviceSpec>& ordered) {
-  const int stages = plan.stageCount();
-  parallel::CutRequest request;
-  request.profile = model::makeModel(trainedModelConfig(job), job.seed)->profile();
-  request.options = pipelineOptions(job);
-  request.options.pipeline_stages = stages;
-  request.options.replicas = static_cast<int>(plan.replicas.size());
-  request.options.micro_batches = plan.micro_batches;
-  for (size_t r = 0; r < plan.replicas.size(); ++r) {
-    const std::int64_t micro =
-        (plan.replicas[r].share + plan.micro_batches - 1) / plan.micro_batches;
-    for (int s = 0; s < stages; ++s) {
-      const auto& budget = ordered[r * stages + s].memory_budget;
-      const auto& stage = plan.replicas[r].stages[s];
-      const int in_flight = std::min(stages - s, plan.micro_batches);
-      if (budget && parallel::predictedStageBytes(request, stage.first_layer, stage.last_layer,
-                                                  micro, in_flight) > static_cast<double>(*budget))
-        return false;
-    }
-  }
-  return true;
-}
-
 std::string milliseconds(double seconds) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.1f ms", seconds * 1e3);
@@ -210,13 +182,10 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
   const std::string blocker = pipelineBlocker(job, devices);
   const bool fp32 = computesInFp32(job, devices);
   std::string left_out = blocker.empty() ? "" : blocker + " is set";
-  plan::PlanResult result =
+  // The planner's memory model is the one the pipeline cut and the micro-batch sizing use (the
+  // job's calibrated profile and optimizer), so what it plans fits by their reckoning too.
+  const plan::PlanResult result =
       plan::planCluster(cluster, model, planOptions(job, blocker.empty(), fp32));
-  if (!result.plans.empty() && result.plans.front().stageCount() > 1 &&
-      !stagesFitBudgets(job, result.plans.front(), rankDevices(result.plans.front(), devices))) {
-    left_out = "the planned stages exceed the memory budgets by the pipeline trainer's estimate";
-    result = plan::planCluster(cluster, model, planOptions(job, false, fp32));
-  }
   if (result.plans.empty())
     CHORUS_THROW(ConfigError, "plan = \"auto\": no plan fits ", model.name, " with batch ",
                  job.train.global_batch, " on ", toString(devices), " (memory)");

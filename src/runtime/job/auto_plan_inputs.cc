@@ -9,6 +9,7 @@
 #include "chorus/device/microbench.h"
 #include "chorus/model/zoo_model.h"
 #include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "job/trained_model.h"
 
 namespace chorus::runtime {
@@ -73,20 +74,10 @@ std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec
   return result;
 }
 
-// The zoo gives each layer's fp32 output per sample; the planner also wants what backward keeps,
-// which for these layers is of the order of their output, so both take it (memory predictions are
-// rough; step times use it only through the roofline's streamed bytes).
+// The planner's profile of the job's model is the calibrated one, so its memory predictions are
+// those of the pipeline cut and the trainers' micro-batch sizing (memory_calibration.h).
 plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name) {
-  const auto model = model::makeModel(trainedModelConfig(job), job.seed);
-  plan::ModelProfile profile;
-  profile.name = name;
-  profile.activation_element_bytes = 4;
-  for (const auto& layer : model->profile())
-    profile.layers.push_back({layer.name, static_cast<double>(layer.parameters),
-                              layer.forward_flops, static_cast<double>(layer.activation_bytes),
-                              static_cast<double>(layer.activation_bytes)});
-  profile.validate();
-  return profile;
+  return calibratedProfile(trainedModelConfig(job), job.seed, name);
 }
 
 }  // namespace chorus::runtime

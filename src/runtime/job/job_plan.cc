@@ -8,6 +8,7 @@
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
 #include "chorus/parallel/pipeline_layout.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "chorus/runtime/launch/worker.h"
 #include "job/balancer_settings.h"
@@ -85,6 +86,7 @@ void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<Devi
   request.profile = layerProfile(job);
   request.options = options;
   request.devices = stageDevices(layout, devices);
+  request.memory = memoryModelForBudgets(job, devices);
   const std::vector<int> cuts = parallel::stageCuts(request);
   const std::vector<std::int64_t> shares =
       pipelineReplicaShares(options, request.profile, cuts, request.devices);

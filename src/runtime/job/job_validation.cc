@@ -8,6 +8,7 @@
 #include "chorus/model/model_config.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "job/trained_model.h"
 #include "train/trainer_state.h"
 
@@ -50,11 +51,13 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
     CHORUS_THROW(ConfigError, "config key 'precision.ranks': ", job.precision.ranks.size(),
                  " entries for ", devices.size(), " devices (", toString(devices), ")");
   checkDataFiles(job.data);
-  std::shared_ptr<model::ZooModel> model;
-  for (const DeviceSpec& device : devices) {
+  const auto memory = memoryModelForBudgets(job, devices);
+  for (size_t rank = 0; rank < devices.size(); ++rank) {
+    const DeviceSpec& device = devices[rank];
     if (!device.memory_budget) continue;
-    if (!model) model = model::makeModel(job.model, job.seed);
-    maxMicroBatch(*model, job.optimizer, *device.memory_budget, device.toString());
+    const plan::Dtype dtype =
+        plan::parseDtype(precisionOf(job.precision, static_cast<int>(rank), device));
+    maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString());
   }
 }
 

@@ -5,6 +5,7 @@
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
 #include "chorus/plan/balancer.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "chorus/runtime/job/pipeline_job.h"
 
 namespace chorus::runtime {
@@ -83,12 +84,9 @@ std::vector<std::int64_t> pipelineReplicaShares(
 }
 
 std::vector<std::int64_t> pipelineShareCaps(
-    const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
-    const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices) {
-  parallel::CutRequest request;
-  request.profile = profile;
-  request.options = options;
-  request.devices = devices;
+    const parallel::PipelineOptions& options,
+    const std::shared_ptr<const plan::MemoryModel>& memory, const std::vector<int>& cuts,
+    const std::vector<std::vector<parallel::StageDevice>>& devices) {
   const int stages = options.pipeline_stages, micro_batches = options.micro_batches;
   std::vector<std::int64_t> caps;
   for (const auto& replica : devices) {
@@ -96,22 +94,15 @@ std::vector<std::int64_t> pipelineShareCaps(
     for (int s = 0; s < stages; ++s) {
       const std::uint64_t budget = replica.at(s).memory_bytes;
       if (budget == 0) continue;
-      // As the engine holds them: all micro-batches under GPipe, S - s under 1F1B.
-      const int in_flight = options.schedule == parallel::Schedule::kGPipe
-                                ? micro_batches
-                                : std::min(stages - s, micro_batches);
-      // The estimate is affine in the micro-batch: fixed + per_sample * samples.
-      const double fixed =
-          parallel::predictedStageBytes(request, cuts[s], cuts[s + 1], 0, in_flight);
-      const double per_sample =
-          parallel::predictedStageBytes(request, cuts[s], cuts[s + 1], 1, in_flight) - fixed;
-      const double room = static_cast<double>(budget) - fixed;
+      CHORUS_CHECK_CONFIG(memory, "pipeline share caps: a budget but no memory model");
       // No more than the whole batch, so that the product below cannot overflow.
-      const double batch = static_cast<double>(options.global_batch);
-      const double fits = per_sample > 0 ? std::min(batch, room / per_sample) : batch;
+      const std::int64_t fits = memory->largestMicroBatch(
+          parallel::stageMemoryRequest(options, memory->model().layerCount(), s, cuts[s],
+                                       cuts[s + 1], 0),
+          static_cast<double>(budget), std::max<std::int64_t>(1, options.global_batch));
       // A stage that holds no micro-batch at all still gets one: the cut check passed with the
       // start shares, and a cap below the micro-batch count cannot be honoured.
-      const std::int64_t stage_cap = std::max<std::int64_t>(1, static_cast<std::int64_t>(fits));
+      const std::int64_t stage_cap = std::max<std::int64_t>(1, fits);
       largest = largest == 0 ? stage_cap : std::min(largest, stage_cap);
     }
     caps.push_back(largest == 0 ? 0 : largest * micro_batches);
@@ -136,6 +127,7 @@ void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& de
   request.profile = model->profile();
   request.options = options;
   request.devices = stageDevices(layout, devices);
+  request.memory = memoryModelForBudgets(job, devices);
   try {
     parallel::stageCuts(request);
   } catch (const ConfigError& error) {

@@ -1,6 +1,6 @@
 // The data-parallel engine's construction: the gradient reducer (buckets, hierarchy, codec), the
 // rank's precision and loss scaler, the balancer's start, and the micro-batch a memory budget
-// allows.
+// allows by the job's memory model.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -13,57 +13,12 @@
 #include "chorus/core/units.h"
 #include "chorus/device/memory_budget.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "job/balancer_settings.h"
 #include "train/data_parallel_engine.h"
 
 namespace chorus::runtime {
 namespace {
-
-// Peak bytes one forward/backward of `samples` training samples allocates under the budget.
-std::uint64_t peakOf(DataParallelEngine& s, device::MemoryBudget& budget, std::int64_t samples) {
-  std::vector<std::int64_t> ids(static_cast<size_t>(samples));
-  for (std::int64_t i = 0; i < samples; ++i) ids[i] = i % s.data.train->size();
-  const data::Batch batch = s.data.train->get(ids);
-  budget.resetPeak();
-  const std::uint64_t before = budget.bytesInUse();
-  s.model
-      ->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
-                batch.targets.to(s.worker->device()))
-      .backward();  // the reducer's hooks are not armed: nothing is communicated
-  const std::uint64_t peak = budget.peakBytes() - before;
-  s.optimizer->zero_grad(/*set_to_none=*/true);
-  return peak;
-}
-
-// The largest micro-batch that fits the memory budget, measured rather than estimated: the peak
-// of a forward/backward at 1 and at 4 samples gives the fixed and the per-sample bytes (kernels'
-// scratch space included, which no layer profile knows). Leaves 10% of the budget spare, and room
-// for the gradients and the optimizer's state that the first step allocates.
-std::int64_t calibrateMicroBatch(DataParallelEngine& s, device::MemoryBudget& budget) {
-  const std::string device = s.worker->identity().device.toString();
-  std::uint64_t one = 0, four = 0;
-  try {
-    one = peakOf(s, budget, 1);
-    four = peakOf(s, budget, 4);
-  } catch (const c10::OutOfMemoryError& error) {
-    CHORUS_THROW(ConfigError, "device '", device, "': the memory budget of ",
-                 formatBytes(budget.budget()), " cannot hold a training step of a few samples (",
-                 error.what_without_backtrace(), ")");
-  }
-  std::int64_t parameters = 0;
-  for (const auto& parameter : s.model->parameters()) parameters += parameter.numel();
-  const double states = s.job.optimizer.name == "adamw" ? 2 : 1;
-  const double per_sample = std::max(1.0, (static_cast<double>(four) - one) / 3.0);
-  const double fixed = static_cast<double>(one) - per_sample + 4.0 * parameters * (1 + states);
-  const double room = 0.9 * static_cast<double>(budget.budget()) - fixed;
-  const auto limit = static_cast<std::int64_t>(room / per_sample);
-  if (limit < 1)
-    CHORUS_THROW(ConfigError, "device '", device, "': the memory budget of ",
-                 formatBytes(budget.budget()), " cannot hold one training sample (measured ",
-                 formatBytes(static_cast<std::uint64_t>(fixed)), " fixed + ",
-                 formatBytes(static_cast<std::uint64_t>(per_sample)), " per sample)");
-  return limit;
-}
 
 // Buckets, and the topology-aware path when the job asks for it: a hierarchical all-reduce over
 // the hosts and/or a codec where gradients cross them.
@@ -181,18 +136,17 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   s.speed = s.worker->identity().device.speed;
   s.emulator = &s.worker->emulator();
   const auto& budget = s.worker->identity().device.memory_budget;
-  // Both bounds matter under a budget: the estimate from the layer profiles is conservative at
-  // large micro-batches, the measurement at 1 and 4 samples catches scratch space no profile knows.
-  s.micro_limit = budget ? maxMicroBatch(*s.model, s.job.optimizer, *budget,
-                                         s.worker->identity().device.toString())
-                         : 0;
+  // The job's memory model, calibrated by measuring the model's layers (memory_calibration.h).
+  s.micro_limit = budget
+                      ? maxMicroBatch(jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision,
+                                      *budget, s.worker->identity().device.toString())
+                      : 0;
   const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
   if (planned_micro > 0)
     s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;
   // Data and model are in place: from here on the budget counts what training allocates.
   if (budget) {
-    const std::int64_t measured = calibrateMicroBatch(s, *s.worker->enforceMemoryBudget());
-    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, measured) : measured;
+    s.worker->enforceMemoryBudget();
     logInfo("memory budget ", formatBytes(*budget), ": micro-batches of at most ", s.micro_limit,
             " samples");
   }

@@ -14,6 +14,7 @@
 #include "chorus/core/units.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "job/balancer_settings.h"
 #include "train/pipeline_stage_engine.h"
 
@@ -133,7 +134,7 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
     s.options.replica_shares.push_back(replica.share);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, s.model->profile(), s.stage_cuts,
+      pipelineShareCaps(s.options, memoryModelForBudgets(s.job, planDevices(plan)), s.stage_cuts,
                         stageDevices(layout, planDevices(plan))));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;

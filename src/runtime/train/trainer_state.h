@@ -11,6 +11,7 @@
 #include "chorus/data/dataset.h"
 #include "chorus/data/sampler.h"
 #include "chorus/model/zoo_model.h"
+#include "chorus/plan/memory_model.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/train/trainer.h"
 #include "train/step_engine.h"
@@ -45,9 +46,10 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerSection& o
 double learningRateAt(const OptimizerSection& options, std::int64_t step, std::int64_t steps);
 void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 
-// Largest micro-batch that fits `budget_bytes` for this model and optimizer (0 = no budget given:
-// unlimited). Throws ConfigError when not even one sample fits.
-std::int64_t maxMicroBatch(const model::ZooModel& model, const OptimizerSection& optimizer,
+// Largest micro-batch of a data-parallel rank computing in `dtype` that fits `budget_bytes` by the
+// job's memory model (memory_calibration.h). Throws ConfigError naming `device` when not even one
+// sample fits.
+std::int64_t maxMicroBatch(const plan::MemoryModel& memory, plan::Dtype dtype,
                            std::uint64_t budget_bytes, const std::string& device);
 
 // The engine that runs `plan` on this rank: DataParallelEngine for one stage per replica,

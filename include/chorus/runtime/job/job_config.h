@@ -136,7 +136,7 @@ struct CheckpointSection {
 };
 
 // Pipeline and hybrid (replicas × stages) parallelism (parallel/pipeline.h, docs/pipeline.md).
-// With pipeline_stages > 1 the job runs runtime::PipelineTrainer on exactly
+// With pipeline_stages > 1 the Trainer runs the job's pipeline plan on exactly
 // pipeline_stages × replicas devices; rank = replica · pipeline_stages + stage.
 struct ParallelSection {
   std::int64_t pipeline_stages = 1;  // Default: 1 = plain data parallelism (runtime::Trainer)

@@ -11,6 +11,7 @@
 
 #include "chorus/core/device_spec.h"
 #include "chorus/parallel/pipeline_layout.h"
+#include "chorus/plan/memory_model.h"
 #include "chorus/plan/plan.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/launch/worker.h"
@@ -37,11 +38,13 @@ std::vector<std::int64_t> pipelineReplicaShares(
 
 // The most samples each replica may take per step under its devices' memory budgets: the largest
 // share whose micro-batches (ceil(share / micro_batches) samples) every stage of the replica holds
-// within its budget by parallel::predictedStageBytes, the estimate the cut is checked with. 0 for
-// a replica without budgets (no limit). The load balancer never moves a share above it. Pure.
+// within its budget by the job's memory model (memoryModelForBudgets), the model the cut is
+// checked with. 0 for a replica without budgets (no limit; `memory` may then be null). The load
+// balancer never moves a share above it. Pure.
 std::vector<std::int64_t> pipelineShareCaps(
-    const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
-    const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices);
+    const parallel::PipelineOptions& options,
+    const std::shared_ptr<const plan::MemoryModel>& memory, const std::vector<int>& cuts,
+    const std::vector<std::vector<parallel::StageDevice>>& devices);
 
 // Checks a pipeline job against the devices it will run on (rank k on devices[k]), before any
 // worker starts: the device count, the data files and the global batch (as validateJobOnDevices,

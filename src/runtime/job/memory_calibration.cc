@@ -1,0 +1,146 @@
+#include "chorus/runtime/job/memory_calibration.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "chorus/core/error.h"
+#include "chorus/device/memory_meter.h"
+#include "chorus/model/zoo_model.h"
+#include "job/trained_model.h"
+
+namespace chorus::runtime {
+namespace {
+
+// Two batch sizes: their difference per sample is the layer's per-sample figure, and what does
+// not grow with the batch (parameter gradients, kernels' fixed scratch) cancels out.
+constexpr std::int64_t kSmall = 2;
+constexpr std::int64_t kLarge = 6;
+
+// Synthetic inputs and targets of the model's shape (all zeros: the allocations of these models
+// do not depend on the values).
+struct Sample {
+  at::Tensor inputs, targets;
+};
+
+Sample sampleOf(const model::ModelConfig& config, std::int64_t samples) {
+  if (config.kind == "gpt")
+    return {at::zeros({samples, config.context}, at::kLong),
+            at::zeros({samples, config.context}, at::kLong)};
+  std::vector<std::int64_t> shape{samples};
+  shape.insert(shape.end(), config.input_shape.begin(), config.input_shape.end());
+  return {at::zeros(shape, at::kFloat), at::zeros({samples}, at::kLong)};
+}
+
+// What layer `l` holds after its forward pass, and the peak of its backward pass above that, on
+// `samples` samples.
+struct LayerBytes {
+  double kept = 0;
+  double backward = 0;
+};
+
+LayerBytes measureLayer(model::ZooModel& model, std::int64_t l, const Sample& sample) {
+  const bool last = l + 1 == model.numLayers();
+  at::Tensor input = sample.inputs;  // the batch's: ModelProfile::input_bytes counts it
+  if (l > 0) {
+    // The previous layer's output: counted there, so made before the account is entered.
+    torch::NoGradGuard no_grad;
+    input = model.forwardRange(0, l, sample.inputs).requires_grad_();
+  }
+  auto account = std::make_shared<device::MemoryAccount>();
+  LayerBytes bytes;
+  {
+    device::MemoryAccount::Scope scope(account);
+    at::Tensor output = model.forwardRange(l, l + 1, input);
+    // Below the last layer the gradient of the output comes from the layer above: the product's
+    // backward allocates it as that layer's would, and the engine frees it once used (a gradient
+    // passed to backward() would stay alive through the whole pass).
+    const at::Tensor root = last ? model.lossSum(output, sample.targets) : output.mul(1.0).sum();
+    bytes.kept = static_cast<double>(account->bytesInUse());
+    account->resetPeak();
+    root.backward();
+    bytes.backward = static_cast<double>(account->peakBytes()) - bytes.kept;
+  }
+  model.zero_grad(/*set_to_none=*/true);
+  return bytes;
+}
+
+// Restores the default CPU generator at the end of its scope: dropout draws from it, and a
+// measurement must not shift the job's random stream (invariant 1).
+class GeneratorGuard {
+ public:
+  GeneratorGuard() : generator_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    state_ = generator_.get_state();
+  }
+  ~GeneratorGuard() {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(state_);
+  }
+  GeneratorGuard(const GeneratorGuard&) = delete;
+  GeneratorGuard& operator=(const GeneratorGuard&) = delete;
+
+ private:
+  at::Generator generator_;
+  at::Tensor state_;
+};
+
+}  // namespace
+
+plan::ModelProfile calibratedProfile(const model::ModelConfig& config, std::uint64_t seed,
+                                     const std::string& name) {
+  // One measurement at a time: a meter installed here is the process's only one.
+  static std::mutex measuring;
+  const std::lock_guard<std::mutex> lock(measuring);
+  std::shared_ptr<device::MemoryMeter> meter;
+  try {
+    meter = device::MemoryMeter::install();
+  } catch (const DeviceError&) {
+    // Already installed (a test measuring its ranks): accounts charge through that one.
+  }
+  const GeneratorGuard generator;
+  const auto model = model::makeModel(config, seed);
+  model->train();
+  const Sample small = sampleOf(config, kSmall), large = sampleOf(config, kLarge);
+  const std::vector<model::LayerProfile> layers = model->profile();
+  plan::ModelProfile profile;
+  profile.name = name;
+  profile.activation_element_bytes = 4;  // measured in fp32
+  profile.input_bytes = static_cast<double>(small.inputs.nbytes()) / kSmall;
+  profile.target_bytes = static_cast<double>(small.targets.nbytes()) / kSmall;
+  const double samples = static_cast<double>(kLarge - kSmall);
+  for (std::int64_t l = 0; l < model->numLayers(); ++l) {
+    const LayerBytes a = measureLayer(*model, l, small), b = measureLayer(*model, l, large);
+    plan::LayerProfile layer;
+    layer.name = layers[l].name;
+    layer.params = static_cast<double>(layers[l].parameters);
+    layer.forward_flops = layers[l].forward_flops;
+    layer.output_bytes = static_cast<double>(layers[l].activation_bytes);
+    layer.activation_bytes = std::max(0.0, (b.kept - a.kept) / samples);
+    layer.workspace_bytes = std::max(0.0, (b.backward - a.backward) / samples);
+    profile.layers.push_back(layer);
+  }
+  profile.validate();
+  return profile;
+}
+
+double optimizerStateBytes(const OptimizerSection& optimizer) {
+  if (optimizer.name == "adamw") return 8;  // m, v
+  return optimizer.momentum > 0 ? 4 : 0;    // the momentum buffer
+}
+
+plan::MemoryModel jobMemoryModel(const JobConfig& job) {
+  return plan::MemoryModel(calibratedProfile(trainedModelConfig(job), job.seed, job.model.kind),
+                           plan::MemoryOptions{optimizerStateBytes(job.optimizer)});
+}
+
+std::shared_ptr<const plan::MemoryModel> memoryModelForBudgets(
+    const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  for (const DeviceSpec& device : devices)
+    if (device.memory_budget) return std::make_shared<const plan::MemoryModel>(jobMemoryModel(job));
+  return nullptr;
+}
+
+}  // namespace chorus::runtime
