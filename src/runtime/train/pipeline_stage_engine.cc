@@ -132,10 +132,11 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   s.stage_cuts.push_back(plan.replicas[0].stages.back().last_layer);
   for (const plan::ReplicaPlan& replica : plan.replicas)
     s.options.replica_shares.push_back(replica.share);
+  const std::vector<DeviceSpec> devices = planDevices(plan);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, memoryModelForBudgets(s.job, planDevices(plan)), s.stage_cuts,
-                        stageDevices(layout, planDevices(plan))));
+      pipelineShareCaps(s.options, memoryModelForBudgets(s.job, devices), s.stage_cuts,
+                        stageDevices(layout, devices)));
   s.speed = s.worker->identity().device.speed;
   parallel::PipelineResources resources;
   resources.world = s.worker->world();
