@@ -241,6 +241,30 @@ TEST(TcpStore, ServerStopReleasesABlockedGetWithCommErrorPromptly) {
   stopper.join();
 }
 
+// A job's last message: node 1 sets "done", which wakes node 0's wait, and node 0 then stops the
+// server at once. The set was applied, so its reply must reach node 1 and not a cut connection
+// (a CI failure: node 1 exited with "lost the connection to the store"). The race window is a
+// few microseconds, so the exchange is repeated to make a regression show.
+TEST(TcpStore, ASetThatWakesTheServersOwnerIsStillAnswered) {
+  constexpr int kRounds = 100;
+  for (int round = 0; round < kRounds; ++round) {
+    auto server = std::make_unique<TcpStoreServer>(serverOptions());
+    TcpStore owner(clientOptions(server->port()));
+    TcpStore last(clientOptions(server->port()));
+    std::thread stopper([&] {
+      owner.wait({"done"}, milliseconds(10000));
+      server->stop();
+    });
+    try {
+      last.setString("done", "1");
+    } catch (const Error& error) {
+      ADD_FAILURE() << "round " << round << ": " << error.message();
+    }
+    stopper.join();
+    if (HasFailure()) return;
+  }
+}
+
 TEST(TcpStore, ConnectRetriesUntilTheServerListens) {
   int port = 0;
   {

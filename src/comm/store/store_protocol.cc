@@ -248,6 +248,8 @@ void Socket::awaitReadable(Deadline deadline) { waitFor(POLLIN, deadline, "send 
 
 void Socket::shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 
+void Socket::shutdownRead() { ::shutdown(fd_, SHUT_RD); }
+
 void Socket::finish(Millis linger) {
   constexpr std::size_t kMaxDiscardedBytes = 64 * 1024;
   ::shutdown(fd_, SHUT_WR);

@@ -139,6 +139,9 @@ class Socket {
   void awaitReadable(Deadline deadline);
   // Wakes any thread blocked in I/O on this socket; later I/O fails.
   void shutdown();
+  // Wakes a thread blocked reading (it reads end of stream) but lets writes go on, so that a
+  // reply already on its way still reaches the peer.
+  void shutdownRead();
   // Ends the connection after a last message: half-closes, then reads and discards what the
   // peer still sends, for at most `linger` and 64 KiB. Closing with unread input would reset the
   // connection, and the reset can destroy that last message before the peer reads it.

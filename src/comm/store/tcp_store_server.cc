@@ -35,6 +35,9 @@ constexpr int kLingerMillis = 200;
 // Connections taken from the kernel's queue per wake-up of the accept thread, before it reaps
 // finished ones again.
 constexpr int kAcceptBatch = 256;
+// How long stop() lets handlers finish the reply they are writing before it cuts every
+// connection. A reply is small (but for a large get's value), so this bound is rarely reached.
+constexpr int kStopGraceMillis = 1000;
 
 std::string describePeer(const sockaddr_storage& address) {
   char host[NI_MAXHOST] = "?";
@@ -123,6 +126,14 @@ void TcpStoreServer::stop() {
     std::lock_guard<std::mutex> lock(connections_mutex_);
     connections.swap(connections_);
   }
+  // Reads first: an idle handler reads end of stream and ends, while one writing its reply
+  // finishes it. A request applied just before stop() (the last "done" of a job, whose waiter is
+  // what stops this server) must still be answered, or its client sees a lost store.
+  for (auto& connection : connections) connection->socket->shutdownRead();
+  const Deadline grace = deadlineFor(Millis(kStopGraceMillis));
+  for (auto& connection : connections)
+    while (!connection->finished && !grace.expired())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (auto& connection : connections) connection->socket->shutdown();
   for (auto& connection : connections) connection->thread.join();
   connections.clear();
