@@ -268,6 +268,11 @@ void Config::set(const std::string& assignment) {
 
 bool Config::has(const std::string& key) const { return impl_->find(key) != nullptr; }
 
+bool Config::isArray(const std::string& key) const {
+  const toml::node* node = impl_->find(key);
+  return node != nullptr && node->is_array();
+}
+
 double Config::getDouble(const std::string& key, double fallback) const {
   const toml::node* node = impl_->read(key);
   if (node == nullptr) return fallback;

@@ -15,8 +15,9 @@ struct GradientReducer::Bucket {
   int index = 0;
   std::vector<int> parameters;  // indices into parameters_
   std::int64_t elements = 0;
-  at::Tensor flat;  // the bucket's gradients, contiguous, for one all-reduce
-  int pending = 0;  // parameters whose gradient is not final yet (this step)
+  std::int64_t flat_begin = 0;  // where the bucket starts in the launch-order flat space
+  at::Tensor flat;              // the bucket's gradients, contiguous, for one all-reduce
+  int pending = 0;              // parameters whose gradient is not final yet (this step)
   bool launched = false;
   comm::Work work;
 };
@@ -36,6 +37,38 @@ class ReadyHook : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
+std::vector<std::vector<int>> bucketLayoutOf(const std::vector<at::Tensor>& parameters,
+                                             const ReducerOptions& options) {
+  if (options.first_bucket_bytes < 1 || options.bucket_bytes < 1 || options.min_buckets < 1 ||
+      options.min_bucket_bytes < 1)
+    CHORUS_THROW(ConfigError, "gradient reducer: bucket sizes and min_buckets must be positive");
+  std::int64_t total_bytes = 0;
+  for (const at::Tensor& parameter : parameters) total_bytes += parameter.numel() * 4;
+  // ReducerOptions has the rule and its why.
+  const std::int64_t spread = std::max(options.min_bucket_bytes, total_bytes / options.min_buckets);
+  std::vector<std::vector<int>> layout;
+  const auto capOf = [&](size_t bucket) {
+    const std::int64_t cap = std::min(options.bucket_bytes, spread);
+    return bucket == 0 ? std::min(options.first_bucket_bytes, cap) : cap;
+  };
+  // Buckets in reverse registration order: backward produces the last layers' gradients first,
+  // so the first bucket fills first and its all-reduce overlaps the rest of backward.
+  std::vector<int> current;
+  std::int64_t current_bytes = 0;
+  for (int index = static_cast<int>(parameters.size()) - 1; index >= 0; --index) {
+    const std::int64_t bytes = parameters[index].numel() * 4;
+    if (!current.empty() && current_bytes + bytes > capOf(layout.size())) {
+      layout.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(index);
+    current_bytes += bytes;
+  }
+  if (!current.empty()) layout.push_back(std::move(current));
+  return layout;
+}
+
 GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
                                  std::shared_ptr<comm::Communicator> communicator,
                                  ReducerOptions options)
@@ -43,44 +76,28 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
       communicator_(std::move(communicator)),
       options_(options),
       bucket_of_(parameters_.size(), -1) {
-  if (options_.first_bucket_bytes < 1 || options_.bucket_bytes < 1 || options_.min_buckets < 1 ||
-      options_.min_bucket_bytes < 1)
-    CHORUS_THROW(ConfigError, "gradient reducer: bucket sizes and min_buckets must be positive");
-  std::int64_t total_bytes = 0;
-  for (int index = 0; index < static_cast<int>(parameters_.size()); ++index) {
+  for (int index = 0; index < static_cast<int>(parameters_.size()); ++index)
     if (parameters_[index].scalar_type() != at::kFloat)
       CHORUS_THROW(ConfigError, "gradient reducer: parameter ", index,
                    " is not float32 (master weights are fp32)");
-    total_bytes += parameters_[index].numel() * 4;
-  }
-  // ReducerOptions has the rule and its why.
-  const std::int64_t spread =
-      std::max(options_.min_bucket_bytes, total_bytes / options_.min_buckets);
-  const auto capOf = [&](size_t bucket) {
-    const std::int64_t cap = std::min(options_.bucket_bytes, spread);
-    return bucket == 0 ? std::min(options_.first_bucket_bytes, cap) : cap;
-  };
-  // Buckets in reverse registration order: backward produces the last layers' gradients first,
-  // so the first bucket fills first and its all-reduce overlaps the rest of backward.
-  auto current = std::make_unique<Bucket>();
-  std::int64_t current_bytes = 0;
-  for (int index = static_cast<int>(parameters_.size()) - 1; index >= 0; --index) {
-    const std::int64_t bytes = parameters_[index].numel() * 4;
-    if (!current->parameters.empty() && current_bytes + bytes > capOf(buckets_.size())) {
-      buckets_.push_back(std::move(current));
-      current = std::make_unique<Bucket>();
-      current_bytes = 0;
+  for (const std::vector<int>& members : bucketLayoutOf(parameters_, options_)) {
+    auto bucket = std::make_unique<Bucket>();
+    for (int index : members) {
+      bucket_of_[index] = static_cast<int>(buckets_.size());
+      bucket->parameters.push_back(index);
+      bucket->elements += parameters_[index].numel();
     }
-    bucket_of_[index] = static_cast<int>(buckets_.size());
-    current->parameters.push_back(index);
-    current->elements += parameters_[index].numel();
-    current_bytes += bytes;
+    buckets_.push_back(std::move(bucket));
   }
-  if (!current->parameters.empty()) buckets_.push_back(std::move(current));
+  std::int64_t flat_begin = 0;
   for (size_t index = 0; index < buckets_.size(); ++index) {
     buckets_[index]->index = static_cast<int>(index);
-    buckets_[index]->flat = at::zeros({buckets_[index]->elements}, at::kFloat);
+    // ZeRO-2's buckets exist only from their release to the end of the step (release()).
+    if (!scattering()) buckets_[index]->flat = at::zeros({buckets_[index]->elements}, at::kFloat);
+    buckets_[index]->flat_begin = flat_begin;
+    flat_begin += buckets_[index]->elements;
   }
+  if (scattering()) checkScatter(flat_begin);
   engine_ = options_.hierarchical;
   if (!engine_ && options_.codec) {
     // One-rank groups make every rank a leader: the codec then runs among all ranks, on the
@@ -96,6 +113,26 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
         parameters_[index],
         std::make_unique<ReadyHook>([this, parameter] { onGradientReady(parameter); }));
   }
+}
+
+void GradientReducer::checkScatter(std::int64_t elements) const {
+  const auto& bounds = options_.scatter_bounds;
+  const int rank = communicator_->rank();
+  if (options_.hierarchical || options_.codec)
+    CHORUS_THROW(ConfigError,
+                 "gradient reducer: a reduce-scatter (ZeRO stage 2) is flat and "
+                 "uncompressed; it takes neither a hierarchy nor a codec");
+  if (static_cast<int>(bounds.size()) != communicator_->size() + 1 || bounds.front() != 0 ||
+      bounds.back() != elements || !std::is_sorted(bounds.begin(), bounds.end()))
+    CHORUS_THROW(ConfigError, "gradient reducer: scatter bounds do not split the ", elements,
+                 " gradient elements over ", communicator_->size(), " ranks");
+  const at::Tensor& output = options_.scatter_output;
+  if (!output.defined() || output.scalar_type() != at::kFloat || !output.is_contiguous() ||
+      output.numel() != bounds[rank + 1] - bounds[rank])
+    CHORUS_THROW(ConfigError,
+                 "gradient reducer: the scatter output must be a contiguous fp32 "
+                 "tensor of this rank's ",
+                 bounds[rank + 1] - bounds[rank], " elements");
 }
 
 GradientReducer::~GradientReducer() {
@@ -145,6 +182,7 @@ int GradientReducer::heldBuckets() const { return static_cast<int>(held_.size())
 
 void GradientReducer::release(Bucket& bucket) {
   noteCompletions();
+  if (!bucket.flat.defined()) bucket.flat = at::empty({bucket.elements}, at::kFloat);
   std::int64_t offset = 0;
   for (int index : bucket.parameters) {
     const at::Tensor& parameter = parameters_[index];
@@ -156,6 +194,9 @@ void GradientReducer::release(Bucket& bucket) {
       slot.zero_();  // unused parameter, or no backward on this rank: contributes zero
     offset += parameter.numel();
   }
+  // ZeRO stage 2 keeps no whole gradient: the bucket holds what the reduce-scatter needs.
+  if (scattering())
+    for (int index : bucket.parameters) parameters_[index].mutable_grad().reset();
   if (options_.hold_launch && options_.hold_launch(bucket.index))
     held_.push_back(bucket.index);
   else
@@ -173,6 +214,10 @@ void GradientReducer::launch(Bucket& bucket) {
   noteCompletions();
   bucket.launched = true;
   timings_.push_back({bucket.index, std::chrono::steady_clock::now(), {}});
+  if (scattering()) {
+    launchScatter(bucket);
+    return;
+  }
   if (!engine_) {
     bucket.work = communicator_->allReduce(bucket.flat, comm::ReduceOp::kSum);
     return;
@@ -192,6 +237,19 @@ void GradientReducer::launch(Bucket& bucket) {
     };
   }
   bucket.work = engine_->allReduce(bucket.flat, comm::ReduceOp::kSum, std::move(leader_reduce));
+}
+
+void GradientReducer::launchScatter(Bucket& bucket) {
+  const auto& bounds = options_.scatter_bounds;
+  const std::int64_t first = bucket.flat_begin, last = first + bucket.elements;
+  std::vector<std::int64_t> counts;
+  for (size_t r = 0; r + 1 < bounds.size(); ++r)
+    counts.push_back(
+        std::max<std::int64_t>(0, std::min(last, bounds[r + 1]) - std::max(first, bounds[r])));
+  const int rank = communicator_->rank();
+  const std::int64_t start = counts[rank] > 0 ? std::max(first, bounds[rank]) - bounds[rank] : 0;
+  at::Tensor mine = options_.scatter_output.narrow(0, start, counts[rank]);
+  bucket.work = communicator_->reduceScatterV(bucket.flat, mine, counts, comm::ReduceOp::kSum);
 }
 
 ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
@@ -214,11 +272,20 @@ ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
   timing.wait_seconds = clock.seconds();
   timing.buckets = numBuckets();
   writeGradients(1.0 / static_cast<double>(global_batch));
+  if (scattering())
+    for (auto& bucket : buckets_) {
+      bucket->work = comm::Work();  // it may hold the bucket
+      bucket->flat = at::Tensor();
+    }
   armed_ = false;
   return timing;
 }
 
 void GradientReducer::writeGradients(double scale) {
+  if (scattering()) {
+    options_.scatter_output.mul_(scale);
+    return;
+  }
   for (auto& bucket : buckets_) {
     bucket->flat.mul_(scale);
     std::int64_t offset = 0;
@@ -236,12 +303,15 @@ void GradientReducer::writeGradients(double scale) {
 }
 
 bool GradientReducer::gradientsFinite() const {
+  if (scattering()) return at::isfinite(options_.scatter_output).all().item<bool>();
   for (const auto& bucket : buckets_)
     if (!at::isfinite(bucket->flat).all().item<bool>()) return false;
   return true;
 }
 
 void GradientReducer::finishLocal(std::int64_t local_batch) {
+  if (scattering())
+    CHORUS_THROW(ConfigError, "gradient reducer: local SGD does not combine with a scatter");
   if (local_batch < 0) CHORUS_THROW(ConfigError, "gradient reducer: local batch must be >= 0");
   for (auto& bucket : buckets_) {
     std::int64_t offset = 0;
@@ -260,6 +330,8 @@ void GradientReducer::finishLocal(std::int64_t local_batch) {
 }
 
 void GradientReducer::averageParameters(double weight) {
+  if (scattering())
+    CHORUS_THROW(ConfigError, "gradient reducer: local SGD does not combine with a scatter");
   if (!(weight >= 0)) CHORUS_THROW(ConfigError, "gradient reducer: weight must be >= 0");
   at::Tensor total = at::full({1}, weight, at::kDouble);
   communicator_->allReduce(total).wait();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "chorus/core/error.h"
+#include "chorus/core/units.h"
 
 namespace chorus::plan {
 namespace {
@@ -121,14 +122,25 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
                       "memory model: micro_batch must be >= 0, in_flight and group >= 1, "
                       "zero_stage 0-3");
   const double params = params_[last] - params_[first];
+  CHORUS_CHECK_CONFIG(request.shard_fraction >= 0 && request.shard_fraction <= 1,
+                      "memory model: shard_fraction must be in [0, 1]");
   const int zero = request.zero_stage;
-  const double shard = request.group;
+  // Divided, not multiplied by a fraction, for even shards: predictions stay bit-identical.
+  const auto sharded = [&](double bytes, int from_stage) {
+    if (zero < from_stage) return bytes;
+    return request.shard_fraction > 0 ? bytes * request.shard_fraction : bytes / request.group;
+  };
   const double resident = request.whole_model ? params_.back() : params;
   MemoryEstimate bytes;
-  bytes.weights = resident * kParameterBytes / (zero >= 3 ? shard : 1);
-  const double gradients = params * kParameterBytes / (zero >= 2 ? shard : 1);
-  bytes.optimizer = params * options_.optimizer_state_bytes / (zero >= 1 ? shard : 1);
-  if (request.gradient_buckets) bytes.buffers += params * kParameterBytes / (zero >= 2 ? shard : 1);
+  bytes.weights = sharded(resident * kParameterBytes, 3);
+  // The local gradients are whole in every stage (parallel/zero.h): accumulated over micro-batches
+  // before the reduction; ZeRO-2 frees each one as it is copied into its bucket.
+  const double gradients = params * kParameterBytes;
+  // ZeRO's optimizer steps an fp32 master copy of the rank's slice, with the slice's gradient.
+  bytes.optimizer = sharded(params * options_.optimizer_state_bytes, 1) +
+                    (zero >= 1 ? sharded(2 * params * kParameterBytes, 1) : 0);
+  // ZeRO-2's buckets live only while their reduce-scatter runs; the others for the whole step.
+  if (request.gradient_buckets && zero < 2) bytes.buffers += params * kParameterBytes;
   // ZeRO-3 gathers one layer's full weights at a time.
   if (zero >= 3 && request.group > 1)
     bytes.buffers += rangeMax(widest_, first, last) * kParameterBytes;
@@ -150,7 +162,7 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
        (first > 0 ? request.prefetched_inputs * model_.layers[first - 1].output_bytes : 0));
   // Accumulating, each layer's new gradient is made beside the one it is added to.
   if (request.gradients_held) bytes.buffers += rangeMax(widest_, first, last) * kParameterBytes;
-  if (request.gradients_held || zero >= 2) {
+  if (request.gradients_held) {
     const PerSample per_sample = activationsPerSample(request);
     bytes.gradients = gradients;
     bytes.activations =
@@ -228,13 +240,50 @@ std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
       const int micro_batches =
           stages == 1 ? (replica.share + stage.micro_batch - 1) / std::max(1, stage.micro_batch)
                       : plan.micro_batches;
-      bytes[stage.rank] = memory.peakBytes(trainerStageRequest(
+      StageMemoryRequest request = trainerStageRequest(
           stage.first_layer, stage.last_layer, memory.model().layerCount(),
           plan.ranks.at(stage.rank).precision, stage.micro_batch, in_flight, micro_batches,
           plan.zero_stage, static_cast<int>(plan.replicas.size()),
-          stage.checkpoint ? checkpointing : Checkpointing::kNone));
+          stage.checkpoint ? checkpointing : Checkpointing::kNone);
+      if (!plan.zero_shards.empty()) request.shard_fraction = plan.zero_shards.at(stage.rank);
+      bytes[stage.rank] = memory.peakBytes(request);
     }
   return bytes;
+}
+
+std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
+                                       std::vector<StageMemoryRequest> requests,
+                                       const std::vector<double>& usable,
+                                       const std::vector<std::string>& names) {
+  CHORUS_CHECK_CONFIG(
+      !requests.empty() && requests.size() == usable.size() && usable.size() == names.size(),
+      "ZeRO shards by memory: one request, capacity and name per rank");
+  // The peak is linear in the fraction: f = 1 and f = 1/2 give the sharded and the fixed parts.
+  std::vector<double> headroom;
+  double sharded = 0, total_headroom = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    requests[r].shard_fraction = 1;
+    const double whole = memory.peakBytes(requests[r]);
+    requests[r].shard_fraction = 0.5;
+    const double half = memory.peakBytes(requests[r]);
+    sharded = 2 * (whole - half);
+    const double fixed = whole - sharded;
+    CHORUS_CHECK_CONFIG(
+        fixed < usable[r], "ZeRO shards by memory: device '", names[r], "' (rank ", r,
+        ") cannot hold even its unsharded part: ", formatBytes(static_cast<std::uint64_t>(fixed)),
+        " of ", formatBytes(static_cast<std::uint64_t>(usable[r])), " usable");
+    headroom.push_back(usable[r] - fixed);
+    total_headroom += usable[r] - fixed;
+  }
+  CHORUS_CHECK_CONFIG(total_headroom >= sharded,
+                      "ZeRO shards by memory: the devices together "
+                      "have ",
+                      formatBytes(static_cast<std::uint64_t>(total_headroom)),
+                      " left for the sharded state, which needs ",
+                      formatBytes(static_cast<std::uint64_t>(sharded)));
+  std::vector<double> fractions;
+  for (double room : headroom) fractions.push_back(room / total_headroom);
+  return fractions;
 }
 
 }  // namespace chorus::plan

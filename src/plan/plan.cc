@@ -1,6 +1,7 @@
 #include "chorus/plan/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "chorus/core/error.h"
@@ -47,6 +48,7 @@ void Plan::validate(int layer_count) const {
   CHORUS_CHECK_CONFIG(global_batch >= 1, "plan: global_batch must be >= 1");
   CHORUS_CHECK_CONFIG(micro_batches >= 1, "plan: micro_batches must be >= 1");
   CHORUS_CHECK_CONFIG(zero_stage >= 0 && zero_stage <= 3, "plan: zero_stage must be 0..3");
+  validateZeroShards();
   CHORUS_CHECK_CONFIG(comm.sync_period == 1, "plan: only sync_period = 1 is supported");
   CHORUS_CHECK_CONFIG(!replicas.empty(), "plan: no replicas");
   const int stages = stageCount();
@@ -95,6 +97,21 @@ void Plan::validate(int layer_count) const {
   for (size_t rank = 0; rank < uses.size(); ++rank)
     CHORUS_CHECK_CONFIG(uses[rank] == 1, "plan: rank ", rank, " runs ", uses[rank],
                         " stages; every rank runs exactly one");
+}
+
+void Plan::validateZeroShards() const {
+  if (zero_shards.empty()) return;
+  CHORUS_CHECK_CONFIG(zero_stage >= 1, "plan: zero_shards without a ZeRO stage");
+  CHORUS_CHECK_CONFIG(zero_shards.size() == ranks.size(), "plan: ", zero_shards.size(),
+                      " zero_shards for ", ranks.size(), " ranks");
+  double total = 0;
+  for (size_t r = 0; r < zero_shards.size(); ++r) {
+    CHORUS_CHECK_CONFIG(zero_shards[r] >= 0 && zero_shards[r] <= 1, "plan: rank ", r,
+                        "'s zero shard ", zero_shards[r], " is not a fraction in [0, 1]");
+    total += zero_shards[r];
+  }
+  CHORUS_CHECK_CONFIG(std::abs(total - 1) <= 1e-6, "plan: the zero_shards sum to ", total,
+                      ", not 1");
 }
 
 std::string Plan::summary() const {

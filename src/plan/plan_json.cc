@@ -103,6 +103,7 @@ nlohmann::json toJson(const Plan& plan) {
           {"seed", plan.seed},
           {"schedule", toString(plan.schedule)},
           {"zero_stage", plan.zero_stage},
+          {"zero_shards", plan.zero_shards},
           {"replicas", replicas},
           {"ranks", ranks},
           {"comm",
@@ -116,8 +117,9 @@ nlohmann::json toJson(const Plan& plan) {
 
 Plan parsePlanJson(const std::string& text, const std::string& source) {
   const JsonReader reader(text, source);
-  reader.object("", {"version", "model", "devices", "global_batch", "micro_batches", "seed",
-                     "schedule", "zero_stage", "replicas", "ranks", "comm", "predicted", "reason"});
+  reader.object("",
+                {"version", "model", "devices", "global_batch", "micro_batches", "seed", "schedule",
+                 "zero_stage", "zero_shards", "replicas", "ranks", "comm", "predicted", "reason"});
   if (reader.integer("/version", 1, 1, 1) != 1) reader.fail("/version", "must be 1");
   reader.require("/global_batch");
   Plan plan;
@@ -128,6 +130,11 @@ Plan parsePlanJson(const std::string& text, const std::string& source) {
       reader.integer("/seed", 0, 0, std::numeric_limits<long long>::max()));
   plan.schedule = parseEnum(reader, "/schedule", "1f1b", parseSchedule);
   plan.zero_stage = static_cast<int>(reader.integer("/zero_stage", 0, 0, 3));
+  if (reader.has("/zero_shards")) {
+    const nlohmann::json& shards = reader.array("/zero_shards");
+    for (size_t r = 0; r < shards.size(); ++r)
+      plan.zero_shards.push_back(reader.number("/zero_shards/" + std::to_string(r), 0, 0));
+  }
   const nlohmann::json& replicas = reader.array("/replicas");
   for (size_t r = 0; r < replicas.size(); ++r) {
     const std::string at = "/replicas/" + std::to_string(r);

@@ -47,13 +47,25 @@ TEST(MemoryModel, StateFollowsTheZeroStagesAndTheOptimizer) {
   // accumulating, one layer's new gradient (4e9 bytes) beside the one it is added to.
   const double fresh = 4e9;
   EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p + fresh);
+  // ZeRO-1 shards Adam's state and adds an fp32 master copy of the slice with its gradient; the
+  // local gradients stay whole.
   request.zero_stage = 1;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 8 * p / 8 + fresh);
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 16 * p / 8 + fresh);
+  // A shard sized by memory instead of 1 / group.
+  request.shard_fraction = 0.25;
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 16 * p * 0.25 + fresh);
+  request.shard_fraction = 0;
+  // ZeRO-2 differs from ZeRO-1 in the reducer's buckets, which it frees after each reduce-scatter.
   request.zero_stage = 2;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 4 * p + 12 * p / 8 + fresh);
-  // ZeRO-3 also gathers one layer's weights at a time.
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 16 * p / 8 + fresh);
+  request.gradient_buckets = true;
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 16 * p / 8 + fresh);
+  request.zero_stage = 1;
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 12 * p + 16 * p / 8 + fresh);
+  request.gradient_buckets = false;
+  // ZeRO-3 also shards the weights and gathers one layer's at a time.
   request.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 16 * p / 8 + 4e9 + fresh);
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 4 * p + 20 * p / 8 + 4e9 + fresh);
   // One micro-batch allocates its gradients during its backward pass: no second copy.
   request.zero_stage = 0;
   request.gradients_held = false;

@@ -48,6 +48,9 @@ class Config {
 
   // Whether `key` is present (as a value or a table). Does not mark it as known.
   bool has(const std::string& key) const;
+  // Whether `key` is present and an array (for keys that take a word or a list). Does not mark
+  // it as known.
+  bool isArray(const std::string& key) const;
 
   // Typed reads: the value at `key`, or `fallback` when it is absent. Each marks `key` as known.
   // A present value of the wrong type throws ConfigError, e.g.

@@ -68,6 +68,14 @@ struct ReducerOptions {
   // reducer knows nothing of emulation. Not called by averageParameters(). Default: empty,
   // nothing is held.
   std::function<bool(int bucket)> hold_launch;
+  // ZeRO stage 2 (parallel/zero.h): when not empty, each rank's slice of the flattened gradients
+  // in launch order (size ranks + 1, as shardBounds gives them). Each bucket is then
+  // reduce-scattered instead of all-reduced, the parameters' .grad are freed once copied into
+  // their bucket, and finish() writes this rank's averaged slice into `scatter_output` (fp32,
+  // the slice's length) and no .grad. Excludes `hierarchical` and `codec`, and local SGD.
+  // Default: empty, all-reduce.
+  std::vector<std::int64_t> scatter_bounds;
+  at::Tensor scatter_output;
 };
 
 // When one bucket's all-reduce of the last synchronizing step ran, for a trace. Value type.
@@ -84,6 +92,11 @@ struct ReduceTiming {
   double wait_seconds = 0;  // time finish() blocked waiting for all-reduces
   int buckets = 0;
 };
+
+// The buckets a reducer with `options` makes of `parameters`: parameter indices per bucket, in
+// launch order (what GradientReducer::bucketLayout() returns). Throws ConfigError on bad sizes.
+std::vector<std::vector<int>> bucketLayoutOf(const std::vector<at::Tensor>& parameters,
+                                             const ReducerOptions& options);
 
 // Owns the buckets and the hooks on `parameters` (removed on destruction). Used by the training
 // thread only: hooks fire on the thread that runs backward (for CPU tensors, the caller's), and
@@ -125,7 +138,8 @@ class GradientReducer {
 
   // Whether the gradients the last finish() or finishLocal() wrote are all finite: one check per
   // bucket, whose flat buffer holds exactly what was written (cheaper than a check per parameter,
-  // which costs a small model a quarter of a millisecond per step).
+  // which costs a small model a quarter of a millisecond per step); under scatter_bounds, one
+  // check of this rank's slice.
   bool gradientsFinite() const;
 
   // The buckets' launch and completion times of the last finish(), in launch order.
@@ -142,6 +156,10 @@ class GradientReducer {
   // Copies the bucket's gradients into it, then holds it back or launches it.
   void release(Bucket& bucket);
   void launch(Bucket& bucket);
+  void launchScatter(Bucket& bucket);
+  // Throws ConfigError unless the scatter options fit `elements` gradient elements.
+  void checkScatter(std::int64_t elements) const;
+  bool scattering() const { return !options_.scatter_bounds.empty(); }
   void writeGradients(double scale);
   // Stamps the completion time of launched buckets that are done now.
   void noteCompletions();

@@ -5,10 +5,13 @@
 //
 // A rank running layers [first, last) of a model holds, in bytes:
 //   state        fp32 weights (autocast keeps fp32 master parameters) of its layers, or of the
-//                whole model where the runtime builds all of it; fp32 gradients; the optimizer's
-//                state (MemoryOptions); sharded over the data-parallel group by ZeRO 3, 2 and 1;
+//                whole model where the runtime builds all of it (sharded by ZeRO 3); fp32
+//                gradients (whole in every stage: the local ones exist before the reduction); the
+//                optimizer's state (MemoryOptions), sharded by ZeRO 1 and up, which then adds an
+//                fp32 master copy of the rank's slice and the slice's gradient (parallel/zero.h);
 //   buffers      the data-parallel reducer's flat gradient buckets (one more copy, held for the
-//                whole step), ZeRO-3's one gathered layer, autocast's 16-bit weight copies, and,
+//                whole step; ZeRO-2 frees each one after its reduce-scatter), ZeRO-3's one gathered
+//                layer, autocast's 16-bit weight copies, and,
 //                accumulating, one layer's fresh gradient beside the one it is added to;
 //   activations  what autograd keeps of the micro-batches in flight, the backward pass's peak of
 //                one micro-batch (below), the transfers' buffers of a pipeline stage and the
@@ -70,6 +73,9 @@ struct StageMemoryRequest {
   // ZeRO stage 0-3 and the data-parallel group the state is sharded over. Default: 0, 1.
   int zero_stage = 0;
   int group = 1;
+  // This rank's fraction of the sharded state (ZeRO shards sized by memory, parallel/zero.h);
+  // 0 means an even shard, 1 / group. Default: 0.
+  double shard_fraction = 0;
   // Whether gradients are also held in flat all-reduce buckets for the whole step, as the
   // data-parallel trainer's reducer does (a pipeline stage reduces after its backward, when the
   // activations are gone). Default: false.
@@ -174,5 +180,15 @@ StageMemoryRequest trainerStageRequest(int first, int last, int layers, Dtype dt
 // model fills RankPlan::predicted_memory with. REQUIRES: plan.validate(layers) passes.
 std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
                                Checkpointing checkpointing = Checkpointing::kLayer);
+
+// ZeRO shards sized by memory: rank r's fraction of the sharded state (StageMemoryRequest's
+// zero_stage decides what is sharded) in proportion to what `usable[r]` bytes leave after the
+// rest of requests[r] (its replicated state and activations), so that every rank is left the
+// same fraction of its headroom. Throws ConfigError naming the rank (by names[r]) that cannot hold
+// even its replicated part, or the shortfall when the ranks together cannot hold the state.
+std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
+                                       std::vector<StageMemoryRequest> requests,
+                                       const std::vector<double>& usable,
+                                       const std::vector<std::string>& names);
 
 }  // namespace chorus::plan

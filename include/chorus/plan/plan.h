@@ -105,6 +105,9 @@ struct Plan {
   Schedule schedule = Schedule::kOneFOneB;
   // ZeRO stage 0-3, sharding over each stage's data-parallel group. Default: 0.
   int zero_stage = 0;
+  // With zero_stage >= 1: each rank's fraction of the sharded state (a contiguous slice of the
+  // flattened parameters, parallel/zero.h), rank order, summing to 1. Default: empty = even.
+  std::vector<double> zero_shards;
   std::vector<ReplicaPlan> replicas;
   std::vector<RankPlan> ranks;
   CommPlan comm;
@@ -119,6 +122,8 @@ struct Plan {
   // stages of every replica cover [0, layer_count) in order with equal cuts across replicas,
   // every rank is used exactly once, micro-batches fit the schedule. Throws ConfigError.
   void validate(int layer_count) const;
+  // zero_shards: empty, or one fraction in [0, 1] per rank summing to 1 with a ZeRO stage.
+  void validateZeroShards() const;
   // A short description: "DP x16, shares 12..4" or "2 replicas x 4 stages, cuts 0|10|19|28|34".
   std::string summary() const;
 };

@@ -238,6 +238,7 @@ JobConfig readJobConfig(const Config& config) {
   job.precision = readPrecision(config);
   job.checkpoint = readCheckpoint(config);
   job.parallel = readParallel(config);
+  job.zero = readZero(config);
   requireSumsToBatch(job.balancer.shares, "balancer.shares", job.train.global_batch);
   requireSumsToBatch(job.balancer.initial_shares, "balancer.initial_shares",
                      job.train.global_batch);
@@ -248,6 +249,7 @@ JobConfig readJobConfig(const Config& config) {
           std::to_string(job.train.global_batch) + " is larger than the synthetic data set (" +
               "data.size = " + std::to_string(job.data.size) + ")");
   checkParallel(job, config);
+  checkZero(job);
   config.rejectUnknownKeys();
   job.toml = config.toToml();
   return job;

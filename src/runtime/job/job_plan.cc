@@ -12,6 +12,7 @@
 #include "chorus/runtime/job/pipeline_job.h"
 #include "chorus/runtime/launch/worker.h"
 #include "job/balancer_settings.h"
+#include "job/job_sections.h"
 #include "job/trained_model.h"
 
 namespace chorus::runtime {
@@ -138,6 +139,8 @@ plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& device
     planPipeline(plan, job, devices);
   else
     planDataParallel(plan, job, layerCount(job));
+  plan.zero_stage = static_cast<int>(job.zero.stage);
+  plan.zero_shards = zeroShardFractions(job, devices);
   plan.reason = "as the job's [parallel] and balancer keys say";
   return plan;
 }
@@ -208,8 +211,12 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
   CHORUS_CHECK_CONFIG(plan.global_batch == job.train.global_batch, "plan: global batch ",
                       plan.global_batch, ", but the job's train.global_batch is ",
                       job.train.global_batch);
-  CHORUS_CHECK_CONFIG(plan.zero_stage == 0, "plan: ZeRO stage ", plan.zero_stage,
-                      " is priced by the planner but not run by chorus train yet");
+  CHORUS_CHECK_CONFIG(plan.zero_stage <= 2, "plan: ZeRO stage ", plan.zero_stage,
+                      " is priced by the planner but not run by chorus train yet (1 and 2 are)");
+  CHORUS_CHECK_CONFIG(plan.zero_stage == job.zero.stage, "plan: ZeRO stage ", plan.zero_stage,
+                      ", but the job's zero.stage is ", job.zero.stage, "; set [zero] to match");
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || plan.stageCount() == 1, "plan: ZeRO stage ",
+                      plan.zero_stage, " shards one-stage replicas only, not a pipeline");
   CHORUS_CHECK_CONFIG(plan.ranks.size() == devices.size(), "plan: ", plan.ranks.size(),
                       " ranks, but the job runs on ", devices.size(), " devices (",
                       toString(devices), ")");
@@ -277,6 +284,12 @@ std::string describePlan(const plan::Plan& plan) {
          << (plan.replicas[0].stages[0].checkpoint ? ", activation checkpointing" : "");
   }
   text << ", precision " << joined(precisions, "/");
+  if (plan.zero_stage > 0) {
+    std::vector<int> percents;
+    for (double shard : plan.zero_shards) percents.push_back(static_cast<int>(shard * 100 + 0.5));
+    text << ", ZeRO-" << plan.zero_stage << " shards "
+         << (percents.empty() ? std::string("even") : joined(percents, "/") + " %");
+  }
   return text.str();
 }
 

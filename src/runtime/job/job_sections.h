@@ -9,6 +9,18 @@ namespace chorus::runtime {
 
 PrecisionSection readPrecision(const Config& config);
 CheckpointSection readCheckpoint(const Config& config);
+// [zero] on its own (zero_section.cc).
+ZeroSection readZero(const Config& config);
+// [zero] against the rest of the job: what a sharded step does not combine with (yet), and a
+// shard list of the wrong length when the devices are listed. Throws ConfigError naming the key.
+void checkZero(const JobConfig& job);
+// Each rank's fraction of ZeRO's sharded state for `job` on `devices` (rank order): the job's
+// list; empty (even) for "even", and for "memory" when no device has a budget; else by memory
+// (plan::zeroShardsByMemory over 90% of each budget, after the replicated state and one sample's
+// activations; the rest of a budget goes to micro-batches). Empty without a ZeRO stage. Throws
+// ConfigError when only some devices have budgets, or they cannot hold the state.
+std::vector<double> zeroShardFractions(const JobConfig& job,
+                                       const std::vector<DeviceSpec>& devices);
 // Each [parallel] key on its own (names, ranges, the partition's syntax).
 ParallelSection readParallel(const Config& config);
 // [parallel] against the other sections: the device count (unless "auto"), the global batch,

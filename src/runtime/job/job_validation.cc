@@ -9,6 +9,7 @@
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/memory_calibration.h"
+#include "job/job_sections.h"
 #include "job/trained_model.h"
 #include "train/trainer_state.h"
 
@@ -52,12 +53,14 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
                  " entries for ", devices.size(), " devices (", toString(devices), ")");
   checkDataFiles(job.data);
   const auto memory = memoryModelForBudgets(job, devices);
-  for (size_t rank = 0; rank < devices.size(); ++rank) {
+  const std::vector<double> shards = zeroShardFractions(job, devices);
+  const int ranks = static_cast<int>(devices.size());
+  for (int rank = 0; rank < ranks; ++rank) {
     const DeviceSpec& device = devices[rank];
     if (!device.memory_budget) continue;
-    const plan::Dtype dtype =
-        plan::parseDtype(precisionOf(job.precision, static_cast<int>(rank), device));
-    maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString());
+    const plan::Dtype dtype = plan::parseDtype(precisionOf(job.precision, rank, device));
+    maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString(),
+                  static_cast<int>(job.zero.stage), ranks, shards.empty() ? 0 : shards[rank]);
   }
 }
 

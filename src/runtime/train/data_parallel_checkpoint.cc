@@ -95,6 +95,7 @@ StateCopy copyState(DataParallelEngine& s) {
     copy.model.emplace_back(item.key(), item.value().detach().clone());
   for (const auto& item : s.model->named_buffers())
     copy.model.emplace_back(item.key(), item.value().detach().clone());
+  if (s.zero) return copy;  // every rank saves its own optimizer slice (writeZeroSlice)
   std::vector<at::Tensor> parameters;
   for (const auto& parameter : s.optimizer->param_groups().at(0).params())
     parameters.push_back(parameter.detach().clone());
@@ -126,6 +127,7 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
   }
   if (s.codec)
     for (const auto& [key, value] : s.codec->state()) mine.write("codec/" + key, value.clone());
+  if (s.zero) writeZeroSlice(s, mine);
   mine.write("samples_since_average",
              at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));
   files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
@@ -143,11 +145,11 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
     std::vector<CheckpointFile> heavy;
     torch::serialize::OutputArchive model, optimizer;
     for (const auto& [name, tensor] : copy->model) model.write(name, tensor);
-    copy->optimizer->save(optimizer);
+    if (copy->optimizer) copy->optimizer->save(optimizer);
     const std::string model_bytes = archiveBytes(model), optimizer_bytes = archiveBytes(optimizer);
     if (shared) {
       heavy.push_back({kModelFile, model_bytes});
-      heavy.push_back({kOptimizerFile, optimizer_bytes});
+      if (copy->optimizer) heavy.push_back({kOptimizerFile, optimizer_bytes});
     }
     if (!suffix.empty()) {
       heavy.push_back({std::string("model").append(suffix), model_bytes});
@@ -159,8 +161,10 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
 }
 
 nlohmann::json DataParallelEngine::checkpointEntries() const {
-  return {{"balancer", balancerStateToJson(balancer->exportState())},
-          {"skipped_steps", skipped_steps}};
+  nlohmann::json entries = {{"balancer", balancerStateToJson(balancer->exportState())},
+                            {"skipped_steps", skipped_steps}};
+  if (zero) entries["zero"] = zeroEntry(*this);
+  return entries;
 }
 
 void DataParallelEngine::restore(const CheckpointSource& source) {
@@ -170,8 +174,16 @@ void DataParallelEngine::restore(const CheckpointSource& source) {
                     "one stage per replica (resume needs the pipeline layout that wrote it)");
   auto model_archive = archiveOf(source.read(kModelFile));
   loadModel(*s.model, model_archive);
-  auto optimizer_archive = archiveOf(source.read(kOptimizerFile));
-  s.optimizer->load(optimizer_archive);
+  if (s.zero) {
+    restoreZero(s, source);
+  } else {
+    if (source.saved.contains("zero"))
+      source.mismatch("the optimizer's layout",
+                      "ZeRO stage " + source.saved.at("zero").at("stage").dump(),
+                      "no ZeRO (a checkpoint of sharded optimizer state resumes with [zero])");
+    auto optimizer_archive = archiveOf(source.read(kOptimizerFile));
+    s.optimizer->load(optimizer_archive);
+  }
   s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
   const int world = s.worker->worldSize();
   if (source.manifest.world_size == world) {

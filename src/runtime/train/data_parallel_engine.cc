@@ -103,7 +103,7 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
                      bool arm_reducer) {
   const auto micro = data::microBatches(
       mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
-  s.optimizer->zero_grad(/*set_to_none=*/true);
+  s.clearGradients();
   s.model->train();
   if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
   s.held_at.clear();  // what a failed step left
@@ -160,7 +160,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   record.step = step;
   record.shares = shares();
   record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
-  setLearningRate(*s.optimizer, record.lr);
+  setLearningRate(s.activeOptimizer(), record.lr);
 
   const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
   const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
@@ -174,6 +174,11 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   else
     reduce = s.reducer->finish(s.job.train.global_batch);
   if (s.trace != nullptr && !local) traceBuckets(*s.trace, s.reducer->lastTimings());
+  // ZeRO-1: this rank keeps its slice of the averaged gradient, and no whole one.
+  if (s.zero && s.zero->stage() == 1) {
+    s.zero->takeGradientSlice();
+    s.clearGradients();
+  }
   // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
   // gathered flags add overflows that a lossy path could have hidden.
   const bool local_overflow = share.overflow || !s.reducer->gradientsFinite();
@@ -192,7 +197,9 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   const auto optimizer_start = TraceClock::now();
   if (record.skipped) {
     ++s.skipped_steps;  // every rank skips together: the replicas stay identical
-    s.optimizer->zero_grad(/*set_to_none=*/true);
+    s.clearGradients();
+  } else if (s.zero) {
+    s.zero->step();  // the slice's step, then the all-gather of every rank's slice
   } else {
     s.optimizer->step();
   }

@@ -15,11 +15,15 @@
 #include "chorus/parallel/gradient_reducer.h"
 #include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/precision.h"
+#include "chorus/parallel/zero.h"
 #include "chorus/plan/balancer.h"
 #include "train/trainer_state.h"
 
 namespace chorus::observe {
 class TraceRecorder;
+}
+namespace torch::serialize {
+class OutputArchive;
 }
 
 namespace chorus::runtime {
@@ -58,7 +62,17 @@ struct DataParallelEngine final : StepEngine {
 
   std::vector<int> cuts_of_model;            // {0, layers}: one stage
   std::vector<at::Tensor> model_parameters;  // the model's, in its order
+  // The optimizer of the whole model; null under ZeRO, whose optimizer steps this rank's slice.
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<parallel::ZeroOptimizer> zero;  // plan.zero_stage >= 1; else null
+  torch::optim::Optimizer& activeOptimizer() { return zero ? zero->optimizer() : *optimizer; }
+  // Sets the model's gradients to none (and nothing of ZeRO's slice, which is overwritten).
+  void clearGradients() {
+    if (zero)
+      zero->clearGradients();
+    else
+      optimizer->zero_grad(/*set_to_none=*/true);
+  }
   std::unique_ptr<parallel::GradientReducer> reducer;
   std::unique_ptr<plan::LoadBalancer> balancer;
   // The plan's shares when balancer.shares fixes them (the balancer then does not run); else empty.
@@ -85,5 +99,14 @@ struct DataParallelEngine final : StepEngine {
   // Local SGD (comm.sync_every > 1): samples this rank took since the last parameter average.
   std::int64_t samples_since_average = 0;
 };
+
+// ZeRO's part of a checkpoint (data_parallel_zero.cc): this rank's optimizer slice into its rank
+// archive, and its "zero" entry of trainer.json (the stage and every rank's slice bounds).
+void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputArchive& archive);
+nlohmann::json zeroEntry(const DataParallelEngine& engine);
+// Loads this rank's slice from a ZeRO checkpoint of any shard layout or world size (the slices of
+// every rank that wrote one are put together, then cut anew). Throws CheckpointError when the
+// checkpoint has no ZeRO state or is of another model size.
+void restoreZero(DataParallelEngine& engine, const CheckpointSource& source);
 
 }  // namespace chorus::runtime

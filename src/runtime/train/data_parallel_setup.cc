@@ -70,6 +70,34 @@ parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   return options;
 }
 
+// ZeRO (plan.zero_stage >= 1): the optimizer of this rank's slice of the parameters flattened in
+// the reducer's bucket order, and, for stage 2, the reducer's reduce-scatter into the slice.
+void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerOptions& reducing) {
+  const std::vector<at::Tensor> parameters = s.model->parameters();
+  std::int64_t elements = 0;
+  for (const at::Tensor& parameter : parameters) elements += parameter.numel();
+  const int ranks = s.worker->worldSize();
+  const std::vector<double> fractions =
+      plan.zero_shards.empty() ? std::vector<double>(ranks, 1.0) : plan.zero_shards;
+  const std::vector<std::int64_t> bounds = parallel::shardBounds(elements, fractions);
+  const OptimizerSection& optimizer = s.job.optimizer;
+  s.zero = std::make_unique<parallel::ZeroOptimizer>(
+      plan.zero_stage, parameters,
+      parallel::flatOrder(parallel::bucketLayoutOf(parameters, reducing)), bounds,
+      s.worker->world(),
+      [&optimizer](std::vector<at::Tensor> slice) { return makeOptimizer(optimizer, slice); });
+  if (plan.zero_stage >= 2) {
+    reducing.scatter_bounds = bounds;
+    reducing.scatter_output = s.zero->gradientSlice();
+  }
+  if (s.worker->rank() != 0) return;
+  std::string slices;
+  for (int r = 0; r < ranks; ++r)
+    slices += (r ? "/" : "") + std::to_string(bounds[r + 1] - bounds[r]);
+  logInfo("ZeRO stage ", plan.zero_stage, ": parameter slices of ", slices, " elements",
+          plan.zero_shards.empty() ? " (even)" : " (sized by the plan's shards)");
+}
+
 // The rank's compute format (the plan's), and a loss scaler when it is fp16.
 void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
   s.compute_precision = parallel::parsePrecision(precisionName(rank));
@@ -118,8 +146,11 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   const std::vector<std::int64_t> start_shares = planShares(plan, world.size());
   s.cuts_of_model = {0, static_cast<int>(s.model->numLayers())};
   s.model_parameters = s.model->parameters();
-  s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
   parallel::ReducerOptions reducing = reducerOptions(s);
+  if (plan.zero_stage >= 1)
+    setUpZero(s, plan, reducing);
+  else
+    s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
                                                           reducing);
   setUpPrecision(s, plan.ranks.at(world.rank()));
@@ -137,10 +168,11 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   s.emulator = &s.worker->emulator();
   const auto& budget = s.worker->identity().device.memory_budget;
   // The job's memory model, calibrated by measuring the model's layers (memory_calibration.h).
-  s.micro_limit = budget
-                      ? maxMicroBatch(jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision,
-                                      *budget, s.worker->identity().device.toString())
-                      : 0;
+  s.micro_limit =
+      budget ? maxMicroBatch(jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision, *budget,
+                             s.worker->identity().device.toString(), plan.zero_stage, world.size(),
+                             plan.zero_shards.empty() ? 0 : plan.zero_shards[world.rank()])
+             : 0;
   const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
   if (planned_micro > 0)
     s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;

@@ -34,12 +34,15 @@ void setLearningRate(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 std::int64_t maxMicroBatch(const plan::MemoryModel& memory, plan::Dtype dtype,
-                           std::uint64_t budget_bytes, const std::string& device) {
+                           std::uint64_t budget_bytes, const std::string& device, int zero_stage,
+                           int group, double shard_fraction) {
   // The whole model on one rank, as if accumulating (gradients held through backward): the limit
   // must serve every share the balancer may give the rank.
   const int layers = memory.model().layerCount();
-  plan::StageMemoryRequest request = plan::trainerStageRequest(
-      0, layers, layers, dtype, 1, 1, /*micro_batches=*/2, 0, 1, plan::Checkpointing::kNone);
+  plan::StageMemoryRequest request =
+      plan::trainerStageRequest(0, layers, layers, dtype, 1, 1, /*micro_batches=*/2, zero_stage,
+                                group, plan::Checkpointing::kNone);
+  request.shard_fraction = shard_fraction;
   // A tenth of the budget spare: the model is within 15% of the measured peak (MemoryPrediction
   // in the runtime tests), and running out of a budget fails the step.
   const double budget = 0.9 * static_cast<double>(budget_bytes);

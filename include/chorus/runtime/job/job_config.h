@@ -150,6 +150,21 @@ struct ParallelSection {
 };
 
 // Value type.
+// ZeRO sharding over the data-parallel ranks (parallel/zero.h, docs/zero.md): rank r keeps the
+// optimizer state (stage 1) and the reduced gradients (stage 2) of one contiguous slice of the
+// flattened parameters, sized by `shards` independently of its batch share.
+struct ZeroSection {
+  // 0: replicated data parallelism; 1: optimizer state sharded; 2: gradients too (reduce-scatter
+  // during backward). Stage 3 (parameters) is not built yet. Default: 0.
+  std::int64_t stage = 0;
+  // "memory": slices in proportion to what each rank's memory budget leaves after its replicated
+  // state and activations (even when no rank has a budget); "even"; or "list" when the key
+  // zero.shards is an array of per-rank fractions summing to 1 (then in `fractions`).
+  // Default: "memory".
+  std::string shards = "memory";
+  std::vector<double> fractions;
+};
+
 struct JobConfig {
   std::vector<DeviceSpec> devices;  // top-level `devices`; Default: auto
   std::uint64_t seed = 1;           // Default: 1
@@ -165,6 +180,7 @@ struct JobConfig {
   PrecisionSection precision;
   CheckpointSection checkpoint;
   ParallelSection parallel;
+  ZeroSection zero;
   std::string source;  // where it came from, for logs
   std::string toml;    // the whole configuration, canonical TOML (kept in checkpoints)
 };

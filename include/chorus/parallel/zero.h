@@ -1,0 +1,91 @@
+// ZeRO stages 1 and 2 (Rajbhandari et al. 2020) with shards of unequal size: rank r owns one
+// contiguous slice [bounds[r], bounds[r+1]) of the flattened parameters, sized by the plan (by
+// each rank's memory, parallel of its batch share, which the balancer sets by speed).
+//
+// The flat order is the gradient reducer's launch order (its buckets, each parameter whole), so
+// that each bucket is one contiguous range of it and stage 2 can reduce-scatter bucket by bucket
+// (GradientReducer, ReducerOptions::scatter). Every rank keeps the whole model's parameters
+// (stage 3 would shard them); the optimizer holds the state of this rank's slice only, an fp32
+// master copy of the slice is the one it steps, and an all-gather of uneven slices rebuilds the
+// parameters after each step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/comm/communicator.h"
+
+namespace chorus::parallel {
+
+// Bounds of `ranks` slices of `elements` in proportion to `fractions` (one per rank, >= 0, not all
+// zero), by largest remainder so they sum exactly: size ranks + 1, bounds[0] = 0, bounds[ranks] =
+// elements. Throws ConfigError on bad fractions.
+std::vector<std::int64_t> shardBounds(std::int64_t elements, const std::vector<double>& fractions);
+
+// The parameters' flat order: indices into the parameter list, bucket after bucket.
+std::vector<int> flatOrder(const std::vector<std::vector<int>>& bucket_layout);
+
+// The optimizer of one rank's slice, and the all-gather that rebuilds the parameters. Owns the
+// slice's master copy and its optimizer; shares the parameters (the model's) and the
+// communicator. Used by the training thread only; non-copyable.
+class ZeroOptimizer {
+ public:
+  using MakeOptimizer =
+      std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
+
+  // `bounds` as shardBounds gives them, over the flattened `parameters` in `order` (fp32, all of
+  // them); `make` builds the optimizer over the one slice tensor. Not collective.
+  ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, std::vector<int> order,
+                std::vector<std::int64_t> bounds, std::shared_ptr<comm::Communicator> communicator,
+                const MakeOptimizer& make);
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
+
+  int stage() const { return stage_; }
+  const std::vector<std::int64_t>& bounds() const { return bounds_; }
+  std::int64_t begin() const { return bounds_[rank_]; }
+  std::int64_t end() const { return bounds_[rank_ + 1]; }
+  // The slice's gradient: stage 2's reducer writes the averaged gradient of the slice here.
+  at::Tensor gradientSlice() const { return gradient_; }
+  // Stage 1: copies this rank's slice of the parameters' averaged .grad into gradientSlice().
+  void takeGradientSlice();
+  // The optimizer's step on the slice, then the collective all-gather of every rank's slice
+  // into the parameters. Every rank calls it, or none (a skipped step).
+  void step();
+  // Sets the parameters' gradients to none (the slice's is overwritten every step).
+  void clearGradients();
+  // Copies this rank's slice of the parameters into the master copy the optimizer steps: after
+  // the parameters were set from elsewhere (a checkpoint), or the next step would undo that.
+  void loadMasterFromParameters();
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+
+  // The optimizer state of the slice as flat tensors of its length by name ("momentum_buffer";
+  // "exp_avg", "exp_avg_sq"), plus "step" (one element) for AdamW; empty before the first step.
+  std::map<std::string, at::Tensor> sliceState() const;
+  // The state of [begin(), end()) cut from whole flat states (every name as sliceState gives it,
+  // over all the flattened parameters), e.g. assembled from another shard layout.
+  void loadWholeState(const std::map<std::string, at::Tensor>& whole);
+
+ private:
+  at::Tensor flatParameters() const;
+
+  int stage_;
+  std::vector<at::Tensor> parameters_;
+  std::vector<int> order_;
+  std::vector<std::int64_t> bounds_;
+  std::shared_ptr<comm::Communicator> communicator_;
+  int rank_;
+  at::Tensor master_;    // fp32 copy of this rank's slice, the optimizer's one parameter
+  at::Tensor gradient_;  // its gradient (master_'s .grad)
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
+}  // namespace chorus::parallel

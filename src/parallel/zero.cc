@@ -1,0 +1,196 @@
+#include "chorus/parallel/zero.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "chorus/core/error.h"
+
+namespace chorus::parallel {
+namespace {
+
+// Calls visit(parameter, offset in the parameter, offset in [begin, end), count) for every
+// parameter (in `order`) that overlaps [begin, end) of the flat space.
+template <typename Visit>
+void forEachOverlap(const std::vector<at::Tensor>& parameters, const std::vector<int>& order,
+                    std::int64_t begin, std::int64_t end, Visit visit) {
+  std::int64_t position = 0;
+  for (int index : order) {
+    const std::int64_t numel = parameters[index].numel();
+    const std::int64_t from = std::max(begin, position), to = std::min(end, position + numel);
+    if (from < to) visit(index, from - position, from - begin, to - from);
+    position += numel;
+    if (position >= end) return;
+  }
+}
+
+std::int64_t totalElements(const std::vector<at::Tensor>& parameters) {
+  std::int64_t total = 0;
+  for (const at::Tensor& parameter : parameters) total += parameter.numel();
+  return total;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> shardBounds(std::int64_t elements, const std::vector<double>& fractions) {
+  CHORUS_CHECK_CONFIG(!fractions.empty(), "ZeRO: no shard fractions");
+  CHORUS_CHECK_CONFIG(elements >= 0, "ZeRO: a negative element count");
+  double total = 0;
+  for (double fraction : fractions) {
+    CHORUS_CHECK_CONFIG(std::isfinite(fraction) && fraction >= 0,
+                        "ZeRO: a shard fraction must be finite and >= 0, got ", fraction);
+    total += fraction;
+  }
+  CHORUS_CHECK_CONFIG(total > 0, "ZeRO: the shard fractions are all zero");
+  // Largest remainder: floors first, then one more element to the largest remainders (the lower
+  // rank first on ties), so the sizes sum to `elements` exactly and do not depend on rounding.
+  const size_t ranks = fractions.size();
+  std::vector<std::int64_t> sizes(ranks);
+  std::vector<double> remainders(ranks);
+  std::int64_t given = 0;
+  for (size_t r = 0; r < ranks; ++r) {
+    const double ideal = static_cast<double>(elements) * fractions[r] / total;
+    sizes[r] = static_cast<std::int64_t>(std::floor(ideal));
+    remainders[r] = ideal - static_cast<double>(sizes[r]);
+    given += sizes[r];
+  }
+  std::vector<size_t> by_remainder(ranks);
+  std::iota(by_remainder.begin(), by_remainder.end(), 0);
+  std::stable_sort(by_remainder.begin(), by_remainder.end(),
+                   [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
+  for (size_t k = 0; given < elements; k = (k + 1) % ranks, ++given) ++sizes[by_remainder[k]];
+  std::vector<std::int64_t> bounds{0};
+  for (std::int64_t size : sizes) bounds.push_back(bounds.back() + size);
+  return bounds;
+}
+
+std::vector<int> flatOrder(const std::vector<std::vector<int>>& bucket_layout) {
+  std::vector<int> order;
+  for (const auto& bucket : bucket_layout) order.insert(order.end(), bucket.begin(), bucket.end());
+  return order;
+}
+
+ZeroOptimizer::ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, std::vector<int> order,
+                             std::vector<std::int64_t> bounds,
+                             std::shared_ptr<comm::Communicator> communicator,
+                             const MakeOptimizer& make)
+    : stage_(stage),
+      parameters_(std::move(parameters)),
+      order_(std::move(order)),
+      bounds_(std::move(bounds)),
+      communicator_(std::move(communicator)),
+      rank_(communicator_->rank()) {
+  CHORUS_CHECK_CONFIG(stage_ == 1 || stage_ == 2, "ZeRO: stage ", stage_,
+                      " is not run here (1 and 2 are)");
+  CHORUS_CHECK_CONFIG(order_.size() == parameters_.size(), "ZeRO: the flat order lists ",
+                      order_.size(), " of ", parameters_.size(), " parameters");
+  CHORUS_CHECK_CONFIG(static_cast<int>(bounds_.size()) == communicator_->size() + 1 &&
+                          bounds_.front() == 0 && bounds_.back() == totalElements(parameters_) &&
+                          std::is_sorted(bounds_.begin(), bounds_.end()),
+                      "ZeRO: shard bounds do not split the ", totalElements(parameters_),
+                      " parameters over ", communicator_->size(), " ranks");
+  for (const at::Tensor& parameter : parameters_)
+    CHORUS_CHECK_CONFIG(parameter.scalar_type() == at::kFloat && parameter.is_contiguous(),
+                        "ZeRO: parameters must be contiguous fp32 (master weights)");
+  master_ = at::empty({end() - begin()}, at::kFloat);
+  loadMasterFromParameters();
+  master_.set_requires_grad(true);
+  gradient_ = at::zeros_like(master_.detach());
+  master_.mutable_grad() = gradient_;
+  optimizer_ = make({master_});
+}
+
+void ZeroOptimizer::loadMasterFromParameters() {
+  at::NoGradGuard no_grad;
+  forEachOverlap(parameters_, order_, begin(), end(),
+                 [&](int index, std::int64_t from, std::int64_t at, std::int64_t count) {
+                   master_.narrow(0, at, count)
+                       .copy_(parameters_[index].detach().view({-1}).narrow(0, from, count));
+                 });
+}
+
+void ZeroOptimizer::takeGradientSlice() {
+  at::NoGradGuard no_grad;
+  forEachOverlap(parameters_, order_, begin(), end(),
+                 [&](int index, std::int64_t from, std::int64_t at, std::int64_t count) {
+                   at::Tensor slot = gradient_.narrow(0, at, count);
+                   const at::Tensor& grad = parameters_[index].grad();
+                   if (grad.defined())
+                     slot.copy_(grad.reshape({-1}).narrow(0, from, count));
+                   else
+                     slot.zero_();
+                 });
+}
+
+void ZeroOptimizer::step() {
+  master_.mutable_grad() = gradient_;  // an optimizer's zero_grad may have unset it
+  optimizer_->step();
+  at::NoGradGuard no_grad;
+  std::vector<std::int64_t> counts;
+  for (size_t r = 0; r + 1 < bounds_.size(); ++r) counts.push_back(bounds_[r + 1] - bounds_[r]);
+  at::Tensor flat = at::empty({bounds_.back()}, at::kFloat);
+  at::Tensor mine = master_.detach();
+  communicator_->allGatherV(mine, flat, counts).wait();
+  std::int64_t position = 0;
+  for (int index : order_) {
+    at::Tensor parameter = parameters_[index].detach();
+    parameter.view({-1}).copy_(flat.narrow(0, position, parameter.numel()));
+    position += parameter.numel();
+  }
+}
+
+void ZeroOptimizer::clearGradients() {
+  for (at::Tensor& parameter : parameters_) parameter.mutable_grad().reset();
+}
+
+std::map<std::string, at::Tensor> ZeroOptimizer::sliceState() const {
+  std::map<std::string, at::Tensor> state;
+  const auto found = optimizer_->state().find(master_.unsafeGetTensorImpl());
+  if (found == optimizer_->state().end()) return state;
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(found->second.get())) {
+    if (sgd->momentum_buffer().defined())
+      state["momentum_buffer"] = sgd->momentum_buffer().detach().clone();
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(found->second.get())) {
+    state["exp_avg"] = adamw->exp_avg().detach().clone();
+    state["exp_avg_sq"] = adamw->exp_avg_sq().detach().clone();
+    state["step"] = at::tensor({static_cast<double>(adamw->step())}, at::kDouble);
+  } else {
+    CHORUS_THROW(CheckpointError, "ZeRO: cannot save this optimizer's state (SGD and AdamW only)");
+  }
+  return state;
+}
+
+void ZeroOptimizer::loadWholeState(const std::map<std::string, at::Tensor>& whole) {
+  auto& states = optimizer_->state();
+  void* key = master_.unsafeGetTensorImpl();
+  if (whole.empty()) {
+    states.erase(key);
+    return;
+  }
+  const auto slice = [&](const char* name) {
+    const auto found = whole.find(name);
+    if (found == whole.end() || found->second.numel() != bounds_.back())
+      CHORUS_THROW(CheckpointError, "ZeRO: the saved optimizer state has no whole '", name, "' of ",
+                   bounds_.back(), " elements");
+    return found->second.narrow(0, begin(), end() - begin()).clone();
+  };
+  if (whole.count("momentum_buffer") > 0) {
+    auto state = std::make_unique<torch::optim::SGDParamState>();
+    state->momentum_buffer(slice("momentum_buffer"));
+    states[key] = std::move(state);
+    return;
+  }
+  auto state = std::make_unique<torch::optim::AdamWParamState>();
+  state->exp_avg(slice("exp_avg"));
+  state->exp_avg_sq(slice("exp_avg_sq"));
+  const auto step = whole.find("step");
+  if (step == whole.end()) CHORUS_THROW(CheckpointError, "ZeRO: the saved AdamW state has no step");
+  state->step(static_cast<std::int64_t>(step->second.item<double>()));
+  states[key] = std::move(state);
+}
+
+}  // namespace chorus::parallel

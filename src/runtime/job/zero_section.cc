@@ -1,0 +1,120 @@
+// The job's [zero] section: ZeRO's stage and how its shards are sized, and what a sharded step
+// does not combine with yet — refused here, before any worker starts, rather than ignored.
+#include <cmath>
+#include <string>
+
+#include "chorus/core/error.h"
+#include "chorus/plan/device_catalog.h"
+#include "chorus/plan/memory_model.h"
+#include "chorus/runtime/job/memory_calibration.h"
+#include "job/job_sections.h"
+
+namespace chorus::runtime {
+namespace {
+
+void require(bool ok, const std::string& key, const std::string& what) {
+  if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
+}
+
+std::vector<double> readFractions(const Config& config) {
+  const std::vector<double> fractions = config.getDoubles("zero.shards", {});
+  require(!fractions.empty(), "zero.shards", "an empty list; give one fraction per rank");
+  double total = 0;
+  for (double fraction : fractions) {
+    require(fraction >= 0 && fraction <= 1, "zero.shards",
+            "every fraction must be in [0, 1], got " + std::to_string(fraction));
+    total += fraction;
+  }
+  require(std::abs(total - 1) <= 1e-6, "zero.shards",
+          "the fractions sum to " + std::to_string(total) + ", not 1");
+  return fractions;
+}
+
+std::vector<double> fractionsByMemory(const JobConfig& job,
+                                      const std::vector<DeviceSpec>& devices) {
+  const auto memory = memoryModelForBudgets(job, devices);
+  const int layers = memory->model().layerCount();
+  const int ranks = static_cast<int>(devices.size());
+  std::vector<plan::StageMemoryRequest> requests;
+  std::vector<double> usable;
+  std::vector<std::string> names;
+  for (int r = 0; r < ranks; ++r) {
+    const plan::Dtype dtype = plan::parseDtype(precisionOf(job.precision, r, devices[r]));
+    // As maxMicroBatch sees a rank: one sample, accumulating (runtime/train/optimization.cc).
+    requests.push_back(plan::trainerStageRequest(0, layers, layers, dtype, 1, 1, 2,
+                                                 static_cast<int>(job.zero.stage), ranks,
+                                                 plan::Checkpointing::kNone));
+    // maxMicroBatch keeps a tenth of a budget spare.
+    usable.push_back(0.9 * static_cast<double>(*devices[r].memory_budget));
+    names.push_back(devices[r].toString());
+  }
+  return plan::zeroShardsByMemory(*memory, requests, usable, names);
+}
+
+}  // namespace
+
+std::vector<double> zeroShardFractions(const JobConfig& job,
+                                       const std::vector<DeviceSpec>& devices) {
+  const ZeroSection& zero = job.zero;
+  if (zero.stage == 0 || zero.shards == "even") return {};
+  if (zero.shards == "list") {
+    require(zero.fractions.size() == devices.size(), "zero.shards",
+            std::to_string(zero.fractions.size()) + " fractions for " +
+                std::to_string(devices.size()) + " devices (" + toString(devices) + ")");
+    return zero.fractions;
+  }
+  size_t budgets = 0;
+  for (const DeviceSpec& device : devices) budgets += device.memory_budget ? 1 : 0;
+  if (budgets == 0) return {};
+  require(budgets == devices.size(), "zero.shards",
+          "\"memory\" needs a memory budget on every device or on none (devices " +
+              toString(devices) +
+              "); give each one (e.g. cpu/2GiB), or set zero.shards = \"even\"");
+  return fractionsByMemory(job, devices);
+}
+
+ZeroSection readZero(const Config& config) {
+  ZeroSection zero;
+  zero.stage = config.getInt("zero.stage", zero.stage);
+  require(zero.stage >= 0 && zero.stage <= 3, "zero.stage", "must be 0, 1, 2 or 3");
+  require(zero.stage != 3, "zero.stage",
+          "3 (parameters sharded at rest) is not built yet; stages 1 and 2 shard the optimizer "
+          "state and the gradients");
+  if (config.isArray("zero.shards")) {
+    zero.shards = "list";
+    zero.fractions = readFractions(config);
+  } else {
+    zero.shards = config.getString("zero.shards", zero.shards);
+    require(
+        zero.shards == "memory" || zero.shards == "even", "zero.shards",
+        "'" + zero.shards + "' is unknown; expected \"memory\", \"even\" or a list of fractions");
+  }
+  require(zero.stage >= 1 || !config.has("zero.shards"), "zero.shards",
+          "needs zero.stage >= 1 (stage 0 replicates everything)");
+  return zero;
+}
+
+void checkZero(const JobConfig& job) {
+  const ZeroSection& zero = job.zero;
+  if (zero.stage == 0) return;
+  const std::string with = "cannot be combined with zero.stage = " + std::to_string(zero.stage);
+  require(job.parallel.pipeline_stages == 1, "parallel.pipeline_stages",
+          with + " (ZeRO shards the data-parallel ranks of one-stage replicas)");
+  require(job.comm.sync_every == 1, "comm.sync_every",
+          with + " (local SGD keeps whole optimizer states on every rank)");
+  // Stage 2 reduce-scatters each bucket with one collective over all ranks: neither the
+  // hierarchy nor a codec would be applied, so neither is accepted.
+  require(zero.stage < 2 || job.comm.algorithm == "flat", "comm.algorithm",
+          with + " (its gradient reduce-scatter is flat); set comm.algorithm = \"flat\"");
+  require(zero.stage < 2 || job.comm.compression == "none", "comm.compression",
+          with +
+              " (its gradient reduce-scatter is not compressed); set comm.compression = "
+              "\"none\"");
+  const bool automatic = job.devices.size() == 1 && job.devices[0].kind == DeviceKind::kAuto;
+  require(zero.shards != "list" || automatic || zero.fractions.size() == job.devices.size(),
+          "zero.shards",
+          std::to_string(zero.fractions.size()) + " fractions for " +
+              std::to_string(job.devices.size()) + " devices");
+}
+
+}  // namespace chorus::runtime
