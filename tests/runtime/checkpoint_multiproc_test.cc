@@ -113,17 +113,23 @@ std::vector<std::string> jobArgs(const std::string& dir) {
 // Invariant 4: killed at any moment, a job resumes as if nothing happened. Both workers and the
 // agent die by SIGKILL at a random step after the first checkpoint; the resumed run's final
 // parameters are bitwise those of an uninterrupted run.
-TEST(CheckpointMultiproc, ResumeAfterSigkillIsBitwiseExact) {
-  const std::string straight_dir = ::testing::TempDir() + "/chorus_exact_straight";
-  const std::string killed_dir = ::testing::TempDir() + "/chorus_exact_killed";
+void expectResumeAfterSigkillIsBitwiseExact(const std::vector<std::string>& extra,
+                                            const std::string& name) {
+  const auto argsOf = [&](const std::string& dir) {
+    std::vector<std::string> args = jobArgs(dir);
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::string straight_dir = ::testing::TempDir() + "/chorus_" + name + "_straight";
+  const std::string killed_dir = ::testing::TempDir() + "/chorus_" + name + "_killed";
   fs::remove_all(straight_dir);
   fs::remove_all(killed_dir);
-  const Job straight = startTrain(jobArgs(straight_dir), "exact_straight");
+  const Job straight = startTrain(argsOf(straight_dir), name + "_straight");
   ASSERT_EQ(finish(straight), 0) << readText(straight.output_path);
 
   std::mt19937 random(std::random_device{}());
   const int kill_after = std::uniform_int_distribution<int>(15, 200)(random);
-  const Job victim = startTrain(jobArgs(killed_dir), "exact_killed");
+  const Job victim = startTrain(argsOf(killed_dir), name + "_killed");
   const bool reached =
       waitFor([&] { return stepsLogged(victim) >= kill_after; }, std::chrono::seconds(120));
   ::kill(victim.pid, SIGKILL);  // the agent; its workers follow (parent-death signal)
@@ -134,9 +140,9 @@ TEST(CheckpointMultiproc, ResumeAfterSigkillIsBitwiseExact) {
               readText(killed_dir + "/latest").c_str());
   ASSERT_LT(killed_at, 240) << "the job finished before the kill";
 
-  std::vector<std::string> resume_args = jobArgs(killed_dir);
+  std::vector<std::string> resume_args = argsOf(killed_dir);
   resume_args.insert(resume_args.end(), {"--resume", "latest"});
-  const Job resumed = startTrain(resume_args, "exact_resumed");
+  const Job resumed = startTrain(resume_args, name + "_resumed");
   ASSERT_EQ(finish(resumed), 0) << readText(resumed.output_path);
   EXPECT_NE(readText(resumed.output_path).find("resuming from"), std::string::npos);
 
@@ -148,6 +154,16 @@ TEST(CheckpointMultiproc, ResumeAfterSigkillIsBitwiseExact) {
     ASSERT_TRUE(actual.count(key)) << key;
     EXPECT_TRUE(at::equal(actual.at(key), value)) << key << " differs after resume";
   }
+}
+
+TEST(CheckpointMultiproc, ResumeAfterSigkillIsBitwiseExact) {
+  expectResumeAfterSigkillIsBitwiseExact({}, "exact");
+}
+
+// The same with ZeRO-2 and uneven shards: each worker's optimizer slice is in its rank file.
+TEST(CheckpointMultiproc, ZeroResumeAfterSigkillIsBitwiseExact) {
+  expectResumeAfterSigkillIsBitwiseExact(
+      {"--set", "zero.stage=2", "--set", "zero.shards=[0.7,0.3]"}, "zero");
 }
 
 // SIGTERM (what the agent sends on Ctrl-C): every rank finishes its step, one checkpoint is
