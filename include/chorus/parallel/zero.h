@@ -50,6 +50,8 @@ class ZeroOptimizer {
 
   int stage() const { return stage_; }
   const std::vector<std::int64_t>& bounds() const { return bounds_; }
+  // The flat order: parameter indices, as flatOrder gave them.
+  const std::vector<int>& order() const { return order_; }
   std::int64_t begin() const { return bounds_[rank_]; }
   std::int64_t end() const { return bounds_[rank_ + 1]; }
   // The slice's gradient: stage 2's reducer writes the averaged gradient of the slice here.

@@ -174,16 +174,7 @@ void DataParallelEngine::restore(const CheckpointSource& source) {
                     "one stage per replica (resume needs the pipeline layout that wrote it)");
   auto model_archive = archiveOf(source.read(kModelFile));
   loadModel(*s.model, model_archive);
-  if (s.zero) {
-    restoreZero(s, source);
-  } else {
-    if (source.saved.contains("zero"))
-      source.mismatch("the optimizer's layout",
-                      "ZeRO stage " + source.saved.at("zero").at("stage").dump(),
-                      "no ZeRO (a checkpoint of sharded optimizer state resumes with [zero])");
-    auto optimizer_archive = archiveOf(source.read(kOptimizerFile));
-    s.optimizer->load(optimizer_archive);
-  }
+  restoreOptimizer(s, source);
   s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
   const int world = s.worker->worldSize();
   if (source.manifest.world_size == world) {

@@ -101,12 +101,13 @@ struct DataParallelEngine final : StepEngine {
 };
 
 // ZeRO's part of a checkpoint (data_parallel_zero.cc): this rank's optimizer slice into its rank
-// archive, and its "zero" entry of trainer.json (the stage and every rank's slice bounds).
+// archive, and its "zero" entry of trainer.json (the stage, every rank's slice bounds, the flat
+// order).
 void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputArchive& archive);
 nlohmann::json zeroEntry(const DataParallelEngine& engine);
-// Loads this rank's slice from a ZeRO checkpoint of any shard layout or world size (the slices of
-// every rank that wrote one are put together, then cut anew). Throws CheckpointError when the
-// checkpoint has no ZeRO state or is of another model size.
-void restoreZero(DataParallelEngine& engine, const CheckpointSource& source);
+// Loads the optimizer's state from a checkpoint of either kind, replicated (optimizer.pt) or ZeRO
+// (every rank's slice, whatever the world size, shards, stage or bucket sizes that wrote it), into
+// this engine's optimizer of either kind. Throws CheckpointError when it is of another model.
+void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source);
 
 }  // namespace chorus::runtime

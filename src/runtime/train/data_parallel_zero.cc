@@ -1,9 +1,12 @@
 // ZeRO's part of a data-parallel checkpoint. Each rank writes the optimizer state of its own
 // slice ("zero/<name>" in rank-<r>.pt) and rank 0 the whole model; trainer.json records the
-// slices' bounds. A resume puts the slices of every writer together in flat order and cuts the
-// slice of its own rank out of them, so the shard layout and the world size may change between
-// the two (3 ranks to 2, "even" to "memory").
+// slices' bounds and the flat order. A resume puts the slices of every writer together, splits
+// them into one state per parameter, and gives its optimizer what it needs: its own slice in its
+// own flat order (ZeRO), or every parameter's state (replicated). So the world size, the shards,
+// the stage, the bucket sizes and ZeRO itself may change between writing and resuming.
 #include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
 #include "checkpoint/checkpoint_archive.h"
@@ -14,36 +17,20 @@ namespace chorus::runtime {
 namespace {
 
 constexpr const char* kPrefix = "zero/";
+constexpr const char* kStep = "step";
 
 std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
 
-std::string describeZero(const nlohmann::json& entry) {
-  return entry.is_null() ? "no ZeRO" : "ZeRO stage " + entry.at("stage").dump();
-}
+// The optimizer state of every parameter, flattened, by state name ("exp_avg", ...; model order),
+// with AdamW's step count.
+struct ParameterStates {
+  std::map<std::string, std::vector<at::Tensor>> tensors;
+  std::optional<std::int64_t> step;
+};
 
-}  // namespace
-
-void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputArchive& archive) {
-  for (const auto& [name, tensor] : engine.zero->sliceState())
-    archive.write(kPrefix + name, tensor);
-}
-
-nlohmann::json zeroEntry(const DataParallelEngine& engine) {
-  return {{"stage", engine.zero->stage()}, {"bounds", engine.zero->bounds()}};
-}
-
-void restoreZero(DataParallelEngine& engine, const CheckpointSource& source) {
-  const nlohmann::json saved = source.saved.value("zero", nlohmann::json());
-  if (saved.is_null())
-    source.mismatch("the optimizer's layout", describeZero(saved),
-                    describeZero(zeroEntry(engine)) +
-                        " (a sharded optimizer resumes from a "
-                        "ZeRO checkpoint)");
-  const auto bounds = saved.at("bounds").get<std::vector<std::int64_t>>();
-  if (bounds.empty() || bounds.back() != engine.zero->bounds().back())
-    source.mismatch("the number of parameters", std::to_string(bounds.empty() ? 0 : bounds.back()),
-                    std::to_string(engine.zero->bounds().back()));
-  // Every writer's slice, in rank order, is one piece of each whole flat state.
+// One whole flat state per name from the slices every rank of a ZeRO checkpoint wrote.
+std::map<std::string, at::Tensor> savedWholeStates(const CheckpointSource& source,
+                                                   const std::vector<std::int64_t>& bounds) {
   std::map<std::string, std::vector<at::Tensor>> pieces;
   std::map<std::string, at::Tensor> whole;
   for (size_t rank = 0; rank + 1 < bounds.size(); ++rank) {
@@ -53,7 +40,7 @@ void restoreZero(DataParallelEngine& engine, const CheckpointSource& source) {
       at::Tensor value;
       archive.read(key, value);
       const std::string name = key.substr(std::string(kPrefix).size());
-      if (name == "step") {
+      if (name == kStep) {
         whole[name] = value;
         continue;
       }
@@ -70,7 +57,138 @@ void restoreZero(DataParallelEngine& engine, const CheckpointSource& source) {
                    parts.size(), " of ", bounds.size() - 1, " ranks");
     whole[name] = at::cat(parts);
   }
-  engine.zero->loadWholeState(whole);
+  return whole;
+}
+
+// The states of a ZeRO checkpoint, per parameter of `parameters`.
+ParameterStates statesOfZeroCheckpoint(const CheckpointSource& source,
+                                       const std::vector<at::Tensor>& parameters) {
+  const nlohmann::json& saved = source.saved.at("zero");
+  const auto bounds = saved.at("bounds").get<std::vector<std::int64_t>>();
+  const auto order = saved.at("order").get<std::vector<int>>();
+  std::int64_t total = 0;
+  for (const at::Tensor& parameter : parameters) total += parameter.numel();
+  if (bounds.empty() || bounds.back() != total || order.size() != parameters.size())
+    source.mismatch("the parameters", std::to_string(bounds.empty() ? 0 : bounds.back()),
+                    std::to_string(total));
+  ParameterStates states;
+  for (const auto& [name, whole] : savedWholeStates(source, bounds)) {
+    if (name == kStep) {
+      states.step = static_cast<std::int64_t>(whole.item<double>());
+      continue;
+    }
+    std::vector<at::Tensor>& per_parameter = states.tensors[name];
+    per_parameter.resize(parameters.size());
+    std::int64_t position = 0;
+    for (int index : order) {
+      if (index < 0 || index >= static_cast<int>(parameters.size()))
+        source.mismatch("the flat order", std::to_string(index), "a parameter index");
+      per_parameter[index] = whole.narrow(0, position, parameters[index].numel());
+      position += parameters[index].numel();
+    }
+  }
+  return states;
+}
+
+// The states of a replicated checkpoint's optimizer.pt, loaded into an optimizer of the job's
+// kind over copies of `parameters`.
+ParameterStates statesOfReplicatedCheckpoint(const CheckpointSource& source,
+                                             const OptimizerSection& section,
+                                             const std::vector<at::Tensor>& parameters) {
+  std::vector<at::Tensor> copies;
+  for (const at::Tensor& parameter : parameters) copies.push_back(parameter.detach().clone());
+  auto optimizer = makeOptimizer(section, copies);
+  auto archive = archiveOf(source.read("optimizer.pt"));
+  optimizer->load(archive);
+  ParameterStates states;
+  for (size_t index = 0; index < copies.size(); ++index) {
+    const auto found = optimizer->state().find(copies[index].unsafeGetTensorImpl());
+    if (found == optimizer->state().end()) continue;  // before the first step
+    auto& entry = states.tensors;
+    if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(found->second.get())) {
+      if (!sgd->momentum_buffer().defined()) continue;
+      entry["momentum_buffer"].resize(copies.size());
+      entry["momentum_buffer"][index] = sgd->momentum_buffer().reshape({-1});
+    } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(found->second.get())) {
+      entry["exp_avg"].resize(copies.size());
+      entry["exp_avg_sq"].resize(copies.size());
+      entry["exp_avg"][index] = adamw->exp_avg().reshape({-1});
+      entry["exp_avg_sq"][index] = adamw->exp_avg_sq().reshape({-1});
+      states.step = adamw->step();
+    }
+  }
+  return states;
+}
+
+// Whole flat states in `order`, as ZeroOptimizer::loadWholeState takes them. A parameter without
+// a state (its optimizer never stepped it) gets zeros.
+std::map<std::string, at::Tensor> wholeFlatStates(const ParameterStates& states,
+                                                  const std::vector<at::Tensor>& parameters,
+                                                  const std::vector<int>& order) {
+  std::map<std::string, at::Tensor> whole;
+  for (const auto& [name, per_parameter] : states.tensors) {
+    std::vector<at::Tensor> parts;
+    for (int index : order)
+      parts.push_back(per_parameter[index].defined()
+                          ? per_parameter[index]
+                          : at::zeros({parameters[index].numel()}, at::kFloat));
+    whole[name] = at::cat(parts);
+  }
+  if (states.step) whole[kStep] = at::tensor({static_cast<double>(*states.step)}, at::kDouble);
+  return whole;
+}
+
+// Every parameter's state into a replicated optimizer over `parameters`.
+void loadReplicated(torch::optim::Optimizer& optimizer, const ParameterStates& states,
+                    const std::vector<at::Tensor>& parameters) {
+  for (size_t index = 0; index < parameters.size(); ++index) {
+    void* key = parameters[index].unsafeGetTensorImpl();
+    const auto tensor = [&](const char* name) {
+      return states.tensors.at(name)[index].view(parameters[index].sizes()).clone();
+    };
+    if (states.tensors.count("momentum_buffer") > 0) {
+      auto state = std::make_unique<torch::optim::SGDParamState>();
+      state->momentum_buffer(tensor("momentum_buffer"));
+      optimizer.state()[key] = std::move(state);
+    } else if (states.tensors.count("exp_avg") > 0) {
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->exp_avg(tensor("exp_avg"));
+      state->exp_avg_sq(tensor("exp_avg_sq"));
+      state->step(states.step.value_or(0));
+      optimizer.state()[key] = std::move(state);
+    }
+  }
+}
+
+}  // namespace
+
+void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputArchive& archive) {
+  for (const auto& [name, tensor] : engine.zero->sliceState())
+    archive.write(kPrefix + name, tensor);
+}
+
+nlohmann::json zeroEntry(const DataParallelEngine& engine) {
+  return {{"stage", engine.zero->stage()},
+          {"bounds", engine.zero->bounds()},
+          {"order", engine.zero->order()}};
+}
+
+void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source) {
+  const std::vector<at::Tensor>& parameters = engine.model_parameters;
+  const bool sharded = source.saved.contains("zero");
+  if (!engine.zero && !sharded) {
+    auto archive = archiveOf(source.read("optimizer.pt"));
+    engine.optimizer->load(archive);
+    return;
+  }
+  const ParameterStates states =
+      sharded ? statesOfZeroCheckpoint(source, parameters)
+              : statesOfReplicatedCheckpoint(source, engine.job.optimizer, parameters);
+  if (!engine.zero) {
+    loadReplicated(*engine.optimizer, states, parameters);
+    return;
+  }
+  engine.zero->loadWholeState(wholeFlatStates(states, parameters, engine.zero->order()));
   engine.zero->loadMasterFromParameters();  // the model was loaded before (restore())
 }
 
