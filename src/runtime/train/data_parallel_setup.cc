@@ -147,6 +147,10 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   s.cuts_of_model = {0, static_cast<int>(s.model->numLayers())};
   s.model_parameters = s.model->parameters();
   parallel::ReducerOptions reducing = reducerOptions(s);
+  CHORUS_CHECK_CONFIG(plan.zero_stage <= 2, "data parallelism: ZeRO stage ", plan.zero_stage,
+                      " is not built (1 and 2 are)");
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || s.job.comm.sync_every == 1,
+                      "data parallelism: ZeRO does not combine with local SGD (comm.sync_every)");
   if (plan.zero_stage >= 1)
     setUpZero(s, plan, reducing);
   else
@@ -171,7 +175,7 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   s.micro_limit =
       budget ? maxMicroBatch(jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision, *budget,
                              s.worker->identity().device.toString(), plan.zero_stage, world.size(),
-                             plan.zero_shards.empty() ? 0 : plan.zero_shards[world.rank()])
+                             plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()))
              : 0;
   const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
   if (planned_micro > 0)

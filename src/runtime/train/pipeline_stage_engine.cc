@@ -119,6 +119,8 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
       model(context.model) {
   PipelineStageEngine& s = *this;
   comm::Communicator& world = *s.worker->world();
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0, "pipeline: ZeRO stage ", plan.zero_stage,
+                      " shards one-stage replicas only, not pipeline stages");
   s.options = pipelineOptionsOf(s.job, plan);
   const parallel::PipelineLayout layout(s.options.replicas, s.options.pipeline_stages);
   CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "pipeline: a plan of ", layout.stages(),
