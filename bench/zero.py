@@ -54,7 +54,7 @@ def run_stage(args, stage, workdir, round_index):
         sys.exit(f"stage {stage} failed:\n{result.stdout}\n{result.stderr}")
     with open(log) as lines:
         steps = [json.loads(line) for line in lines if line.strip()]
-    times = [step["step_seconds"] for step in steps[args.warmup:]]
+    times = [step["step_s"] for step in steps[args.warmup:]]
     return {"median_step_s": statistics.median(times), "steps": len(times),
             "final_loss": steps[-1]["loss"]}
 

@@ -27,6 +27,7 @@ bool computesInFp32(const JobConfig& job, const std::vector<DeviceSpec>& devices
 // pipeline_stages > 1), or "" when a pipeline could run.
 std::string pipelineBlocker(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
   if (job.train.micro_batch != 0) return "train.micro_batch";
+  if (job.zero.stage != 0) return "zero.stage";
   if (job.comm.sync_every != 1) return "comm.sync_every";
   if (job.comm.compression != "none") return "comm.compression";
   if (job.comm.algorithm != "flat") return "comm.algorithm";
