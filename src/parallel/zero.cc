@@ -5,10 +5,9 @@
 #include <torch/optim/sgd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 
 #include "chorus/core/error.h"
+#include "chorus/plan/balancer.h"
 
 namespace chorus::parallel {
 namespace {
@@ -38,33 +37,10 @@ std::int64_t totalElements(const std::vector<at::Tensor>& parameters) {
 
 std::vector<std::int64_t> shardBounds(std::int64_t elements, const std::vector<double>& fractions) {
   CHORUS_CHECK_CONFIG(!fractions.empty(), "ZeRO: no shard fractions");
-  CHORUS_CHECK_CONFIG(elements >= 0, "ZeRO: a negative element count");
-  double total = 0;
-  for (double fraction : fractions) {
-    CHORUS_CHECK_CONFIG(std::isfinite(fraction) && fraction >= 0,
-                        "ZeRO: a shard fraction must be finite and >= 0, got ", fraction);
-    total += fraction;
-  }
-  CHORUS_CHECK_CONFIG(total > 0, "ZeRO: the shard fractions are all zero");
-  // Largest remainder: floors first, then one more element to the largest remainders (the lower
-  // rank first on ties), so the sizes sum to `elements` exactly and do not depend on rounding.
-  const size_t ranks = fractions.size();
-  std::vector<std::int64_t> sizes(ranks);
-  std::vector<double> remainders(ranks);
-  std::int64_t given = 0;
-  for (size_t r = 0; r < ranks; ++r) {
-    const double ideal = static_cast<double>(elements) * fractions[r] / total;
-    sizes[r] = static_cast<std::int64_t>(std::floor(ideal));
-    remainders[r] = ideal - static_cast<double>(sizes[r]);
-    given += sizes[r];
-  }
-  std::vector<size_t> by_remainder(ranks);
-  std::iota(by_remainder.begin(), by_remainder.end(), 0);
-  std::stable_sort(by_remainder.begin(), by_remainder.end(),
-                   [&](size_t a, size_t b) { return remainders[a] > remainders[b]; });
-  for (size_t k = 0; given < elements; k = (k + 1) % ranks, ++given) ++sizes[by_remainder[k]];
+  // The balancer's proportional split (largest remainder): the sizes sum to `elements` exactly.
   std::vector<std::int64_t> bounds{0};
-  for (std::int64_t size : sizes) bounds.push_back(bounds.back() + size);
+  for (std::int64_t size : plan::proportionalShares(elements, fractions))
+    bounds.push_back(bounds.back() + size);
   return bounds;
 }
 
