@@ -61,8 +61,10 @@ OpcodeArg opcodeArg(std::uint8_t op) {
 // libtorch's unpickler allocates the length that a string, bytes or frame opcode announces
 // before it reads the bytes (fuzz/checkpoint_archive_fuzzer.cc: a 7.5 KB archive made a restore
 // touch 3.3 GB). No valid pickle announces more than it holds, so an archive whose pickle does
-// is damaged: refused here, before libtorch reads it. Stops where libtorch would stop reading
-// (the STOP opcode, or an unknown one, or the end), so it refuses nothing libtorch reads whole.
+// is damaged: refused here, before libtorch reads it. So is a line (GLOBAL's module and name)
+// that the record ends before: libtorch reads on into its stale buffer, appending it until
+// std::bad_alloc (17 GB resident for a 7.5 KB archive). Stops where libtorch would stop reading
+// (the STOP opcode, or an unknown one), so it refuses nothing libtorch reads whole.
 void checkPickleLengths(const std::string& record, const std::uint8_t* data, std::size_t size) {
   std::size_t pos = 0;
   while (pos < size) {
@@ -79,9 +81,11 @@ void checkPickleLengths(const std::string& record, const std::uint8_t* data, std
         break;
       case Arg::kLines:
         for (int line = 0; line < arg.size; ++line) {
-          if (pos >= size) return;
-          const void* end = std::memchr(data + pos, '\n', size - pos);
-          if (end == nullptr) return;
+          const void* end = pos < size ? std::memchr(data + pos, '\n', size - pos) : nullptr;
+          if (end == nullptr) {
+            CHORUS_THROW(CheckpointError, "a checkpoint archive is damaged: its record '", record,
+                         "' has a line at offset ", pos, " that the record ends before");
+          }
           pos = static_cast<std::size_t>(static_cast<const std::uint8_t*>(end) - data) + 1;
         }
         break;
