@@ -10,9 +10,11 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
+#include "checkpoint/pickle_storages.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
@@ -116,15 +118,23 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
   return out.str();
 }
 
+// Before libtorch reads them, every pickle of the archive is walked for the lengths it announces
+// and followed for the storages it declares (pickle_storages.h).
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
   {
     caffe2::serialize::PyTorchStreamReader reader(
         std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
                                                                static_cast<off_t>(bytes.size())));
+    const RecordSizeLookup record_size = [&reader](const std::string& name) {
+      return reader.hasRecord(name) ? std::optional<std::uint64_t>(reader.getRecordSize(name))
+                                    : std::nullopt;
+    };
     for (const std::string& record : reader.getAllRecords()) {
       if (record.size() < 3 || record.compare(record.size() - 3, 3, "pkl") != 0) continue;
       auto [data, size] = reader.getRecord(record);
-      checkPickleLengths(record, static_cast<const std::uint8_t*>(data.get()), size);
+      const auto* pickle = static_cast<const std::uint8_t*>(data.get());
+      checkPickleLengths(record, pickle, size);
+      checkPickleStorages(record, {reinterpret_cast<const char*>(pickle), size}, record_size);
     }
   }
   torch::serialize::InputArchive archive;
