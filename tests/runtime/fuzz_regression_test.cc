@@ -73,5 +73,25 @@ TEST(CheckpointFuzzRegression, PickleAnnouncingMoreThanItHoldsIsRefusedBeforeLib
   }
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc (SEGV in CPUGeneratorImpl::set_state): a rank-state archive
+// whose pickle names storage '1' (the 16-byte loss scale) for the 5056-byte generator state, one
+// digit changed. libtorch made a storage of 5056 bytes over the 16-byte record, and set_state read
+// past it. The storages a pickle declares are checked against their records first now.
+TEST(CheckpointFuzzRegression, StorageLargerThanItsRecordIsRefusedBeforeLibtorchReadsIt) {
+  const std::string bytes = seedArchive("storage_larger_than_its_record");
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("a checkpoint archive is damaged: its record 'data.pkl' "
+                                   "declares storage '1' of 5056 bytes"),
+              std::string::npos)
+        << error.message();
+    EXPECT_NE(error.message().find("its record 'data/1' holds 16 bytes"), std::string::npos)
+        << error.message();
+  }
+}
+
 }  // namespace
 }  // namespace chorus::runtime
