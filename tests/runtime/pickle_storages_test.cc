@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
 #include "../../src/runtime/checkpoint/checkpoint_archive.h"
 #include "chorus/core/error.h"
+#include "chorus_version.h"
 
 namespace chorus::runtime {
 namespace {
@@ -265,6 +268,25 @@ TEST(PickleStorages, ArchiveWhoseStorageKeyNamesASmallerRecordIsRefused) {
   }
   // The same rewrite keeping the keys loads: the rewriting is not what is refused.
   EXPECT_NO_THROW(archiveOf(withRecord(bytes, "data.pkl", recordOf(bytes, "data.pkl"))));
+}
+
+// fuzz/make_archive_seeds.py: an archive of a scripted module with an enum attribute, forged so
+// that the enum's global, called on a value it lacks, sits between a storage tuple declaring
+// 137,856 bytes and BINPERSID. torch.jit.load (2.15) loads it, the storage over a 16-byte record.
+TEST(PickleStorages, ArchiveWithAStorageBehindAnAbsentEnumIsRefused) {
+  std::ifstream in(std::string(CHORUS_SOURCE_DIR) +
+                       "/fuzz/seeds/checkpoint_archive/storage_behind_an_absent_enum",
+                   std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    archiveOf(bytes);
+    FAIL() << "a forged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_TRUE(contains(error.message(), "its record 'data.pkl' declares a storage at offset "))
+        << error.message();
+    EXPECT_TRUE(contains(error.message(), "that cannot be followed back")) << error.message();
+  }
 }
 
 TEST(PickleStorages, PickleEndingInsideAGlobalsLineIsRefused) {
