@@ -93,5 +93,24 @@ TEST(CheckpointFuzzRegression, StorageLargerThanItsRecordIsRefusedBeforeLibtorch
   }
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc (out of memory): a rank-state archive whose zip directory
+// says code/__torch__.py inflates to 4,093,640,703 bytes (176 compressed). libtorch's
+// PyTorchStreamReader::getRecord allocates the announced size before inflating. The directory's
+// sizes are checked against what deflate can make of the compressed bytes first now.
+TEST(CheckpointFuzzRegression, RecordAnnouncingMoreThanItsBytesInflateToIsRefused) {
+  const std::string bytes = seedArchive("record_announcing_4_gb");
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("a checkpoint archive is damaged: its zip entry "
+                                   "'rank_state/code/__torch__.py' announces 4093640703 bytes, "
+                                   "more than its 176 compressed bytes inflate to"),
+              std::string::npos)
+        << error.message();
+  }
+}
+
 }  // namespace
 }  // namespace chorus::runtime

@@ -1,6 +1,7 @@
 // The check of the storages a checkpoint archive's pickle declares (pickle_storages.h): refused
 // where libtorch would size a storage beyond its record or read out of bounds, left to libtorch
-// where it refuses the pickle itself, and silent for every archive libtorch writes.
+// where it refuses the pickle itself, and silent for every archive libtorch writes. Also the check
+// of the sizes its zip directory announces (zip_records.h).
 #include "../../src/runtime/checkpoint/pickle_storages.h"
 
 #include <caffe2/serialize/in_memory_adapter.h>
@@ -286,6 +287,28 @@ TEST(PickleStorages, ArchiveWithAStorageBehindAnAbsentEnumIsRefused) {
     EXPECT_TRUE(contains(error.message(), "its record 'data.pkl' declares a storage at offset "))
         << error.message();
     EXPECT_TRUE(contains(error.message(), "that cannot be followed back")) << error.message();
+  }
+}
+
+// zip_records.h: an archive whose zip directory says data/0 holds 2 GiB (it holds 256 bytes):
+// libtorch would allocate that before reading the record.
+TEST(ZipRecords, EntryAnnouncingMoreThanItsBytesInflateToIsRefused) {
+  std::string bytes = twoTensorArchive();
+  const std::string name = "archive/data/0";
+  std::size_t entry = 0;
+  while ((entry = bytes.find("PK\x01\x02", entry + 1)) != std::string::npos) {
+    if (bytes.compare(entry + 46, name.size(), name) == 0) break;
+  }
+  ASSERT_NE(entry, std::string::npos);
+  bytes.replace(entry + 24, 4, littleEndian(0x7fffffff, 4));  // its uncompressed size
+  try {
+    archiveOf(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_TRUE(contains(error.message(),
+                         "its zip entry 'archive/data/0' announces 2147483647 "
+                         "bytes, more than its "))
+        << error.message();
   }
 }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "checkpoint/pickle_storages.h"
+#include "checkpoint/zip_records.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
@@ -118,9 +119,11 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
   return out.str();
 }
 
-// Before libtorch reads them, every pickle of the archive is walked for the lengths it announces
-// and followed for the storages it declares (pickle_storages.h).
+// Before libtorch reads them, the zip directory is checked for the sizes it announces
+// (zip_records.h), and every pickle of the archive is walked for the lengths it announces and
+// followed for the storages it declares (pickle_storages.h).
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
+  checkZipRecordSizes(bytes);
   {
     caffe2::serialize::PyTorchStreamReader reader(
         std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
