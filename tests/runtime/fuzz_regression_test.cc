@@ -112,5 +112,15 @@ TEST(CheckpointFuzzRegression, RecordAnnouncingMoreThanItsBytesInflateToIsRefuse
   }
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc (UBSan): an archive whose 'version' record is empty. libtorch
+// gives an empty record a null buffer, and libtorch's MemoryReadAdapter (a header, compiled into
+// archiveOf) copied nothing into it with memcpy: undefined behaviour, though harmless. archiveOf
+// reads the bytes through its own adapter now; the archive is refused as libtorch refuses it.
+TEST(CheckpointFuzzRegression, ArchiveWithAnEmptyVersionRecordIsACheckpointError) {
+  const std::string bytes = seedArchive("empty_version_record");
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_THROW(restoreRankStateFrom(bytes), CheckpointError);
+}
+
 }  // namespace
 }  // namespace chorus::runtime

@@ -2,9 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -111,6 +112,25 @@ void checkPickleLengths(const std::string& record, const std::uint8_t* data, std
   }
 }
 
+// The archive's bytes as libtorch's zip reader reads them: MemoryReadAdapter, less its memcpy
+// into the null buffer libtorch gives an empty record (undefined behaviour, though harmless:
+// fuzz/checkpoint_archive_fuzzer.cc, UBSan, with an empty 'version' record).
+class ArchiveBytes final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit ArchiveBytes(const std::string& bytes) : bytes_(bytes) {}
+  std::size_t size() const override { return bytes_.size(); }
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
+                   const char* /*what*/ = "") const override {
+    if (pos >= bytes_.size()) return 0;
+    n = static_cast<std::size_t>(std::min<std::uint64_t>(n, bytes_.size() - pos));
+    if (n > 0) std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
 }  // namespace
 
 std::string archiveBytes(torch::serialize::OutputArchive& archive) {
@@ -125,9 +145,7 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
   checkZipRecordSizes(bytes);
   {
-    caffe2::serialize::PyTorchStreamReader reader(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
-                                                               static_cast<off_t>(bytes.size())));
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<ArchiveBytes>(bytes));
     const RecordSizeLookup record_size = [&reader](const std::string& name) {
       return reader.hasRecord(name) ? std::optional<std::uint64_t>(reader.getRecordSize(name))
                                     : std::nullopt;
