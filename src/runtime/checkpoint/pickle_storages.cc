@@ -89,8 +89,7 @@ enum class Kind : std::uint8_t {
 struct Value {
   Kind kind = Kind::kOther;
   std::int64_t number = 0;  // kInt
-  std::string_view text;    // kString: bytes of the pickle
-  std::size_t first = 0;    // kTuple: elements_[first, first + size)
+  std::size_t first = 0;    // kString: pickle bytes [first, first + size); kTuple: elements_
   std::size_t size = 0;
 };
 using ValueId = std::size_t;
@@ -102,10 +101,11 @@ Value intValue(std::int64_t number) {
   return value;
 }
 
-Value stringValue(std::string_view text) {
+Value stringValue(std::size_t first, std::size_t size) {
   Value value;
   value.kind = Kind::kString;
-  value.text = text;
+  value.first = first;
+  value.size = size;
   return value;
 }
 
@@ -386,9 +386,9 @@ class PickleModel {
   bool pushString(std::size_t width) {
     std::uint64_t length = 0;
     if (!readLittleEndian(width, length) || pickle_.size() - pos_ < length) return false;
-    const std::string_view text = pickle_.substr(pos_, static_cast<std::size_t>(length));
+    const ValueId text = add(stringValue(pos_, static_cast<std::size_t>(length)));
     pos_ += static_cast<std::size_t>(length);
-    return push(add(stringValue(text)));
+    return push(text);
   }
 
   bool mayBeAbsent(ValueId id) const { return values_[id].kind == Kind::kMaybeAbsent; }
@@ -463,8 +463,8 @@ class PickleModel {
 
   // --- Tuples ---
 
-  ValueId tupleOf(std::vector<ValueId>::const_iterator begin,
-                  std::vector<ValueId>::const_iterator end) {
+  template <typename Iterator>
+  ValueId tupleOf(Iterator begin, Iterator end) {
     const std::size_t first = elements_.size();
     elements_.insert(elements_.end(), begin, end);
     return add(tupleValue(first, elements_.size() - first));
@@ -486,8 +486,7 @@ class PickleModel {
   bool tupleOfTop(std::size_t count) {
     std::array<ValueId, 3> taken{};
     if (!popValues(count, taken.data())) return false;
-    const std::vector<ValueId> elements(taken.begin(), taken.begin() + count);
-    return push(tupleOf(elements.begin(), elements.end()));
+    return push(tupleOf(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(count)));
   }
 
   // --- The memo ---
@@ -593,10 +592,14 @@ class PickleModel {
       }
     }
     const Value& tag = element(tuple, 0);
-    if (tag.kind == Kind::kString && tag.text != "storage") return false;
+    if (tag.kind == Kind::kString && text(tag) != "storage") return false;
     if (unknown) refuseUnfollowable();
-    checkStorageSize(element(tuple, 1).number, element(tuple, 2).text, element(tuple, 4).number);
+    checkStorageSize(element(tuple, 1).number, text(element(tuple, 2)), element(tuple, 4).number);
     return true;
+  }
+
+  std::string_view text(const Value& string) const {
+    return pickle_.substr(string.first, string.size);
   }
 
   const Value& element(const Value& tuple, std::size_t i) const {
