@@ -122,5 +122,16 @@ TEST(CheckpointFuzzRegression, ArchiveWithAnEmptyVersionRecordIsACheckpointError
   EXPECT_THROW(restoreRankStateFrom(bytes), CheckpointError);
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc (SEGV in libtorch): an archive whose TorchScript code has a
+// syntax error and whose debug record (code/...py.debug_pkl) has a text index past its table.
+// libtorch's parser highlighted the error through the debug record, and its source range
+// unpickler indexed its text table unchecked (torch.jit.load died of SIGSEGV too). libtorch reads
+// archives without their debug records now: the syntax error is a CheckpointError.
+TEST(CheckpointFuzzRegression, DebugRecordWithATextIndexPastItsTableIsNotRead) {
+  const std::string bytes = seedArchive("debug_record_text_index_out_of_range");
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_THROW(restoreRankStateFrom(bytes), CheckpointError);
+}
+
 }  // namespace
 }  // namespace chorus::runtime

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "../../src/runtime/checkpoint/checkpoint_archive.h"
+#include "../../src/runtime/checkpoint/zip_records.h"
 #include "chorus/core/error.h"
 #include "chorus_version.h"
 
@@ -310,6 +311,19 @@ TEST(ZipRecords, EntryAnnouncingMoreThanItsBytesInflateToIsRefused) {
                          "bytes, more than its "))
         << error.message();
   }
+}
+
+// zip_records.h: the names libtorch takes for debug records, which archiveOf hides from it.
+TEST(ZipRecords, DebugRecordNamesAreFoundIgnoringCase) {
+  std::string bytes = twoTensorArchive();
+  const std::vector<std::uint64_t> ends = debugRecordNameEnds(bytes);
+  ASSERT_FALSE(ends.empty());
+  for (std::uint64_t end : ends) {
+    EXPECT_EQ(bytes.compare(end - 9, 10, ".debug_pkl"), 0);
+    bytes.replace(end - 9, 10, ".DEBUG_PKL");
+  }
+  EXPECT_EQ(debugRecordNameEnds(bytes), ends);
+  EXPECT_NO_THROW(archiveOf(bytes));
 }
 
 TEST(PickleStorages, PickleEndingInsideAGlobalsLineIsRefused) {

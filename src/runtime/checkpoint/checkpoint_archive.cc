@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <vector>
 
 #include "checkpoint/pickle_storages.h"
 #include "checkpoint/zip_records.h"
@@ -112,23 +113,48 @@ void checkPickleLengths(const std::string& record, const std::uint8_t* data, std
   }
 }
 
-// The archive's bytes as libtorch's zip reader reads them: MemoryReadAdapter, less its memcpy
-// into the null buffer libtorch gives an empty record (undefined behaviour, though harmless:
-// fuzz/checkpoint_archive_fuzzer.cc, UBSan, with an empty 'version' record).
-class ArchiveBytes final : public caffe2::serialize::ReadAdapterInterface {
+// The archive's bytes as libtorch's zip reader is to read them. Without the debug records
+// (".debug_pkl": the source ranges of the archive's TorchScript code, for error messages only):
+// the last byte of each one's name reads '~', so libtorch finds none. Its source range unpickler
+// trusts the text indices in them (fuzz/checkpoint_archive_fuzzer.cc: a SEGV in
+// SourceRangeDeserializer::deserialize_source, reached through a syntax error in the code).
+// And without MemoryReadAdapter's memcpy into the null buffer libtorch gives an empty record
+// (undefined behaviour, though harmless; the fuzzer, UBSan, with an empty 'version' record).
+class ArchiveBytes {
  public:
-  explicit ArchiveBytes(const std::string& bytes) : bytes_(bytes) {}
-  std::size_t size() const override { return bytes_.size(); }
-  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
-                   const char* /*what*/ = "") const override {
+  explicit ArchiveBytes(const std::string& bytes)
+      : bytes_(bytes), hidden_(debugRecordNameEnds(bytes)) {}
+
+  std::size_t size() const { return bytes_.size(); }
+
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n) const {
     if (pos >= bytes_.size()) return 0;
     n = static_cast<std::size_t>(std::min<std::uint64_t>(n, bytes_.size() - pos));
-    if (n > 0) std::memcpy(buf, bytes_.data() + pos, n);
+    if (n == 0) return 0;
+    std::memcpy(buf, bytes_.data() + pos, n);
+    for (auto at = std::lower_bound(hidden_.begin(), hidden_.end(), pos);
+         at != hidden_.end() && *at < pos + n; ++at)
+      static_cast<char*>(buf)[*at - pos] = '~';
     return n;
   }
 
  private:
   const std::string& bytes_;
+  const std::vector<std::uint64_t> hidden_;
+};
+
+// ArchiveBytes for a PyTorchStreamReader.
+class ArchiveBytesAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit ArchiveBytesAdapter(const ArchiveBytes& bytes) : bytes_(bytes) {}
+  std::size_t size() const override { return bytes_.size(); }
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
+                   const char* /*what*/ = "") const override {
+    return bytes_.read(pos, buf, n);
+  }
+
+ private:
+  const ArchiveBytes& bytes_;
 };
 
 }  // namespace
@@ -141,11 +167,14 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
 
 // Before libtorch reads them, the zip directory is checked for the sizes it announces
 // (zip_records.h), and every pickle of the archive is walked for the lengths it announces and
-// followed for the storages it declares (pickle_storages.h).
+// followed for the storages it declares (pickle_storages.h). libtorch reads it without its debug
+// records (ArchiveBytes).
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
   checkZipRecordSizes(bytes);
+  const ArchiveBytes archive_bytes(bytes);
   {
-    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<ArchiveBytes>(bytes));
+    caffe2::serialize::PyTorchStreamReader reader(
+        std::make_shared<ArchiveBytesAdapter>(archive_bytes));
     const RecordSizeLookup record_size = [&reader](const std::string& name) {
       return reader.hasRecord(name) ? std::optional<std::uint64_t>(reader.getRecordSize(name))
                                     : std::nullopt;
@@ -159,7 +188,9 @@ torch::serialize::InputArchive archiveOf(const std::string& bytes) {
     }
   }
   torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+  archive.load_from([&archive_bytes](std::uint64_t pos, void* buf,
+                                     std::size_t n) { return archive_bytes.read(pos, buf, n); },
+                    [&archive_bytes] { return archive_bytes.size(); });
   return archive;
 }
 

@@ -10,9 +10,11 @@
 #include "checkpoint/zip_records.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "chorus/core/error.h"
 
@@ -157,10 +159,10 @@ void checkEntry(const Bytes& zip, std::uint64_t entry) {
                " compressed bytes inflate to");
 }
 
-}  // namespace
-
-void checkZipRecordSizes(std::string_view archive) {
-  const Bytes zip(archive);
+// Calls `visit` with the offset of each entry of the central directory, as far as miniz would
+// read it.
+template <typename Visit>
+void forEachEntry(const Bytes& zip, const Visit& visit) {
   const std::optional<Directory> directory = directoryOf(zip);
   if (!directory) return;
   std::uint64_t entry = directory->offset;
@@ -170,9 +172,36 @@ void checkZipRecordSizes(std::string_view archive) {
     const std::uint64_t length =
         kEntrySize + zip.read(entry + 28, 2) + zip.read(entry + 30, 2) + zip.read(entry + 32, 2);
     if (length > end - entry) return;
-    checkEntry(zip, entry);
+    visit(entry);
     entry += length;
   }
+}
+
+// miniz compares names ignoring case.
+bool endsWithIgnoringCase(std::string_view name, std::string_view suffix) {
+  if (name.size() < suffix.size()) return false;
+  return std::equal(suffix.begin(), suffix.end(), name.end() - suffix.size(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  });
+}
+
+}  // namespace
+
+void checkZipRecordSizes(std::string_view archive) {
+  const Bytes zip(archive);
+  forEachEntry(zip, [&zip](std::uint64_t entry) { checkEntry(zip, entry); });
+}
+
+std::vector<std::uint64_t> debugRecordNameEnds(std::string_view archive) {
+  const Bytes zip(archive);
+  std::vector<std::uint64_t> ends;
+  forEachEntry(zip, [&](std::uint64_t entry) {
+    const std::uint64_t length = zip.read(entry + 28, 2);
+    if (endsWithIgnoringCase(zip.text(entry + kEntrySize, length), ".debug_pkl"))
+      ends.push_back(entry + kEntrySize + length - 1);
+  });
+  return ends;
 }
 
 }  // namespace chorus::runtime
