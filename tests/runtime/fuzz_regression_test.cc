@@ -133,5 +133,22 @@ TEST(CheckpointFuzzRegression, DebugRecordWithATextIndexPastItsTableIsNotRead) {
   EXPECT_THROW(restoreRankStateFrom(bytes), CheckpointError);
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc (out of memory): a model archive whose pickle record is named
+// data.Pkl and stores memo entry 772,567,394. libtorch finds data.pkl ignoring case, as miniz
+// compares names, and grew its memo to the index (12 GB); the checks took the record for none of
+// the archive's pickles. They take every record libtorch may read as one now.
+TEST(CheckpointFuzzRegression, PickleRecordNamedInCapitalsIsChecked) {
+  const std::string bytes = seedArchive("pickle_record_named_in_capitals");
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("its record 'data.Pkl' stores memo entry 772567394"),
+              std::string::npos)
+        << error.message();
+  }
+}
+
 }  // namespace
 }  // namespace chorus::runtime

@@ -180,7 +180,7 @@ torch::serialize::InputArchive archiveOf(const std::string& bytes) {
                                     : std::nullopt;
     };
     for (const std::string& record : reader.getAllRecords()) {
-      if (record.size() < 3 || record.compare(record.size() - 3, 3, "pkl") != 0) continue;
+      if (!isPickleRecord(record)) continue;
       auto [data, size] = reader.getRecord(record);
       const auto* pickle = static_cast<const std::uint8_t*>(data.get());
       checkPickleLengths(record, pickle, size);

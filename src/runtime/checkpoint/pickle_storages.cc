@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -213,12 +214,18 @@ std::string declaredBytes(std::int64_t count, std::size_t element_size) {
   return std::to_string(elements * element_size);
 }
 
-// Records "data.pkl" keep their storages in "data/<key>".
+bool endsWithIgnoringCase(std::string_view name, std::string_view suffix) {
+  if (name.size() < suffix.size()) return false;
+  return std::equal(suffix.begin(), suffix.end(), name.end() - suffix.size(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  });
+}
+
+// Records "data.pkl" keep their storages in "data/<key>" (found ignoring case, as the record).
 std::string storageDirectory(const std::string& record) {
   const std::string_view suffix = ".pkl";
-  if (record.size() >= suffix.size() &&
-      record.compare(record.size() - suffix.size(), suffix.size(), suffix) == 0)
-    return record.substr(0, record.size() - suffix.size());
+  if (endsWithIgnoringCase(record, suffix)) return record.substr(0, record.size() - suffix.size());
   return record;
 }
 
@@ -671,6 +678,8 @@ class PickleModel {
 };
 
 }  // namespace
+
+bool isPickleRecord(const std::string& name) { return endsWithIgnoringCase(name, "pkl"); }
 
 void checkPickleStorages(const std::string& record, std::string_view pickle,
                          const RecordSizeLookup& record_size) {

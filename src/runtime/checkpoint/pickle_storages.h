@@ -14,6 +14,10 @@ namespace chorus::runtime {
 // where the archive has no such record.
 using RecordSizeLookup = std::function<std::optional<std::uint64_t>(const std::string& name)>;
 
+// Whether libtorch may read the archive's record `name` as a pickle: its name ends in "pkl", in
+// any case (miniz finds a record ignoring case: "data.pkl" reads "DATA.PKL").
+bool isPickleRecord(const std::string& name);
+
 // Follows `pickle`, the archive's record `record` ("data.pkl"), as libtorch's unpickler would,
 // and throws CheckpointError where libtorch would go on with a storage larger than the record
 // holding its bytes (`data/<key>` for "data.pkl"), or with a value that makes it read out of
