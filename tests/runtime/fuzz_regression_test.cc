@@ -73,5 +73,82 @@ TEST(CheckpointFuzzRegression, PickleAnnouncingMoreThanItHoldsIsRefusedBeforeLib
   }
 }
 
+// fuzz/checkpoint_archive_fuzzer.cc (SEGV in CPUGeneratorImpl::set_state): a rank-state archive
+// whose pickle names storage '1' (the 16-byte loss scale) for the 5056-byte generator state, one
+// digit changed. libtorch made a storage of 5056 bytes over the 16-byte record, and set_state read
+// past it. The storages a pickle declares are checked against their records first now.
+TEST(CheckpointFuzzRegression, StorageLargerThanItsRecordIsRefusedBeforeLibtorchReadsIt) {
+  const std::string bytes = seedArchive("storage_larger_than_its_record");
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("a checkpoint archive is damaged: its record 'data.pkl' "
+                                   "declares storage '1' of 5056 bytes"),
+              std::string::npos)
+        << error.message();
+    EXPECT_NE(error.message().find("its record 'data/1' holds 16 bytes"), std::string::npos)
+        << error.message();
+  }
+}
+
+// fuzz/checkpoint_archive_fuzzer.cc (out of memory): a rank-state archive whose zip directory
+// says code/__torch__.py inflates to 4,093,640,703 bytes (176 compressed). libtorch's
+// PyTorchStreamReader::getRecord allocates the announced size before inflating. The directory's
+// sizes are checked against what deflate can make of the compressed bytes first now.
+TEST(CheckpointFuzzRegression, RecordAnnouncingMoreThanItsBytesInflateToIsRefused) {
+  const std::string bytes = seedArchive("record_announcing_4_gb");
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("a checkpoint archive is damaged: its zip entry "
+                                   "'rank_state/code/__torch__.py' announces 4093640703 bytes, "
+                                   "more than its 176 compressed bytes inflate to"),
+              std::string::npos)
+        << error.message();
+  }
+}
+
+// fuzz/checkpoint_archive_fuzzer.cc (UBSan): an archive whose 'version' record is empty. libtorch
+// gives an empty record a null buffer, and libtorch's MemoryReadAdapter (a header, compiled into
+// archiveOf) copied nothing into it with memcpy: undefined behaviour, though harmless. archiveOf
+// reads the bytes through its own adapter now; the archive is refused as libtorch refuses it.
+TEST(CheckpointFuzzRegression, ArchiveWithAnEmptyVersionRecordIsACheckpointError) {
+  const std::string bytes = seedArchive("empty_version_record");
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_THROW(restoreRankStateFrom(bytes), CheckpointError);
+}
+
+// fuzz/checkpoint_archive_fuzzer.cc (SEGV in libtorch): an archive whose TorchScript code has a
+// syntax error and whose debug record (code/...py.debug_pkl) has a text index past its table.
+// libtorch's parser highlighted the error through the debug record, and its source range
+// unpickler indexed its text table unchecked (torch.jit.load died of SIGSEGV too). libtorch reads
+// archives without their debug records now: the syntax error is a CheckpointError.
+TEST(CheckpointFuzzRegression, DebugRecordWithATextIndexPastItsTableIsNotRead) {
+  const std::string bytes = seedArchive("debug_record_text_index_out_of_range");
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_THROW(restoreRankStateFrom(bytes), CheckpointError);
+}
+
+// fuzz/checkpoint_archive_fuzzer.cc (out of memory): a model archive whose pickle record is named
+// data.Pkl and stores memo entry 772,567,394. libtorch finds data.pkl ignoring case, as miniz
+// compares names, and grew its memo to the index (12 GB); the checks took the record for none of
+// the archive's pickles. They take every record libtorch may read as one now.
+TEST(CheckpointFuzzRegression, PickleRecordNamedInCapitalsIsChecked) {
+  const std::string bytes = seedArchive("pickle_record_named_in_capitals");
+  ASSERT_GT(bytes.size(), 1000u);
+  try {
+    restoreRankStateFrom(bytes);
+    FAIL() << "a damaged archive was read";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("its record 'data.Pkl' stores memo entry 772567394"),
+              std::string::npos)
+        << error.message();
+  }
+}
+
 }  // namespace
 }  // namespace chorus::runtime

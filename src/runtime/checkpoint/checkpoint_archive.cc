@@ -2,17 +2,22 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string_view>
+#include <vector>
 
+#include "checkpoint/pickle_storages.h"
+#include "checkpoint/zip_records.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
@@ -61,8 +66,10 @@ OpcodeArg opcodeArg(std::uint8_t op) {
 // libtorch's unpickler allocates the length that a string, bytes or frame opcode announces
 // before it reads the bytes (fuzz/checkpoint_archive_fuzzer.cc: a 7.5 KB archive made a restore
 // touch 3.3 GB). No valid pickle announces more than it holds, so an archive whose pickle does
-// is damaged: refused here, before libtorch reads it. Stops where libtorch would stop reading
-// (the STOP opcode, or an unknown one, or the end), so it refuses nothing libtorch reads whole.
+// is damaged: refused here, before libtorch reads it. So is a line (GLOBAL's module and name)
+// that the record ends before: libtorch reads on into its stale buffer, appending it until
+// std::bad_alloc (17 GB resident for a 7.5 KB archive). Stops where libtorch would stop reading
+// (the STOP opcode, or an unknown one), so it refuses nothing libtorch reads whole.
 void checkPickleLengths(const std::string& record, const std::uint8_t* data, std::size_t size) {
   std::size_t pos = 0;
   while (pos < size) {
@@ -79,9 +86,11 @@ void checkPickleLengths(const std::string& record, const std::uint8_t* data, std
         break;
       case Arg::kLines:
         for (int line = 0; line < arg.size; ++line) {
-          if (pos >= size) return;
-          const void* end = std::memchr(data + pos, '\n', size - pos);
-          if (end == nullptr) return;
+          const void* end = pos < size ? std::memchr(data + pos, '\n', size - pos) : nullptr;
+          if (end == nullptr) {
+            CHORUS_THROW(CheckpointError, "a checkpoint archive is damaged: its record '", record,
+                         "' has a line at offset ", pos, " that the record ends before");
+          }
           pos = static_cast<std::size_t>(static_cast<const std::uint8_t*>(end) - data) + 1;
         }
         break;
@@ -104,6 +113,50 @@ void checkPickleLengths(const std::string& record, const std::uint8_t* data, std
   }
 }
 
+// The archive's bytes as libtorch's zip reader is to read them. Without the debug records
+// (".debug_pkl": the source ranges of the archive's TorchScript code, for error messages only):
+// the last byte of each one's name reads '~', so libtorch finds none. Its source range unpickler
+// trusts the text indices in them (fuzz/checkpoint_archive_fuzzer.cc: a SEGV in
+// SourceRangeDeserializer::deserialize_source, reached through a syntax error in the code).
+// And without MemoryReadAdapter's memcpy into the null buffer libtorch gives an empty record
+// (undefined behaviour, though harmless; the fuzzer, UBSan, with an empty 'version' record).
+class ArchiveBytes {
+ public:
+  explicit ArchiveBytes(const std::string& bytes)
+      : bytes_(bytes), hidden_(debugRecordNameEnds(bytes)) {}
+
+  std::size_t size() const { return bytes_.size(); }
+
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n) const {
+    if (pos >= bytes_.size()) return 0;
+    n = static_cast<std::size_t>(std::min<std::uint64_t>(n, bytes_.size() - pos));
+    if (n == 0) return 0;
+    std::memcpy(buf, bytes_.data() + pos, n);
+    for (auto at = std::lower_bound(hidden_.begin(), hidden_.end(), pos);
+         at != hidden_.end() && *at < pos + n; ++at)
+      static_cast<char*>(buf)[*at - pos] = '~';
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+  const std::vector<std::uint64_t> hidden_;
+};
+
+// ArchiveBytes for a PyTorchStreamReader.
+class ArchiveBytesAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit ArchiveBytesAdapter(const ArchiveBytes& bytes) : bytes_(bytes) {}
+  std::size_t size() const override { return bytes_.size(); }
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n,
+                   const char* /*what*/ = "") const override {
+    return bytes_.read(pos, buf, n);
+  }
+
+ private:
+  const ArchiveBytes& bytes_;
+};
+
 }  // namespace
 
 std::string archiveBytes(torch::serialize::OutputArchive& archive) {
@@ -112,19 +165,32 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
   return out.str();
 }
 
+// Before libtorch reads them, the zip directory is checked for the sizes it announces
+// (zip_records.h), and every pickle of the archive is walked for the lengths it announces and
+// followed for the storages it declares (pickle_storages.h). libtorch reads it without its debug
+// records (ArchiveBytes).
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
+  checkZipRecordSizes(bytes);
+  const ArchiveBytes archive_bytes(bytes);
   {
     caffe2::serialize::PyTorchStreamReader reader(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
-                                                               static_cast<off_t>(bytes.size())));
+        std::make_shared<ArchiveBytesAdapter>(archive_bytes));
+    const RecordSizeLookup record_size = [&reader](const std::string& name) {
+      return reader.hasRecord(name) ? std::optional<std::uint64_t>(reader.getRecordSize(name))
+                                    : std::nullopt;
+    };
     for (const std::string& record : reader.getAllRecords()) {
-      if (record.size() < 3 || record.compare(record.size() - 3, 3, "pkl") != 0) continue;
+      if (!isPickleRecord(record)) continue;
       auto [data, size] = reader.getRecord(record);
-      checkPickleLengths(record, static_cast<const std::uint8_t*>(data.get()), size);
+      const auto* pickle = static_cast<const std::uint8_t*>(data.get());
+      checkPickleLengths(record, pickle, size);
+      checkPickleStorages(record, {reinterpret_cast<const char*>(pickle), size}, record_size);
     }
   }
   torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+  archive.load_from([&archive_bytes](std::uint64_t pos, void* buf,
+                                     std::size_t n) { return archive_bytes.read(pos, buf, n); },
+                    [&archive_bytes] { return archive_bytes.size(); });
   return archive;
 }
 
