@@ -1,12 +1,10 @@
 // The job's [zero] section: ZeRO's stage and how its shards are sized, and what a sharded step
-// does not combine with yet — refused here, before any worker starts, rather than ignored.
+// does not combine with yet — refused here, before any worker starts, rather than ignored. The
+// shard fractions of a job on its devices are in zero_shards.cc.
 #include <cmath>
 #include <string>
 
 #include "chorus/core/error.h"
-#include "chorus/plan/device_catalog.h"
-#include "chorus/plan/memory_model.h"
-#include "chorus/runtime/job/memory_calibration.h"
 #include "job/job_sections.h"
 
 namespace chorus::runtime {
@@ -30,48 +28,7 @@ std::vector<double> readFractions(const Config& config) {
   return fractions;
 }
 
-std::vector<double> fractionsByMemory(const JobConfig& job,
-                                      const std::vector<DeviceSpec>& devices) {
-  const auto memory = memoryModelForBudgets(job, devices);
-  const int layers = memory->model().layerCount();
-  const int ranks = static_cast<int>(devices.size());
-  std::vector<plan::StageMemoryRequest> requests;
-  std::vector<double> usable;
-  std::vector<std::string> names;
-  for (int r = 0; r < ranks; ++r) {
-    const plan::Dtype dtype = plan::parseDtype(precisionOf(job.precision, r, devices[r]));
-    // As maxMicroBatch sees a rank: one sample, accumulating (runtime/train/optimization.cc).
-    requests.push_back(plan::trainerStageRequest(0, layers, layers, dtype, 1, 1, 2,
-                                                 static_cast<int>(job.zero.stage), ranks,
-                                                 plan::Checkpointing::kNone));
-    // maxMicroBatch keeps a tenth of a budget spare.
-    usable.push_back(0.9 * static_cast<double>(*devices[r].memory_budget));
-    names.push_back(devices[r].toString());
-  }
-  return plan::zeroShardsByMemory(*memory, requests, usable, names);
-}
-
 }  // namespace
-
-std::vector<double> zeroShardFractions(const JobConfig& job,
-                                       const std::vector<DeviceSpec>& devices) {
-  const ZeroSection& zero = job.zero;
-  if (zero.stage == 0 || zero.shards == "even") return {};
-  if (zero.shards == "list") {
-    require(zero.fractions.size() == devices.size(), "zero.shards",
-            std::to_string(zero.fractions.size()) + " fractions for " +
-                std::to_string(devices.size()) + " devices (" + toString(devices) + ")");
-    return zero.fractions;
-  }
-  size_t budgets = 0;
-  for (const DeviceSpec& device : devices) budgets += device.memory_budget ? 1 : 0;
-  if (budgets == 0) return {};
-  require(budgets == devices.size(), "zero.shards",
-          "\"memory\" needs a memory budget on every device or on none (devices " +
-              toString(devices) +
-              "); give each one (e.g. cpu/2GiB), or set zero.shards = \"even\"");
-  return fractionsByMemory(job, devices);
-}
 
 ZeroSection readZero(const Config& config) {
   ZeroSection zero;
