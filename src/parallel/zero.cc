@@ -60,8 +60,8 @@ ZeroOptimizer::ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, std:
       bounds_(std::move(bounds)),
       communicator_(std::move(communicator)),
       rank_(communicator_->rank()) {
-  CHORUS_CHECK_CONFIG(stage_ == 1 || stage_ == 2, "ZeRO: stage ", stage_,
-                      " is not run here (1 and 2 are)");
+  CHORUS_CHECK_CONFIG(stage_ >= 1 && stage_ <= 3, "ZeRO: stage ", stage_,
+                      " is not one of 1, 2 and 3");
   CHORUS_CHECK_CONFIG(order_.size() == parameters_.size(), "ZeRO: the flat order lists ",
                       order_.size(), " of ", parameters_.size(), " parameters");
   CHORUS_CHECK_CONFIG(static_cast<int>(bounds_.size()) == communicator_->size() + 1 &&
@@ -89,6 +89,22 @@ void ZeroOptimizer::loadMasterFromParameters() {
                  });
 }
 
+void ZeroOptimizer::loadMasterFromWhole(const at::Tensor& whole) {
+  CHORUS_CHECK_CONFIG(whole.numel() == bounds_.back(), "ZeRO: ", whole.numel(),
+                      " parameter elements for a model of ", bounds_.back());
+  at::NoGradGuard no_grad;
+  master_.copy_(whole.reshape({-1}).narrow(0, begin(), end() - begin()));
+}
+
+at::Tensor ZeroOptimizer::gatherWhole() const {
+  std::vector<std::int64_t> counts;
+  for (size_t r = 0; r + 1 < bounds_.size(); ++r) counts.push_back(bounds_[r + 1] - bounds_[r]);
+  at::Tensor whole = at::empty({bounds_.back()}, at::kFloat);
+  at::Tensor mine = master_.detach();
+  communicator_->allGatherV(mine, whole, counts).wait();
+  return whole;
+}
+
 void ZeroOptimizer::takeGradientSlice() {
   at::NoGradGuard no_grad;
   forEachOverlap(parameters_, order_, begin(), end(),
@@ -105,12 +121,9 @@ void ZeroOptimizer::takeGradientSlice() {
 void ZeroOptimizer::step() {
   master_.mutable_grad() = gradient_;  // an optimizer's zero_grad may have unset it
   optimizer_->step();
+  if (stage_ >= 3) return;  // each layer is gathered from the slices when it runs
   at::NoGradGuard no_grad;
-  std::vector<std::int64_t> counts;
-  for (size_t r = 0; r + 1 < bounds_.size(); ++r) counts.push_back(bounds_[r + 1] - bounds_[r]);
-  at::Tensor flat = at::empty({bounds_.back()}, at::kFloat);
-  at::Tensor mine = master_.detach();
-  communicator_->allGatherV(mine, flat, counts).wait();
+  const at::Tensor flat = gatherWhole();
   std::int64_t position = 0;
   for (int index : order_) {
     at::Tensor parameter = parameters_[index].detach();

@@ -1,13 +1,15 @@
-// ZeRO stages 1 and 2 (Rajbhandari et al. 2020) with shards of unequal size: rank r owns one
+// ZeRO stages 1 to 3 (Rajbhandari et al. 2020) with shards of unequal size: rank r owns one
 // contiguous slice [bounds[r], bounds[r+1]) of the flattened parameters, sized by the plan (by
 // each rank's memory, parallel of its batch share, which the balancer sets by speed).
 //
 // The flat order is the gradient reducer's launch order (its buckets, each parameter whole), so
 // that each bucket is one contiguous range of it and stage 2 can reduce-scatter bucket by bucket
-// (GradientReducer, ReducerOptions::scatter). Every rank keeps the whole model's parameters
-// (stage 3 would shard them); the optimizer holds the state of this rank's slice only, an fp32
-// master copy of the slice is the one it steps, and an all-gather of uneven slices rebuilds the
-// parameters after each step.
+// (GradientReducer, ReducerOptions::scatter). In stages 1 and 2 every rank keeps the whole
+// model's parameters; the optimizer holds the state of this rank's slice only, an fp32 master
+// copy of the slice is the one it steps, and an all-gather of uneven slices rebuilds the
+// parameters after each step. In stage 3 the master slice is all this rank keeps of the
+// parameters: ZeroLayers (zero_layers.h) gathers each layer from every rank's slice when it runs,
+// and the step gathers nothing.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -58,14 +60,24 @@ class ZeroOptimizer {
   at::Tensor gradientSlice() const { return gradient_; }
   // Stage 1: copies this rank's slice of the parameters' averaged .grad into gradientSlice().
   void takeGradientSlice();
-  // The optimizer's step on the slice, then the collective all-gather of every rank's slice
-  // into the parameters. Every rank calls it, or none (a skipped step).
+  // The optimizer's step on the slice, then (stages 1 and 2) the collective all-gather of every
+  // rank's slice into the parameters. Every rank calls it, or none (a skipped step).
   void step();
+  // The master slice the optimizer steps (fp32, end() - begin() elements): stage 3's shard of
+  // the parameters. Shares its storage.
+  at::Tensor masterSlice() const { return master_.detach(); }
+  // Collective: every rank's slice, all-gathered, as one flat fp32 tensor in order() (stage 3's
+  // whole parameters, for a test or an export; the caller holds the whole model while it lives).
+  at::Tensor gatherWhole() const;
   // Sets the parameters' gradients to none (the slice's is overwritten every step).
   void clearGradients();
   // Copies this rank's slice of the parameters into the master copy the optimizer steps: after
   // the parameters were set from elsewhere (a checkpoint), or the next step would undo that.
+  // Stages 1 and 2 (stage 3's parameters hold no values between steps).
   void loadMasterFromParameters();
+  // Copies [begin(), end()) of `whole` (all the flattened parameters in order()) into the master
+  // slice: stage 3's resume.
+  void loadMasterFromWhole(const at::Tensor& whole);
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
 
@@ -77,8 +89,6 @@ class ZeroOptimizer {
   void loadWholeState(const std::map<std::string, at::Tensor>& whole);
 
  private:
-  at::Tensor flatParameters() const;
-
   int stage_;
   std::vector<at::Tensor> parameters_;
   std::vector<int> order_;

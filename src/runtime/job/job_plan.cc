@@ -211,8 +211,6 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
   CHORUS_CHECK_CONFIG(plan.global_batch == job.train.global_batch, "plan: global batch ",
                       plan.global_batch, ", but the job's train.global_batch is ",
                       job.train.global_batch);
-  CHORUS_CHECK_CONFIG(plan.zero_stage <= 2, "plan: ZeRO stage ", plan.zero_stage,
-                      " is priced by the planner but not run by chorus train yet (1 and 2 are)");
   CHORUS_CHECK_CONFIG(plan.zero_stage == job.zero.stage, "plan: ZeRO stage ", plan.zero_stage,
                       ", but the job's zero.stage is ", job.zero.stage, "; set [zero] to match");
   CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || plan.stageCount() == 1, "plan: ZeRO stage ",

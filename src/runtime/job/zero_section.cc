@@ -34,9 +34,6 @@ ZeroSection readZero(const Config& config) {
   ZeroSection zero;
   zero.stage = config.getInt("zero.stage", zero.stage);
   require(zero.stage >= 0 && zero.stage <= 3, "zero.stage", "must be 0, 1, 2 or 3");
-  require(zero.stage != 3, "zero.stage",
-          "3 (parameters sharded at rest) is not built yet; stages 1 and 2 shard the optimizer "
-          "state and the gradients");
   if (config.isArray("zero.shards")) {
     zero.shards = "list";
     zero.fractions = readFractions(config);

@@ -1,6 +1,7 @@
 // The data-parallel engine's part of a checkpoint: the model and optimizer (rank 0; every rank its
-// own under local SGD), every rank's RNG, loss scaler and codec memory, the balancer's state in
-// trainer.json. A checkpoint of another world size resumes with new shares.
+// own under local SGD; under ZeRO every rank its optimizer slice, and under ZeRO-3 its parameter
+// slice instead of rank 0's model), every rank's RNG, loss scaler and codec memory, the balancer's
+// state in trainer.json. A checkpoint of another world size resumes with new shares.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <torch/serialize.h>
@@ -131,6 +132,9 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
   mine.write("samples_since_average",
              at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));
   files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
+  // ZeRO-3: the rank file holds this rank's slice of the parameters; no rank has the whole model
+  // (`chorus checkpoint consolidate` writes one).
+  if (s.zero_layers) return snapshot;
   // Model and optimizer: deep copies now (memory bandwidth), serialized later — in the
   // background in async mode. Replicas are identical except under local SGD.
   const bool own = s.job.comm.sync_every > 1;
@@ -172,8 +176,12 @@ void DataParallelEngine::restore(const CheckpointSource& source) {
   if (source.saved.contains("pipeline"))
     source.mismatch("the layout", source.saved.at("pipeline").dump(),
                     "one stage per replica (resume needs the pipeline layout that wrote it)");
-  auto model_archive = archiveOf(source.read(kModelFile));
-  loadModel(*s.model, model_archive);
+  // A ZeRO-3 checkpoint has no model file (its parameters are in the rank files), and a ZeRO-3
+  // engine's parameters hold no values: restoreOptimizer takes care of both.
+  if (source.has(kModelFile) && !s.zero_layers) {
+    auto model_archive = archiveOf(source.read(kModelFile));
+    loadModel(*s.model, model_archive);
+  }
   restoreOptimizer(s, source);
   s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
   const int world = s.worker->worldSize();

@@ -93,16 +93,36 @@ void releaseHeldBuckets(DataParallelEngine& s, device::SpeedEmulator::ComputeSco
   s.held_at.clear();
 }
 
+// The micro-batches of this rank's share `mine` when the ranks' shares are `shares`: at most
+// micro_limit samples each. Under ZeRO-3 every rank runs as many (each forward and backward
+// gathers every layer from all ranks), the most that any rank's share needs; a rank that needs
+// fewer runs empty ones after its own, which add exact zeros to its gradients.
+std::vector<std::vector<std::int64_t>> microBatchesOf(const DataParallelEngine& s,
+                                                      const std::vector<std::int64_t>& mine,
+                                                      const std::vector<std::int64_t>& shares) {
+  const auto limitOf = [](std::int64_t limit, std::int64_t share) {
+    return limit > 0 ? limit : std::max<std::int64_t>(1, share);
+  };
+  auto micro = data::microBatches(mine, limitOf(s.micro_limit, mine.size()));
+  if (!s.zero_layers) return micro;
+  std::int64_t passes = 1;
+  for (size_t r = 0; r < shares.size(); ++r) {
+    const std::int64_t limit = limitOf(s.micro_limits.at(r), shares[r]);
+    passes = std::max(passes, (shares[r] + limit - 1) / limit);
+  }
+  micro.resize(passes);
+  return micro;
+}
+
 // This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
 // over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
 // An emulated slower device computes each micro-batch in one block and pads it at its end, but
 // releases its gradient buckets at the emulated pace (DESIGN.md, "Emulated heterogeneity"): the
 // reducer holds each one back (reducerOptions), and the padding launches it at the moment the
 // slower device would have had it ready, so its all-reduces cannot hide in one final sleep.
-ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& mine, bool inject,
-                     bool arm_reducer) {
-  const auto micro = data::microBatches(
-      mine, s.micro_limit > 0 ? s.micro_limit : std::max<std::int64_t>(1, mine.size()));
+ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& mine,
+                     const std::vector<std::int64_t>& shares, bool inject, bool arm_reducer) {
+  const auto micro = microBatchesOf(s, mine, shares);
   s.clearGradients();
   s.model->train();
   if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
@@ -121,7 +141,7 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
     at::Tensor loss;
     {
       parallel::AutocastScope autocast(s.worker->device().type(), s.compute_precision);
-      loss = s.model->lossSum(s.model->forward(batch.inputs.to(s.worker->device())),
+      loss = s.model->lossSum(s.forward(batch.inputs.to(s.worker->device())),
                               batch.targets.to(s.worker->device()));
     }
     traceSpan(s, observe::Track::kCompute, "forward", "compute", forward_start);
@@ -129,6 +149,7 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
     at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
     if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
     scaled.backward();
+    if (s.zero_layers) s.zero_layers->release();
     result.loss_sum += loss.item<double>();  // also waits for a GPU's queued work
     traceSpan(s, observe::Track::kCompute, "backward", "compute", backward_start);
     releaseHeldBuckets(s, phase);
@@ -167,7 +188,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   // Local SGD: no gradient all-reduce; each rank steps on its own mean gradient and parameters
   // are averaged every sync_every steps.
   const bool local = s.job.comm.sync_every > 1;
-  const ShareResult share = runShare(s, mine, inject, /*arm_reducer=*/!local);
+  const ShareResult share = runShare(s, mine, record.shares, inject, /*arm_reducer=*/!local);
   parallel::ReduceTiming reduce;
   if (local)
     s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
@@ -222,6 +243,19 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;
   return record;
+}
+
+std::vector<at::Tensor> DataParallelEngine::parameterValues() {
+  if (!zero_layers) return StepEngine::parameterValues();
+  const at::Tensor whole = zero->gatherWhole();
+  std::vector<at::Tensor> values(model_parameters.size());
+  std::int64_t position = 0;
+  for (int index : zero->order()) {
+    const at::Tensor& parameter = model_parameters[index];
+    values[index] = whole.narrow(0, position, parameter.numel()).view(parameter.sizes()).clone();
+    position += parameter.numel();
+  }
+  return values;
 }
 
 }  // namespace chorus::runtime

@@ -16,6 +16,7 @@
 #include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/precision.h"
 #include "chorus/parallel/zero.h"
+#include "chorus/parallel/zero_layers.h"
 #include "chorus/plan/balancer.h"
 #include "train/trainer_state.h"
 
@@ -47,6 +48,7 @@ struct DataParallelEngine final : StepEngine {
     return fixed_shares.empty() ? balancer->shares() : fixed_shares;
   }
   const std::vector<at::Tensor>& parameters() const override { return model_parameters; }
+  std::vector<at::Tensor> parameterValues() override;
   parallel::Precision precision() const override { return compute_precision; }
   double lossScale() const override { return scaler ? scaler->scale() : 0.0; }
   device::EmulationTotals emulationTotals() const override { return emulator->totals(); }
@@ -65,6 +67,16 @@ struct DataParallelEngine final : StepEngine {
   // The optimizer of the whole model; null under ZeRO, whose optimizer steps this rank's slice.
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<parallel::ZeroOptimizer> zero;  // plan.zero_stage >= 1; else null
+  // ZeRO-3: the layers gathered from the slices when they run; null below stage 3.
+  std::unique_ptr<parallel::ZeroLayers> zero_layers;
+  // The model's forward, through zero_layers under ZeRO-3 (collective there).
+  at::Tensor forward(at::Tensor inputs) {
+    return zero_layers ? zero_layers->forward(*model, std::move(inputs))
+                       : model->forward(std::move(inputs));
+  }
+  // ZeRO-3: every rank's micro_limit, since all ranks must run as many forward and backward
+  // passes (each gathers every layer); empty below stage 3.
+  std::vector<std::int64_t> micro_limits;
   torch::optim::Optimizer& activeOptimizer() { return zero ? zero->optimizer() : *optimizer; }
   // Sets the model's gradients to none (and nothing of ZeRO's slice, which is overwritten).
   void clearGradients() {
@@ -107,7 +119,9 @@ void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputAr
 nlohmann::json zeroEntry(const DataParallelEngine& engine);
 // Loads the optimizer's state from a checkpoint of either kind, replicated (optimizer.pt) or ZeRO
 // (every rank's slice, whatever the world size, shards, stage or bucket sizes that wrote it), into
-// this engine's optimizer of either kind. Throws CheckpointError when it is of another model.
+// this engine's optimizer of either kind; and the parameters where the model file does not hold
+// them (a ZeRO-3 checkpoint) or the engine cannot take them from it (a ZeRO-3 engine, whose
+// master slice gets them). Throws CheckpointError when it is of another model.
 void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source);
 
 }  // namespace chorus::runtime

@@ -18,6 +18,33 @@ std::vector<std::int64_t> evaluationIds(std::int64_t test_size, std::int64_t lim
   return ids;
 }
 
+// Inference needs less memory than a training micro-batch of the same size.
+std::int64_t evaluationChunk(std::int64_t micro_limit) {
+  return micro_limit > 0 ? std::min<std::int64_t>(256, micro_limit) : 256;
+}
+
+std::int64_t passesFor(std::int64_t samples, std::int64_t chunk) {
+  return (samples + chunk - 1) / chunk;
+}
+
+// The forward passes of this rank's evaluation: its samples in chunks; under ZeRO-3 as many as
+// the rank that needs the most (every pass gathers each layer from all ranks), so some are empty.
+std::int64_t evaluationPasses(const DataParallelEngine& s, std::int64_t test_size,
+                              std::int64_t limit) {
+  const int world = s.worker->worldSize();
+  if (!s.zero_layers)
+    return passesFor(
+        static_cast<std::int64_t>(evaluationIds(test_size, limit, s.worker->rank(), world).size()),
+        evaluationChunk(s.micro_limit));
+  std::int64_t passes = 0;
+  for (int rank = 0; rank < world; ++rank)
+    passes = std::max(
+        passes,
+        passesFor(static_cast<std::int64_t>(evaluationIds(test_size, limit, rank, world).size()),
+                  evaluationChunk(s.micro_limits.at(rank))));
+  return passes;
+}
+
 }  // namespace
 
 std::pair<double, double> DataParallelEngine::evaluate(std::int64_t samples) {
@@ -25,14 +52,14 @@ std::pair<double, double> DataParallelEngine::evaluate(std::int64_t samples) {
   comm::Communicator& world = *s.worker->world();
   torch::NoGradGuard no_grad;
   s.model->eval();
-  const auto ids =
-      evaluationIds(s.data.test->size(), samples < 0 ? s.job.train.eval_samples : samples,
-                    world.rank(), world.size());
+  const std::int64_t limit = samples < 0 ? s.job.train.eval_samples : samples;
+  const auto ids = evaluationIds(s.data.test->size(), limit, world.rank(), world.size());
   // correct predictions, predictions, summed loss, samples
   at::Tensor totals = at::zeros({4}, at::kDouble);
-  // Inference needs less memory than a training micro-batch of the same size.
-  const std::int64_t chunk = s.micro_limit > 0 ? std::min<std::int64_t>(256, s.micro_limit) : 256;
-  for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(chunk)) {
+  const std::int64_t chunk = evaluationChunk(s.micro_limit);
+  const std::int64_t passes = evaluationPasses(s, s.data.test->size(), limit);
+  for (std::int64_t pass = 0; pass < passes; ++pass) {
+    const size_t begin = std::min(ids.size(), static_cast<size_t>(pass * chunk));
     const std::vector<std::int64_t> part(
         ids.begin() + begin,
         ids.begin() + std::min(ids.size(), begin + static_cast<size_t>(chunk)));
@@ -41,7 +68,7 @@ std::pair<double, double> DataParallelEngine::evaluate(std::int64_t samples) {
     at::Tensor outputs;
     {
       parallel::AutocastScope autocast(s.worker->device().type(), s.compute_precision);
-      outputs = s.model->forward(batch.inputs.to(s.worker->device()));
+      outputs = s.forward(batch.inputs.to(s.worker->device()));
     }
     totals[0] += static_cast<double>(s.model->correct(outputs, targets));
     totals[1] += static_cast<double>(targets.numel());

@@ -70,8 +70,29 @@ parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   return options;
 }
 
+// The parameter indices (into `parameters`, the model's) of each layer of `model`. A zoo model
+// registers exactly its layers as its children, in order (model/common.h).
+std::vector<std::vector<int>> layerIndices(model::ZooModel& model,
+                                           const std::vector<at::Tensor>& parameters) {
+  std::map<const void*, int> index;
+  for (size_t i = 0; i < parameters.size(); ++i)
+    index[parameters[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  const auto children = model.children();
+  CHORUS_CHECK_CONFIG(static_cast<std::int64_t>(children.size()) == model.numLayers(),
+                      "ZeRO-3: ", model.describe(), " has ", children.size(), " child modules for ",
+                      model.numLayers(), " layers");
+  std::vector<std::vector<int>> layers;
+  for (const auto& child : children) {
+    layers.emplace_back();
+    for (const at::Tensor& parameter : child->parameters(/*recurse=*/true))
+      layers.back().push_back(index.at(parameter.unsafeGetTensorImpl()));
+  }
+  return layers;
+}
+
 // ZeRO (plan.zero_stage >= 1): the optimizer of this rank's slice of the parameters flattened in
-// the reducer's bucket order, and, for stage 2, the reducer's reduce-scatter into the slice.
+// the reducer's bucket order; for stage 2 and up, the reducer's reduce-scatter into the slice; for
+// stage 3, the layers gathered from the slices, over a group of their own (zero_layers.h).
 void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerOptions& reducing) {
   const std::vector<at::Tensor> parameters = s.model->parameters();
   std::int64_t elements = 0;
@@ -90,12 +111,30 @@ void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerO
     reducing.scatter_bounds = bounds;
     reducing.scatter_output = s.zero->gradientSlice();
   }
+  if (plan.zero_stage >= 3) {
+    std::vector<int> everyone(ranks);
+    for (int r = 0; r < ranks; ++r) everyone[r] = r;
+    s.zero_layers = std::make_unique<parallel::ZeroLayers>(
+        parameters, layerIndices(*s.model, parameters), s.zero->order(), bounds,
+        s.zero->masterSlice(), s.worker->world()->subgroup(everyone, "zero-gather"));
+  }
   if (s.worker->rank() != 0) return;
   std::string slices;
   for (int r = 0; r < ranks; ++r)
     slices += (r ? "/" : "") + std::to_string(bounds[r + 1] - bounds[r]);
   logInfo("ZeRO stage ", plan.zero_stage, ": parameter slices of ", slices, " elements",
           plan.zero_shards.empty() ? " (even)" : " (sized by the plan's shards)");
+}
+
+// Collective: every rank's micro-batch limit, by rank.
+std::vector<std::int64_t> everyRanksLimit(comm::Communicator& world, std::int64_t limit) {
+  at::Tensor mine = at::tensor({static_cast<double>(limit)}, at::kDouble);
+  at::Tensor all = at::empty({world.size()}, at::kDouble);
+  world.allGather(mine, all).wait();
+  std::vector<std::int64_t> limits;
+  for (int r = 0; r < world.size(); ++r)
+    limits.push_back(static_cast<std::int64_t>(all[r].item<double>()));
+  return limits;
 }
 
 // The rank's compute format (the plan's), and a loss scaler when it is fp16.
@@ -147,8 +186,6 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   s.cuts_of_model = {0, static_cast<int>(s.model->numLayers())};
   s.model_parameters = s.model->parameters();
   parallel::ReducerOptions reducing = reducerOptions(s);
-  CHORUS_CHECK_CONFIG(plan.zero_stage <= 2, "data parallelism: ZeRO stage ", plan.zero_stage,
-                      " is not built (1 and 2 are)");
   CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || s.job.comm.sync_every == 1,
                       "data parallelism: ZeRO does not combine with local SGD (comm.sync_every)");
   if (plan.zero_stage >= 1)
@@ -180,6 +217,7 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
   if (planned_micro > 0)
     s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;
+  if (s.zero_layers) s.micro_limits = everyRanksLimit(world, s.micro_limit);
   // Data and model are in place: from here on the budget counts what training allocates.
   if (budget) {
     s.worker->enforceMemoryBudget();

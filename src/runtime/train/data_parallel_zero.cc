@@ -1,5 +1,6 @@
 // ZeRO's part of a data-parallel checkpoint. Each rank writes the optimizer state of its own
-// slice ("zero/<name>" in rank-<r>.pt) and rank 0 the whole model; trainer.json records the
+// slice ("zero/<name>" in rank-<r>.pt) and rank 0 the whole model (ZeRO-3: each rank its slice of
+// the parameters, "zero/parameters", and no rank the model); trainer.json records the
 // slices' bounds and the flat order. A resume puts the slices of every writer together, splits
 // them into one state per parameter, and gives its optimizer what it needs: its own slice in its
 // own flat order (ZeRO), or every parameter's state (replicated). So the world size, the shards,
@@ -18,6 +19,8 @@ namespace {
 
 constexpr const char* kPrefix = "zero/";
 constexpr const char* kStep = "step";
+// ZeRO-3's rank files hold their slice of the parameters under this name, beside the optimizer's.
+constexpr const char* kParameters = "parameters";
 
 std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
 
@@ -91,12 +94,13 @@ ParameterStates statesOfZeroCheckpoint(const CheckpointSource& source,
 }
 
 // The states of a replicated checkpoint's optimizer.pt, loaded into an optimizer of the job's
-// kind over copies of `parameters`.
+// kind over stand-ins of `parameters` (their shapes: a ZeRO-3 engine's hold no values).
 ParameterStates statesOfReplicatedCheckpoint(const CheckpointSource& source,
                                              const OptimizerSection& section,
                                              const std::vector<at::Tensor>& parameters) {
   std::vector<at::Tensor> copies;
-  for (const at::Tensor& parameter : parameters) copies.push_back(parameter.detach().clone());
+  for (const at::Tensor& parameter : parameters)
+    copies.push_back(at::zeros(parameter.sizes(), parameter.options()).requires_grad_(true));
   auto optimizer = makeOptimizer(section, copies);
   auto archive = archiveOf(source.read("optimizer.pt"));
   optimizer->load(archive);
@@ -118,6 +122,44 @@ ParameterStates statesOfReplicatedCheckpoint(const CheckpointSource& source,
     }
   }
   return states;
+}
+
+// The parameters of the checkpoint's model file, flattened, in the model's order.
+std::vector<at::Tensor> parametersOfModelFile(const DataParallelEngine& engine,
+                                              const CheckpointSource& source) {
+  auto archive = archiveOf(source.read("model.pt"));
+  std::vector<at::Tensor> values;
+  for (const auto& item : engine.model->named_parameters()) {
+    at::Tensor value;
+    archive.read(item.key(), value);
+    if (value.numel() != item.value().numel())
+      source.mismatch("parameter '" + item.key() + "'", std::to_string(value.numel()),
+                      std::to_string(item.value().numel()) + " elements");
+    values.push_back(value.reshape({-1}));
+  }
+  return values;
+}
+
+// The saved parameters, flattened, in the model's order: ZeRO-3's slices taken out of `states`,
+// or, for an engine that needs them and a checkpoint that has one, the model file's.
+std::vector<at::Tensor> savedParameters(const DataParallelEngine& engine,
+                                        const CheckpointSource& source, ParameterStates& states) {
+  const auto found = states.tensors.find(kParameters);
+  if (found != states.tensors.end()) {
+    std::vector<at::Tensor> values = std::move(found->second);
+    states.tensors.erase(found);
+    return values;
+  }
+  if (engine.zero_layers) return parametersOfModelFile(engine, source);
+  return {};
+}
+
+// Whole flat tensors in `order` of per-parameter ones.
+at::Tensor flatInOrder(const std::vector<at::Tensor>& per_parameter,
+                       const std::vector<int>& order) {
+  std::vector<at::Tensor> parts;
+  for (int index : order) parts.push_back(per_parameter.at(index).reshape({-1}));
+  return at::cat(parts);
 }
 
 // Whole flat states in `order`, as ZeroOptimizer::loadWholeState takes them. A parameter without
@@ -165,6 +207,8 @@ void loadReplicated(torch::optim::Optimizer& optimizer, const ParameterStates& s
 void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputArchive& archive) {
   for (const auto& [name, tensor] : engine.zero->sliceState())
     archive.write(kPrefix + name, tensor);
+  if (engine.zero_layers)
+    archive.write(std::string(kPrefix) + kParameters, engine.zero->masterSlice().clone());
 }
 
 nlohmann::json zeroEntry(const DataParallelEngine& engine) {
@@ -181,15 +225,24 @@ void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source
     engine.optimizer->load(archive);
     return;
   }
-  const ParameterStates states =
+  ParameterStates states =
       sharded ? statesOfZeroCheckpoint(source, parameters)
               : statesOfReplicatedCheckpoint(source, engine.job.optimizer, parameters);
+  const std::vector<at::Tensor> saved = savedParameters(engine, source, states);
+  if (!engine.zero_layers && !saved.empty()) {  // a ZeRO-3 checkpoint: no model file was loaded
+    at::NoGradGuard no_grad;
+    for (size_t index = 0; index < parameters.size(); ++index)
+      parameters[index].detach().view({-1}).copy_(saved.at(index));
+  }
   if (!engine.zero) {
     loadReplicated(*engine.optimizer, states, parameters);
     return;
   }
   engine.zero->loadWholeState(wholeFlatStates(states, parameters, engine.zero->order()));
-  engine.zero->loadMasterFromParameters();  // the model was loaded before (restore())
+  if (engine.zero_layers)
+    engine.zero->loadMasterFromWhole(flatInOrder(saved, engine.zero->order()));
+  else
+    engine.zero->loadMasterFromParameters();  // the model was loaded before (restore())
 }
 
 }  // namespace chorus::runtime

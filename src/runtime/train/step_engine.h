@@ -78,6 +78,13 @@ class StepEngine {
   virtual const std::vector<int>& cuts() const = 0;
   virtual const std::vector<std::int64_t>& shares() const = 0;
   virtual const std::vector<at::Tensor>& parameters() const = 0;
+  // Copies of parameters()' values. Collective under ZeRO-3, whose parameters hold no values
+  // between steps: every rank calls it.
+  virtual std::vector<at::Tensor> parameterValues() {
+    std::vector<at::Tensor> values;
+    for (const at::Tensor& parameter : parameters()) values.push_back(parameter.detach().clone());
+    return values;
+  }
   virtual parallel::Precision precision() const = 0;
   // 0 when the rank does not scale its loss.
   virtual double lossScale() const = 0;

@@ -153,6 +153,8 @@ const std::vector<std::int64_t>& Trainer::shares() const { return state_->engine
 
 const std::vector<at::Tensor>& Trainer::parameters() const { return state_->engine->parameters(); }
 
+std::vector<at::Tensor> Trainer::parameterValues() { return state_->engine->parameterValues(); }
+
 std::string Trainer::precision() const { return parallel::toString(state_->engine->precision()); }
 
 double Trainer::lossScale() const { return state_->engine->lossScale(); }

@@ -148,8 +148,12 @@ class Trainer {
   const std::vector<int>& cuts() const;
   // Samples of each global batch per replica (per rank for data parallelism), for the next step.
   const std::vector<std::int64_t>& shares() const;
-  // The parameters this rank trains (its stage's in a pipeline), in the model's order.
+  // The parameters this rank trains (its stage's in a pipeline), in the model's order. Under
+  // ZeRO-3 their storage is empty between steps: read them with parameterValues().
   const std::vector<at::Tensor>& parameters() const;
+  // Copies of parameters()' values; under ZeRO-3 gathered from every rank's slice, so collective
+  // (every rank calls it) and this rank holds the whole model while they live.
+  std::vector<at::Tensor> parameterValues();
   // This rank's compute precision and its loss scale (0 when it does not scale).
   std::string precision() const;
   double lossScale() const;
