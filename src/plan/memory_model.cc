@@ -12,6 +12,10 @@ namespace {
 
 // Parameters are fp32 whatever the compute format (memory_model.h, "state").
 constexpr double kParameterBytes = 4;
+// ZeRO-3's layers gathered at once at most: the one running and the next (parallel/zero_layers.h;
+// in backward autograd accumulates a layer's gradients, which frees it, before it runs the layer
+// below).
+constexpr double kGatheredLayers = 2;
 
 // table[k][i] = max of values[i, i + 2^k).
 std::vector<std::vector<double>> sparseTable(const std::vector<double>& values) {
@@ -136,14 +140,16 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
   // The local gradients are whole in every stage (parallel/zero.h): accumulated over micro-batches
   // before the reduction; ZeRO-2 frees each one as it is copied into its bucket.
   const double gradients = params * kParameterBytes;
-  // ZeRO's optimizer steps an fp32 master copy of the rank's slice, with the slice's gradient.
+  // ZeRO's optimizer steps an fp32 master copy of the rank's slice, with the slice's gradient;
+  // in stage 3 that master slice is the rank's weights (counted above).
+  const double slice_copies = zero >= 3 ? 1 : zero >= 1 ? 2 : 0;
   bytes.optimizer = sharded(params * options_.optimizer_state_bytes, 1) +
-                    (zero >= 1 ? sharded(2 * params * kParameterBytes, 1) : 0);
+                    sharded(slice_copies * params * kParameterBytes, 1);
   // ZeRO-2's buckets live only while their reduce-scatter runs; the others for the whole step.
   if (request.gradient_buckets && zero < 2) bytes.buffers += params * kParameterBytes;
-  // ZeRO-3 gathers one layer's full weights at a time.
+  // ZeRO-3 gathers a layer's full weights while it runs and the next one's ahead of it.
   if (zero >= 3 && request.group > 1)
-    bytes.buffers += rangeMax(widest_, first, last) * kParameterBytes;
+    bytes.buffers += kGatheredLayers * rangeMax(widest_, first, last) * kParameterBytes;
   // Autocast caches a 16-bit copy of every weight it lowers during the forward pass.
   const double element = bytesOf(request.dtype);
   if (element < kParameterBytes) bytes.buffers += params * element;

@@ -8,11 +8,13 @@
 //                whole model where the runtime builds all of it (sharded by ZeRO 3); fp32
 //                gradients (whole in every stage: the local ones exist before the reduction); the
 //                optimizer's state (MemoryOptions), sharded by ZeRO 1 and up, which then adds an
-//                fp32 master copy of the rank's slice and the slice's gradient (parallel/zero.h);
+//                fp32 master copy of the rank's slice (in stage 3 that is its weights) and the
+//                slice's gradient (parallel/zero.h);
 //   buffers      the data-parallel reducer's flat gradient buckets (one more copy, held for the
-//                whole step; ZeRO-2 frees each one after its reduce-scatter), ZeRO-3's one gathered
-//                layer, autocast's 16-bit weight copies, and,
-//                accumulating, one layer's fresh gradient beside the one it is added to;
+//                whole step; ZeRO-2 frees each one after its reduce-scatter), ZeRO-3's gathered
+//                layers (two of the widest: the one running and the next), autocast's 16-bit
+//                weight copies, and, accumulating, one layer's fresh gradient beside the one it
+//                is added to;
 //   activations  what autograd keeps of the micro-batches in flight, the backward pass's peak of
 //                one micro-batch (below), the transfers' buffers of a pipeline stage and the
 //                batch's data, scaled from the profile's activation_element_bytes to the rank's
