@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/runtime/checkpoint/checkpoint.h"
+
 namespace {
 namespace fs = std::filesystem;
 
@@ -92,9 +94,15 @@ void collectTensors(torch::serialize::InputArchive& archive, const std::string& 
   }
 }
 
+// The checkpoint's model; a ZeRO-3 checkpoint's consolidated from its slices first.
 std::map<std::string, at::Tensor> modelOf(const std::string& checkpoint) {
+  std::string file = checkpoint + "/model.pt";
+  if (!std::filesystem::exists(file)) {
+    file = checkpoint + ".consolidated.pt";
+    chorus::runtime::consolidateCheckpoint(checkpoint, file);
+  }
   torch::serialize::InputArchive archive;
-  archive.load_from(checkpoint + "/model.pt");
+  archive.load_from(file);
   std::map<std::string, at::Tensor> tensors;
   collectTensors(archive, "", tensors);
   return tensors;
@@ -164,6 +172,13 @@ TEST(CheckpointMultiproc, ResumeAfterSigkillIsBitwiseExact) {
 TEST(CheckpointMultiproc, ZeroResumeAfterSigkillIsBitwiseExact) {
   expectResumeAfterSigkillIsBitwiseExact(
       {"--set", "zero.stage=2", "--set", "zero.shards=[0.7,0.3]"}, "zero");
+}
+
+// ZeRO-3: each worker's rank file holds its slices of the parameters and of the optimizer state,
+// and no file the whole model (consolidated here to compare).
+TEST(CheckpointMultiproc, ZeroThreeResumeAfterSigkillIsBitwiseExact) {
+  expectResumeAfterSigkillIsBitwiseExact(
+      {"--set", "zero.stage=3", "--set", "zero.shards=[0.7,0.3]"}, "zero3");
 }
 
 // SIGTERM (what the agent sends on Ctrl-C): every rank finishes its step, one checkpoint is

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+
+#include <torch/serialize.h>
 
 #include "chorus/core/config.h"
 #include "chorus/core/error.h"
@@ -228,6 +231,43 @@ TEST(ZeroTrainer, CheckpointsMoveBetweenStageThreeAndOtherJobs) {
     const auto resumed = trainAndCheckpoint(after, 3, 12, dir, "latest");
     EXPECT_TRUE(bitwiseEqual(resumed, straight)) << "case " << index << ": max relative difference "
                                                  << maxRelativeDifference(resumed, straight);
+  }
+}
+
+// The tensors of a model archive (model.pt), by name.
+std::map<std::string, at::Tensor> modelFile(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
+  std::map<std::string, at::Tensor> tensors;
+  for (const std::string& key : archive.keys()) archive.read(key, tensors[key]);
+  return tensors;
+}
+
+// `chorus checkpoint consolidate`: a ZeRO-3 checkpoint's slices make the model.pt that the same
+// run replicated writes, bit for bit; a replicated checkpoint's model.pt is copied.
+TEST(ZeroTrainer, ConsolidatedStageThreeCheckpointIsTheReplicatedModelFile) {
+  const std::string one_pass = "train.micro_batch=64";
+  const std::string sharded = freshDir("consolidate_sharded");
+  const std::string replicated = freshDir("consolidate_replicated");
+  trainAndCheckpoint({kShares, one_pass, "zero.stage=3", kShards}, 3, 5, sharded);
+  trainAndCheckpoint({kShares, one_pass}, 3, 5, replicated);
+  const std::string from_slices = freshDir("consolidated_sharded.pt");
+  const std::string copied = freshDir("consolidated_replicated.pt");
+  EXPECT_EQ(consolidateCheckpoint(resolveCheckpoint("latest", sharded), from_slices),
+            2 + 12 * 2 + 3);
+  EXPECT_EQ(consolidateCheckpoint(resolveCheckpoint("latest", replicated), copied), 2 + 12 * 2 + 3);
+  const auto a = modelFile(from_slices), b = modelFile(copied);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, tensor] : b) {
+    ASSERT_EQ(a.count(name), 1u) << name;
+    EXPECT_TRUE(at::equal(a.at(name), tensor)) << name;
+  }
+  // A directory that holds no checkpoint: refused, naming it.
+  try {
+    consolidateCheckpoint(freshDir("not_a_checkpoint"), copied);
+    ADD_FAILURE() << "consolidated a missing checkpoint";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(error.message().find("not_a_checkpoint"), std::string::npos) << error.message();
   }
 }
 

@@ -44,5 +44,6 @@ void addPlanCommand(CLI::App& app, Action& action);
 void addSimulateCommand(CLI::App& app, Action& action);
 void addBenchCommand(CLI::App& app, Action& action);
 void addReportCommand(CLI::App& app, Action& action);
+void addCheckpointCommand(CLI::App& app, Action& action);
 
 }  // namespace chorus::cli

@@ -48,7 +48,8 @@ void rejectUnknownSubcommand(const CLI::App& app, int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands({}))
       if (sub->get_name() == word) return;
     CHORUS_THROW(ConfigError, "unknown subcommand '", word,
-                 "'; expected devices, run, train, plan, simulate or bench (see chorus --help)");
+                 "'; expected devices, run, train, plan, simulate, bench, report or "
+                 "checkpoint (see chorus --help)");
   }
 }
 
@@ -68,6 +69,7 @@ int runCli(int argc, char** argv) {
   addSimulateCommand(app, action);
   addBenchCommand(app, action);
   addReportCommand(app, action);
+  addCheckpointCommand(app, action);
   rejectUnknownSubcommand(app, argc, argv);
   try {
     app.parse(argc, argv);

@@ -212,9 +212,18 @@ void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputAr
 }
 
 nlohmann::json zeroEntry(const DataParallelEngine& engine) {
+  // Each parameter's name and shape, in the model's order: what `chorus checkpoint consolidate`
+  // needs to rebuild model.pt from a ZeRO-3 checkpoint's slices without the job's model or data.
+  nlohmann::json names = nlohmann::json::array(), shapes = nlohmann::json::array();
+  for (const auto& item : engine.model->named_parameters()) {
+    names.push_back(item.key());
+    shapes.push_back(item.value().sizes().vec());
+  }
   return {{"stage", engine.zero->stage()},
           {"bounds", engine.zero->bounds()},
-          {"order", engine.zero->order()}};
+          {"order", engine.zero->order()},
+          {"names", names},
+          {"shapes", shapes}};
 }
 
 void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source) {

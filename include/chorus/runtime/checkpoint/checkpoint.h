@@ -100,6 +100,13 @@ std::string readCheckpointFile(const std::string& checkpoint_dir, const Manifest
                                const std::string& name);
 // Checks every file of a checkpoint. Throws CheckpointError naming the first bad file.
 void verifyCheckpoint(const std::string& checkpoint_dir);
+// The whole model of a data-parallel checkpoint as one libtorch archive (one tensor per dotted
+// parameter name, as model.pt holds it), written to `out`: a ZeRO-3 checkpoint's parameter slices
+// put together (every rank file's "zero/parameters" in the flat order trainer.json records), or
+// another checkpoint's model.pt, checked and copied. Needs nothing but the checkpoint (no data,
+// no config). Returns the number of parameters (tensors) written. Throws CheckpointError when the
+// checkpoint is damaged or holds no whole data-parallel model (a pipeline's, local SGD's).
+std::int64_t consolidateCheckpoint(const std::string& checkpoint_dir, const std::string& out);
 // Complete checkpoints under `root` (names step-*), newest first.
 std::vector<std::string> listCheckpoints(const std::string& root);
 // What `--resume WHAT` means: "latest" → the checkpoint `root`/latest names, or, when that is
