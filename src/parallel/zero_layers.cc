@@ -136,7 +136,18 @@ void ZeroLayers::awaitGather(int l) {
   if (!layer.work) return;
   comm::Work work = *layer.work;
   layer.work.reset();
-  work.wait();
+  if (work.isCompleted() || !wait_hooks_.begin) {
+    work.wait();
+    return;
+  }
+  wait_hooks_.begin();
+  try {
+    work.wait();
+  } catch (...) {
+    wait_hooks_.end();
+    throw;
+  }
+  wait_hooks_.end();
 }
 
 void ZeroLayers::free(int l) {

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
@@ -103,6 +105,30 @@ TEST(ZeroLayers, GatheredPassesAreTheWholeModelsAndNothingStaysGathered) {
     EXPECT_TRUE(at::equal(layers.forward(*sharded, tokens), reference->forward(tokens)));
     EXPECT_EQ(layers.gatheredLayers(), 0);
     EXPECT_EQ(bytesHeld(parameters), 0);
+  });
+}
+
+// A rank that waits for a peer's piece of a layer says so (the trainer excludes the wait from the
+// compute its balancer sees): rank 0 starts 300 ms late, so the others wait at their first gather.
+TEST(ZeroLayers, WaitsForPeersAreReported) {
+  comm::testing::runRankThreads(3, [](std::shared_ptr<comm::Communicator> comm) {
+    auto model = smallGpt();
+    const std::vector<at::Tensor> parameters = model->parameters();
+    const std::vector<int> order = flatOrder(bucketLayoutOf(parameters, ReducerOptions{}));
+    std::int64_t total = 0;
+    for (const at::Tensor& parameter : parameters) total += parameter.numel();
+    const auto bounds = shardBounds(total, {1, 1, 1});
+    ZeroLayers layers(parameters, layersOf(*model, parameters), order, bounds,
+                      sliceOf(parameters, order, bounds, comm->rank()), comm);
+    int begun = 0, ended = 0;
+    layers.setWaitHooks({[&] { ++begun; }, [&] { ++ended; }});
+    if (comm->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    torch::NoGradGuard no_grad;
+    layers.forward(*model, tokensFor(comm->rank(), 2));
+    EXPECT_EQ(begun, ended);
+    if (comm->rank() != 0) {
+      EXPECT_GE(begun, 1) << "rank " << comm->rank() << " never waited";
+    }
   });
 }
 

@@ -24,36 +24,40 @@ const std::string kJob =
 // third of the sharded state (AdamW's moments, the fp32 master and its gradient: 12.6 MiB).
 const std::string kUnlike = " --set devices=cpu/20MiB,cpu/20MiB,cpu/14MiB";
 
-TEST(ZeroMultiproc, OnlyShardsSizedByMemoryFitUnlikeDevices) {
-  const auto replicated = chorusTrain(kJob + kUnlike, "zero_replicated");
-  EXPECT_EQ(replicated.exit_code, 2) << replicated.output;
-  EXPECT_NE(replicated.output.find("ConfigError: device 'cpu/20M'"), std::string::npos)
-      << replicated.output;
+// `settings` on top of the job is refused before any worker starts, with `message`.
+void expectRefused(const std::string& settings, const std::string& message,
+                   const std::string& name) {
+  const auto run = chorusTrain(kJob + settings, name);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find(message), std::string::npos) << run.output;
+}
 
-  const auto even =
-      chorusTrain(kJob + kUnlike + " --set zero.stage=2 --set zero.shards=even", "zero_even");
-  EXPECT_EQ(even.exit_code, 2) << even.output;
-  EXPECT_NE(even.output.find("ConfigError: device 'cpu/14M'"), std::string::npos) << even.output;
-
-  const auto by_memory = chorusTrain(kJob + kUnlike + " --set zero.stage=2", "zero_memory");
-  ASSERT_EQ(by_memory.exit_code, 0) << by_memory.output;
-  EXPECT_NE(by_memory.output.find("ZeRO-2 shards"), std::string::npos) << by_memory.output;
-  ASSERT_EQ(by_memory.steps.size(), 6u) << by_memory.output;
-
-  // The same global batches on devices that hold even shards: the same losses (shares and
-  // micro-batches differ, so up to the order of sums).
-  const auto roomy =
-      chorusTrain(kJob +
-                      " --set devices=cpu/64MiB,cpu/64MiB,cpu/64MiB --set zero.stage=2 --set "
-                      "zero.shards=even",
-                  "zero_roomy");
-  ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
-  ASSERT_EQ(roomy.steps.size(), 6u);
+// `settings` trains the 6 steps, logging `plan`, with the losses of `roomy` (the same global
+// batches on devices that hold it; shares and micro-batches differ, so up to the order of sums).
+void expectTrainsAs(const std::string& settings, const std::string& plan, const std::string& roomy,
+                    const std::string& name) {
+  const auto tight = chorusTrain(kJob + settings, name);
+  ASSERT_EQ(tight.exit_code, 0) << tight.output;
+  EXPECT_NE(tight.output.find(plan), std::string::npos) << tight.output;
+  ASSERT_EQ(tight.steps.size(), 6u) << tight.output;
+  const auto reference = chorusTrain(kJob + roomy, name + "_roomy");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  ASSERT_EQ(reference.steps.size(), 6u);
   for (size_t step = 0; step < 6; ++step) {
-    const double expected = roomy.steps[step]["loss"].get<double>();
-    EXPECT_NEAR(by_memory.steps[step]["loss"].get<double>(), expected, 1e-5 * expected)
+    const double expected = reference.steps[step]["loss"].get<double>();
+    EXPECT_NEAR(tight.steps[step]["loss"].get<double>(), expected, 1e-5 * expected)
         << "step " << step + 1;
   }
+}
+
+const std::string kRoomy = " --set devices=cpu/64MiB,cpu/64MiB,cpu/64MiB";
+
+TEST(ZeroMultiproc, OnlyShardsSizedByMemoryFitUnlikeDevices) {
+  expectRefused(kUnlike, "ConfigError: device 'cpu/20M'", "zero_replicated");
+  expectRefused(kUnlike + " --set zero.stage=2 --set zero.shards=even",
+                "ConfigError: device 'cpu/14M'", "zero_even");
+  expectTrainsAs(kUnlike + " --set zero.stage=2", "ZeRO-2 shards",
+                 kRoomy + " --set zero.stage=2 --set zero.shards=even", "zero_memory");
 }
 
 // 10 MiB holds neither ZeRO-2's unsharded part (9.5 MiB, with a tenth spare) nor a third of
@@ -61,38 +65,12 @@ TEST(ZeroMultiproc, OnlyShardsSizedByMemoryFitUnlikeDevices) {
 // sharded by memory (57/37/6 %), the three devices train the GPT that 20 MiB cannot hold whole.
 TEST(ZeroMultiproc, OnlyStageThreeWithShardsSizedByMemoryFitsDevicesTwiceApart) {
   const std::string unlike = " --set devices=cpu/20MiB,cpu/16MiB,cpu/10MiB";
-  const auto replicated = chorusTrain(kJob + unlike, "zero3_replicated");
-  EXPECT_EQ(replicated.exit_code, 2) << replicated.output;
-  EXPECT_NE(replicated.output.find("ConfigError: device 'cpu/20M'"), std::string::npos)
-      << replicated.output;
-
-  const auto stage_two = chorusTrain(kJob + unlike + " --set zero.stage=2", "zero3_stage_two");
-  EXPECT_EQ(stage_two.exit_code, 2) << stage_two.output;
-  EXPECT_NE(stage_two.output.find("device 'cpu/10M' (rank 2) cannot hold even its unsharded part"),
-            std::string::npos)
-      << stage_two.output;
-
-  const auto even =
-      chorusTrain(kJob + unlike + " --set zero.stage=3 --set zero.shards=even", "zero3_even");
-  EXPECT_EQ(even.exit_code, 2) << even.output;
-  EXPECT_NE(even.output.find("ConfigError: device 'cpu/10M'"), std::string::npos) << even.output;
-
-  const auto by_memory = chorusTrain(kJob + unlike + " --set zero.stage=3", "zero3_memory");
-  ASSERT_EQ(by_memory.exit_code, 0) << by_memory.output;
-  EXPECT_NE(by_memory.output.find("ZeRO-3 shards"), std::string::npos) << by_memory.output;
-  ASSERT_EQ(by_memory.steps.size(), 6u) << by_memory.output;
-
-  // Replicated on devices that hold it: the same losses, up to the order of sums (the budgets
-  // cut the shares into other micro-batches).
-  const auto roomy =
-      chorusTrain(kJob + " --set devices=cpu/64MiB,cpu/64MiB,cpu/64MiB", "zero3_roomy");
-  ASSERT_EQ(roomy.exit_code, 0) << roomy.output;
-  ASSERT_EQ(roomy.steps.size(), 6u);
-  for (size_t step = 0; step < 6; ++step) {
-    const double expected = roomy.steps[step]["loss"].get<double>();
-    EXPECT_NEAR(by_memory.steps[step]["loss"].get<double>(), expected, 1e-5 * expected)
-        << "step " << step + 1;
-  }
+  expectRefused(unlike, "ConfigError: device 'cpu/20M'", "zero3_replicated");
+  expectRefused(unlike + " --set zero.stage=2",
+                "device 'cpu/10M' (rank 2) cannot hold even its unsharded part", "zero3_stage2");
+  expectRefused(unlike + " --set zero.stage=3 --set zero.shards=even",
+                "ConfigError: device 'cpu/10M'", "zero3_even");
+  expectTrainsAs(unlike + " --set zero.stage=3", "ZeRO-3 shards", kRoomy, "zero3_memory");
 }
 
 }  // namespace

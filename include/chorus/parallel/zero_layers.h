@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -61,6 +62,16 @@ class ZeroLayers {
   // each backward and after an evaluation.
   void release();
 
+  // Called around each wait for a gather that had not completed when its layer was needed: a
+  // rank waiting for its peers is not computing, and a load balancer that saw the wait as compute
+  // would take a fast rank for a slow one (the trainer pauses its compute phase here). Default:
+  // none.
+  struct WaitHooks {
+    std::function<void()> begin;
+    std::function<void()> end;
+  };
+  void setWaitHooks(WaitHooks hooks) { wait_hooks_ = std::move(hooks); }
+
   std::int64_t layerCount() const;
   // Elements of the widest layer: what one gathered buffer holds at most.
   std::int64_t widestLayer() const;
@@ -86,6 +97,7 @@ class ZeroLayers {
   std::vector<at::Tensor> hooked_;  // parameters carrying a hook of this object
   std::vector<unsigned> hook_handles_;
   bool recording_ = false;  // forward ran under autograd; its backward has not finished
+  WaitHooks wait_hooks_;
 };
 
 }  // namespace chorus::parallel

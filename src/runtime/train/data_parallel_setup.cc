@@ -117,6 +117,13 @@ void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerO
     s.zero_layers = std::make_unique<parallel::ZeroLayers>(
         parameters, layerIndices(*s.model, parameters), s.zero->order(), bounds,
         s.zero->masterSlice(), s.worker->world()->subgroup(everyone, "zero-gather"));
+    // Waiting for a peer's piece of a layer is no compute of this rank (the balancer's input).
+    s.zero_layers->setWaitHooks({[&s] {
+                                   if (s.phase != nullptr) s.phase->pauseForWait();
+                                 },
+                                 [&s] {
+                                   if (s.phase != nullptr) s.phase->resume();
+                                 }});
   }
   if (s.worker->rank() != 0) return;
   std::string slices;
