@@ -154,20 +154,42 @@ std::map<std::string, at::Tensor> ZeroOptimizer::sliceState() const {
 }
 
 void ZeroOptimizer::loadWholeState(const std::map<std::string, at::Tensor>& whole) {
+  std::map<std::string, at::Tensor> slices;
+  for (const auto& [name, tensor] : whole) {
+    if (name == "step") {
+      slices[name] = tensor;
+      continue;
+    }
+    if (tensor.numel() != bounds_.back())
+      CHORUS_THROW(CheckpointError, "ZeRO: the saved optimizer state has no whole '", name, "' of ",
+                   bounds_.back(), " elements");
+    slices[name] = tensor.narrow(0, begin(), end() - begin());
+  }
+  loadSliceState(slices);
+}
+
+void ZeroOptimizer::loadMasterSlice(const at::Tensor& slice) {
+  CHORUS_CHECK_CONFIG(slice.numel() == end() - begin(), "ZeRO: a slice of ", slice.numel(),
+                      " parameter elements for one of ", end() - begin());
+  at::NoGradGuard no_grad;
+  master_.copy_(slice.reshape({-1}));
+}
+
+void ZeroOptimizer::loadSliceState(const std::map<std::string, at::Tensor>& slices) {
   auto& states = optimizer_->state();
   void* key = master_.unsafeGetTensorImpl();
-  if (whole.empty()) {
+  if (slices.empty()) {
     states.erase(key);
     return;
   }
   const auto slice = [&](const char* name) {
-    const auto found = whole.find(name);
-    if (found == whole.end() || found->second.numel() != bounds_.back())
-      CHORUS_THROW(CheckpointError, "ZeRO: the saved optimizer state has no whole '", name, "' of ",
-                   bounds_.back(), " elements");
-    return found->second.narrow(0, begin(), end() - begin()).clone();
+    const auto found = slices.find(name);
+    if (found == slices.end() || found->second.numel() != end() - begin())
+      CHORUS_THROW(CheckpointError, "ZeRO: the saved optimizer state has no '", name,
+                   "' for this rank's slice of ", end() - begin(), " elements");
+    return found->second.reshape({-1}).clone();
   };
-  if (whole.count("momentum_buffer") > 0) {
+  if (slices.count("momentum_buffer") > 0) {
     auto state = std::make_unique<torch::optim::SGDParamState>();
     state->momentum_buffer(slice("momentum_buffer"));
     states[key] = std::move(state);
@@ -176,8 +198,9 @@ void ZeroOptimizer::loadWholeState(const std::map<std::string, at::Tensor>& whol
   auto state = std::make_unique<torch::optim::AdamWParamState>();
   state->exp_avg(slice("exp_avg"));
   state->exp_avg_sq(slice("exp_avg_sq"));
-  const auto step = whole.find("step");
-  if (step == whole.end()) CHORUS_THROW(CheckpointError, "ZeRO: the saved AdamW state has no step");
+  const auto step = slices.find("step");
+  if (step == slices.end())
+    CHORUS_THROW(CheckpointError, "ZeRO: the saved AdamW state has no step");
   state->step(static_cast<std::int64_t>(step->second.item<double>()));
   states[key] = std::move(state);
 }

@@ -87,6 +87,11 @@ class ZeroOptimizer {
   // The state of [begin(), end()) cut from whole flat states (every name as sliceState gives it,
   // over all the flattened parameters), e.g. assembled from another shard layout.
   void loadWholeState(const std::map<std::string, at::Tensor>& whole);
+  // The same from this rank's slice of each state (end() - begin() elements; "step" as is): a
+  // resume that read only the slice.
+  void loadSliceState(const std::map<std::string, at::Tensor>& slices);
+  // Copies `slice` (end() - begin() elements) into the master slice: stage 3's resume.
+  void loadMasterSlice(const at::Tensor& slice);
 
  private:
   int stage_;

@@ -4,7 +4,9 @@
 // slices' bounds and the flat order. A resume puts the slices of every writer together, splits
 // them into one state per parameter, and gives its optimizer what it needs: its own slice in its
 // own flat order (ZeRO), or every parameter's state (replicated). So the world size, the shards,
-// the stage, the bucket sizes and ZeRO itself may change between writing and resuming.
+// the stage, the bucket sizes and ZeRO itself may change between writing and resuming. A ZeRO
+// engine resuming a ZeRO checkpoint of its own flat order reads only the parts of each writer's
+// slices that overlap its own, so a small budget holds its resume.
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -154,6 +156,97 @@ std::vector<at::Tensor> savedParameters(const DataParallelEngine& engine,
   return {};
 }
 
+// This rank's slice [begin, end) of every state a ZeRO checkpoint with `bounds` saved (and of its
+// parameters, ZeRO-3), by name, reading of each writer's slice only what overlaps it: a resume in
+// the same flat order needs nothing more, and a rank with a small budget could not hold the whole
+// state. "step" comes from the first writer.
+std::map<std::string, at::Tensor> savedSlices(const CheckpointSource& source,
+                                              const std::vector<std::int64_t>& bounds,
+                                              std::int64_t begin, std::int64_t end) {
+  std::map<std::string, std::vector<at::Tensor>> pieces;
+  std::map<std::string, at::Tensor> slices;
+  for (size_t rank = 0; rank + 1 < bounds.size(); ++rank) {
+    const std::int64_t from = std::max(begin, bounds[rank]), to = std::min(end, bounds[rank + 1]);
+    if (from >= to && rank > 0) continue;  // the first writer's file names the states
+    auto archive = archiveOf(source.read(rankFile(static_cast<int>(rank))));
+    for (const std::string& key : archive.keys()) {
+      if (key.rfind(kPrefix, 0) != 0) continue;
+      const std::string name = key.substr(std::string(kPrefix).size());
+      if (name != kStep && from >= to) {
+        pieces[name];
+        continue;
+      }
+      at::Tensor value;
+      archive.read(key, value);
+      if (name == kStep) {
+        if (slices.count(kStep) == 0) slices[kStep] = value;
+        continue;
+      }
+      if (value.numel() != bounds[rank + 1] - bounds[rank])
+        CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': rank ", rank, "'s '", name,
+                     "' holds ", value.numel(), " elements, its slice ",
+                     bounds[rank + 1] - bounds[rank]);
+      pieces[name].push_back(value.reshape({-1}).narrow(0, from - bounds[rank], to - from).clone());
+    }
+  }
+  for (auto& [name, parts] : pieces) {
+    at::Tensor slice = parts.empty() ? at::empty({0}, at::kFloat) : at::cat(parts);
+    if (slice.numel() != end - begin)
+      CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': '", name, "' holds ",
+                   slice.numel(), " of the ", end - begin, " elements of this rank's slice");
+    slices[name] = slice;
+  }
+  return slices;
+}
+
+// ZeRO-3's master slice from the checkpoint's model file, one parameter at a time.
+void loadMasterFromModelFile(DataParallelEngine& engine, const CheckpointSource& source) {
+  auto archive = archiveOf(source.read("model.pt"));
+  std::vector<std::string> names;
+  for (const auto& item : engine.model->named_parameters()) names.push_back(item.key());
+  const std::int64_t begin = engine.zero->begin(), end = engine.zero->end();
+  std::vector<at::Tensor> parts;
+  std::int64_t position = 0;
+  for (int index : engine.zero->order()) {
+    const std::int64_t numel = engine.model_parameters.at(index).numel();
+    const std::int64_t from = std::max(begin, position), to = std::min(end, position + numel);
+    if (from < to) {
+      at::Tensor value;
+      archive.read(names.at(index), value);
+      if (value.numel() != numel)
+        source.mismatch("parameter '" + names[index] + "'", std::to_string(value.numel()),
+                        std::to_string(numel) + " elements");
+      parts.push_back(value.reshape({-1}).narrow(0, from - position, to - from).clone());
+    }
+    position += numel;
+  }
+  engine.zero->loadMasterSlice(parts.empty() ? at::empty({0}, at::kFloat) : at::cat(parts));
+}
+
+// A ZeRO engine resuming a ZeRO checkpoint of its own flat order reads only its own slices
+// (savedSlices), unless it needs the whole parameters from ZeRO-3's slices (a stage 1 or 2
+// engine, whose parameters are whole). True when it did.
+bool restoreOwnSlices(DataParallelEngine& engine, const CheckpointSource& source) {
+  const nlohmann::json& saved = source.saved.at("zero");
+  if (saved.at("order").get<std::vector<int>>() != engine.zero->order()) return false;
+  if (saved.value("stage", 0) >= 3 && !engine.zero_layers) return false;
+  const auto bounds = saved.at("bounds").get<std::vector<std::int64_t>>();
+  if (bounds.empty() || bounds.back() != engine.zero->bounds().back())
+    source.mismatch("the parameters", std::to_string(bounds.empty() ? 0 : bounds.back()),
+                    std::to_string(engine.zero->bounds().back()));
+  auto slices = savedSlices(source, bounds, engine.zero->begin(), engine.zero->end());
+  const auto parameters = slices.find(kParameters);
+  if (parameters != slices.end()) {
+    engine.zero->loadMasterSlice(parameters->second);
+    slices.erase(parameters);
+  } else if (engine.zero_layers) {
+    loadMasterFromModelFile(engine, source);
+  }
+  engine.zero->loadSliceState(slices);
+  if (!engine.zero_layers) engine.zero->loadMasterFromParameters();  // loaded by restore()
+  return true;
+}
+
 // Whole flat tensors in `order` of per-parameter ones.
 at::Tensor flatInOrder(const std::vector<at::Tensor>& per_parameter,
                        const std::vector<int>& order) {
@@ -234,6 +327,7 @@ void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source
     engine.optimizer->load(archive);
     return;
   }
+  if (engine.zero && sharded && restoreOwnSlices(engine, source)) return;
   ParameterStates states =
       sharded ? statesOfZeroCheckpoint(source, parameters)
               : statesOfReplicatedCheckpoint(source, engine.job.optimizer, parameters);
