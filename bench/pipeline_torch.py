@@ -6,13 +6,11 @@ Runs `pipeline_bench --only hetero` (chorus, unless --no-chorus) and then the sa
 process per stage, one intra-op thread each, and writes both throughputs and their ratio to
 bench/results/pipeline.json (key "pytorch").
 
-The model mirrors chorus's GPT layer for layer (token + position embedding; pre-LayerNorm blocks
-with a fused QKV projection, causal attention written out with matmuls, a 4x GELU MLP; final
-LayerNorm and a bias-free head), and the stages take the layers of chorus's automatic cut. Speeds
-are emulated as chorus does: every forward and every backward of a stage is padded with sleep to
-cpu_time / speed, measured in the thread's CPU time. (The first stage's backward is timed from its
-embedding's output, since token ids carry no gradient: its embedding backward, a scatter-add of a
-few KiB, goes unpadded.)
+The model mirrors chorus's GPT layer for layer (bench/gpt_torch.py), and the stages take the
+layers of chorus's automatic cut. Speeds are emulated as chorus does: every forward and every
+backward of a stage is padded with sleep to cpu_time / speed, measured in the thread's CPU time.
+(The first stage's backward is timed from its embedding's output, since token ids carry no
+gradient: its embedding backward, a scatter-add of a few KiB, goes unpadded.)
 
     python3 bench/pipeline_torch.py                 # from the repository root, ~1 minute
     python3 bench/pipeline_torch.py --bench build/bench/pipeline_bench --speed-scale 0.25
@@ -21,7 +19,6 @@ few KiB, goes unpadded.)
 
 import argparse
 import json
-import math
 import os
 import socket
 import subprocess
@@ -34,61 +31,12 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gpt_torch import make_layers  # the GPT twin, shared with bench/zero_torch.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_JSON = os.path.join(REPO, "bench", "results", "pipeline.json")
 DEFAULT_BENCH = os.path.join(REPO, "build", "bench", "pipeline_bench")
 MODEL = dict(vocab=64, layers=8, width=128, heads=4, context=64)  # pipeline_bench.cc benchModel
-
-
-class Embed(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.tokens = nn.Embedding(m["vocab"], m["width"])
-        self.positions = nn.Embedding(m["context"], m["width"])
-
-    def forward(self, x):
-        return self.tokens(x) + self.positions(torch.arange(x.size(1)))
-
-
-class Block(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        w = m["width"]
-        self.heads = m["heads"]
-        self.attention_norm = nn.LayerNorm(w)
-        self.qkv = nn.Linear(w, 3 * w)
-        self.attention_out = nn.Linear(w, w)
-        self.mlp_norm = nn.LayerNorm(w)
-        self.mlp_in = nn.Linear(w, 4 * w)
-        self.mlp_out = nn.Linear(4 * w, w)
-
-    def attention(self, x):
-        b, t, w = x.shape
-        d = w // self.heads
-        q, k, v = (y.reshape(b, t, self.heads, d).transpose(1, 2)
-                   for y in self.qkv(x).split(w, dim=2))
-        scores = q @ k.transpose(2, 3) / math.sqrt(d)
-        future = torch.ones(t, t, dtype=torch.bool).triu(1)
-        weights = scores.masked_fill(future, float("-inf")).softmax(-1)
-        return (weights @ v).transpose(1, 2).reshape(b, t, w)
-
-    def forward(self, x):
-        x = x + self.attention_out(self.attention(self.attention_norm(x)))
-        return x + self.mlp_out(F.gelu(self.mlp_in(self.mlp_norm(x))))
-
-
-class Head(nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.norm = nn.LayerNorm(m["width"])
-        self.linear = nn.Linear(m["width"], m["vocab"], bias=False)
-
-    def forward(self, x):
-        return self.linear(self.norm(x))
-
-
-def make_layers(m):
-    return [Embed(m)] + [Block(m) for _ in range(m["layers"])] + [Head(m)]
 
 
 class _MarkBackwardStart(torch.autograd.Function):
