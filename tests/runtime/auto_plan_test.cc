@@ -124,6 +124,36 @@ TEST(AutoPlan, JobSettingsThatRuleOutPipelinesKeepItDataParallel) {
       << run.planned.summary;
 }
 
+// The GPT's replicated state (16.5 MiB with AdamW) fits none of three 16 MiB devices, and the
+// job's micro-batch rules out pipelines (which would fit: each stage holds a third): the plan
+// shards it with ZeRO, and the job it leaves passes every check chorus train makes.
+TEST(AutoPlan, ShardsWithZeroWhenNothingElseFits) {
+  const std::vector<std::string> job{"devices=cpu/16MiB,cpu/16MiB,cpu/16MiB", "model.kind=gpt",
+                                     "train.global_batch=24", "train.micro_batch=4",
+                                     "optimizer.name=adamw"};
+  const Planned run = planAndApply(job, fakeCpu());
+  EXPECT_GE(run.planned.plan.zero_stage, 1);
+  EXPECT_EQ(run.job.zero.stage, run.planned.plan.zero_stage);
+  EXPECT_NE(run.planned.summary.find("with ZeRO-"), std::string::npos) << run.planned.summary;
+  EXPECT_NE(run.planned.summary.find("nothing fits replicated"), std::string::npos)
+      << run.planned.summary;
+  // With a codec ZeRO is out: nothing fits, said so.
+  std::vector<std::string> compressed = job;
+  compressed.push_back("comm.compression=int8");
+  try {
+    planAndApply(compressed, fakeCpu());
+    ADD_FAILURE() << "planned a job that fits nowhere";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(error.message().find("no plan fits"), std::string::npos) << error.message();
+  }
+  // Roomy devices: replicated, as before.
+  EXPECT_EQ(planAndApply({"devices=cpu/64MiB,cpu/64MiB,cpu/64MiB", "model.kind=gpt",
+                          "train.global_batch=24", "train.micro_batch=4", "optimizer.name=adamw"},
+                         fakeCpu())
+                .planned.plan.zero_stage,
+            0);
+}
+
 TEST(AutoPlan, KeysThePlanSetsConflictWithPlanAuto) {
   const std::map<std::string, std::string> values = {
       {"balancer.shares", "[32,32]"},

@@ -73,9 +73,10 @@ plan::CostOptions costOptions(const JobConfig& job) {
   return cost;
 }
 
-// What the trainers run: every device (one worker each), no ZeRO, no compression, fp32 unless the
-// job computes in 16 bits, and no activation checkpointing, which the data-parallel trainer lacks
-// and the planner would place per stage where the pipeline trainer takes one mode for all.
+// What the trainers run: every device (one worker each), no ZeRO (planJob tries it when nothing
+// else fits), no compression, fp32 unless the job computes in 16 bits, and no activation
+// checkpointing, which the data-parallel trainer lacks and the planner would place per stage where
+// the pipeline trainer takes one mode for all.
 plan::PlanOptions planOptions(const JobConfig& job, bool pipelines, bool fp32) {
   plan::PlanOptions options;
   options.global_batch = static_cast<int>(job.train.global_batch);
@@ -128,6 +129,7 @@ std::vector<std::string> settingsOf(const plan::Plan& plan, const std::vector<De
                                     const std::vector<DeviceSpec>& ordered) {
   std::vector<std::string> settings{"plan=manual"};
   if (!(ordered == devices)) settings.push_back("devices=" + toString(ordered));
+  if (plan.zero_stage > 0) settings.push_back("zero.stage=" + std::to_string(plan.zero_stage));
   if (plan.stageCount() == 1) {
     settings.push_back("balancer.initial_shares=[" + joined(replicaShares(plan), ",") + "]");
     return settings;
@@ -149,7 +151,9 @@ std::string milliseconds(double seconds) {
 std::string describe(const plan::Plan& plan) {
   std::ostringstream text;
   if (plan.stageCount() == 1) {
-    text << "data parallel, shares " << joined(replicaShares(plan), "/");
+    text << "data parallel" << (plan.zero_stage > 0 ? " with ZeRO-" : "")
+         << (plan.zero_stage > 0 ? std::to_string(plan.zero_stage) : "") << ", shares "
+         << joined(replicaShares(plan), "/");
   } else {
     text << plan.replicas.size() << (plan.replicas.size() == 1 ? " pipeline" : " pipelines")
          << " of " << plan.stageCount() << " stages, layers " << joined(stageLayers(plan), "/")
@@ -167,7 +171,8 @@ std::string summaryOf(const JobConfig& job, const plan::PlanResult& result,
   if (result.plans.size() > 1)
     line += "; next best " + describe(result.plans[1]) + ", " +
             milliseconds(result.plans[1].predicted.step_seconds) + ": " + result.plans[1].reason;
-  if (!left_out.empty()) line += "; pipelines not considered: " + left_out;
+  if (!left_out.empty())
+    line += (best.zero_stage > 0 ? "; ZeRO: " : "; pipelines not considered: ") + left_out;
   if (best.stageCount() == 1 && best.replicas.size() > 1)
     line += job.balancer.mode == "off" ? "; the planned shares stay fixed (balance = off)"
                                        : "; the balancer starts from the planned shares";
@@ -185,11 +190,23 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
   std::string left_out = blocker.empty() ? "" : blocker + " is set";
   // The planner's memory model is the one the pipeline cut and the micro-batch sizing use (the
   // job's calibrated profile and optimizer), so what it plans fits by their reckoning too.
-  const plan::PlanResult result =
+  plan::PlanResult result =
       plan::planCluster(cluster, model, planOptions(job, blocker.empty(), fp32));
+  // Nothing fits without ZeRO (pipelines included, where the job allows them): data parallelism
+  // with ZeRO, if the job leaves [zero] to the plan and runs what ZeRO combines with. The planner sizes ZeRO's shards evenly; the run sizes them
+  // by memory (zero.shards = "memory", the default), which fits wherever even shards do.
+  const bool zero_allowed = job.zero.stage == 0 && job.comm.sync_every == 1 &&
+                            job.comm.compression == "none" && job.comm.algorithm == "flat";
+  if (result.plans.empty() && zero_allowed) {
+    plan::PlanOptions sharded = planOptions(job, /*pipelines=*/false, fp32);
+    sharded.max_zero_stage = 3;
+    result = plan::planCluster(cluster, model, sharded);
+    if (!result.plans.empty()) left_out = "nothing fits replicated";
+  }
   if (result.plans.empty())
     CHORUS_THROW(ConfigError, "plan = \"auto\": no plan fits ", model.name, " with batch ",
-                 job.train.global_batch, " on ", toString(devices), " (memory)");
+                 job.train.global_batch, " on ", toString(devices), " (memory",
+                 zero_allowed ? ", ZeRO-1 to 3 with even shards included" : "", ")");
   PlannedJob planned;
   planned.plan = result.plans.front();
   const std::vector<DeviceSpec> ordered = rankDevices(planned.plan, devices);
