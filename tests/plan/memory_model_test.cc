@@ -63,9 +63,10 @@ TEST(MemoryModel, StateFollowsTheZeroStagesAndTheOptimizer) {
   request.zero_stage = 1;
   EXPECT_DOUBLE_EQ(adam.peakBytes(request), 12 * p + 16 * p / 8 + fresh);
   request.gradient_buckets = false;
-  // ZeRO-3 also shards the weights and gathers one layer's at a time.
+  // ZeRO-3 also shards the weights, which are the master slice (no copy of its own), and holds two
+  // layers' full weights while they run (one running, the next gathered ahead: 2 x 4e9).
   request.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 4 * p + 20 * p / 8 + 4e9 + fresh);
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 4 * p + 16 * p / 8 + 2 * 4e9 + fresh);
   // One micro-batch allocates its gradients during its backward pass: no second copy.
   request.zero_stage = 0;
   request.gradients_held = false;
