@@ -31,7 +31,9 @@ def _gather_rng(ctx):
     mine = torch.get_rng_state()
     out = torch.empty(mine.numel() * ctx.world_size, dtype=torch.uint8)
     ctx.world.all_gather(mine, out).wait()
-    return list(out.view(ctx.world_size, -1).clone())
+    # One tensor of its own per rank: torch.set_rng_state crashed (SIGSEGV, torch 2.15) on a row
+    # view of the gathered tensor, whose storage offset is not 0.
+    return [row.clone() for row in out.view(ctx.world_size, -1)]
 
 
 def state_dict(sampler=None, context=None):
@@ -68,7 +70,7 @@ def load_state_dict(state, sampler=None, context=None):
             raise CheckpointError("the checkpoint holds no sampler state")
         sampler.load_state_dict(state["sampler"])
     if same_world:
-        torch.set_rng_state(state["torch_rng"][ctx.rank])
+        torch.set_rng_state(state["torch_rng"][ctx.rank].clone())
         random.setstate(state["python_rng"])
 
 

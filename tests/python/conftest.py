@@ -36,7 +36,7 @@ def run_job():
     """run_job(devices, worker, *args, timeout=..., launcher_args=()) -> Job."""
 
     def run(devices, worker, *args, timeout=240, launcher_args=()):
-        command = [_chorus_cli(), "run", "--devices", devices, *launcher_args, "--",
+        command = [_chorus_cli(), "run", "--devices", devices, *map(str, launcher_args), "--",
                    sys.executable, os.path.join(WORKERS, worker), *map(str, args)]
         start = time.monotonic()
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

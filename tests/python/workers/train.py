@@ -75,7 +75,10 @@ def main():
                                 balance=args.balance, shares=shares)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = chorus.ShardSampler(data, global_batch=args.global_batch, seed=3)
-    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
+    # Its own generator: a DataLoader draws a seed from the global RNG whenever an iterator starts
+    # (each epoch, and at a resume), which would shift the dropout masks of a resumed job.
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler,
+                                         generator=torch.Generator().manual_seed(0))
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if args.overflow_at >= 0 else None
     checkpoint = os.path.join(args.out, "checkpoint.pt")
     torch.manual_seed(100 + ctx.rank)  # dropout differs by rank; a resume restores each RNG
