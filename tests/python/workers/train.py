@@ -35,10 +35,12 @@ def make_model(kind="mlp", dropout=0.0, features=20, classes=5, width=64):
         return torch.nn.Sequential(torch.nn.Linear(features, width), torch.nn.Tanh(),
                                    torch.nn.Dropout(dropout), torch.nn.Linear(width, width),
                                    torch.nn.Tanh(), torch.nn.Linear(width, classes))
-    if kind == "wide":  # compute-heavy enough for the balancer to measure speeds
-        return torch.nn.Sequential(torch.nn.Linear(features, 512), torch.nn.Tanh(),
-                                   torch.nn.Linear(512, 512), torch.nn.Tanh(),
-                                   torch.nn.Linear(512, classes))
+    if kind == "conv":  # much compute per sample, few parameters: little fixed cost per step
+        return torch.nn.Sequential(torch.nn.Unflatten(1, (1, 28, 28)),
+                                   torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(32, classes))
     raise SystemExit(f"unknown model {kind}")
 
 
@@ -69,7 +71,7 @@ def main():
     ctx = chorus.init()
     if args.die_at >= 0 and ctx.rank != args.die_rank:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    data = make_data(args.samples)
+    data = make_data(args.samples, 784 if args.model == "conv" else 20)
     shares = [int(s) for s in args.shares.split(",")] if args.shares else None
     model = chorus.DataParallel(make_model(args.model, args.dropout), global_batch=args.global_batch,
                                 balance=args.balance, shares=shares)
