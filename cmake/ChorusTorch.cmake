@@ -9,7 +9,7 @@ if(NOT Torch_FOUND)
     # build; the torch there is the one `import torch` loads next to chorus, so it is the one to
     # link (the extension module must use the libtorch the torch module loaded).
     COMMAND ${Python3_EXECUTABLE} -c
-      "import sys, sysconfig; sys.path += [sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]; import torch.utils; print(torch.utils.cmake_prefix_path)"
+      "import sys, sysconfig; sys.path += [sysconfig.get_paths(vars={'base': b, 'platbase': b})[k] for b in (sys.prefix, sys.base_prefix) for k in ('purelib', 'platlib')]; import torch.utils; print(torch.utils.cmake_prefix_path)"
     OUTPUT_VARIABLE CHORUS_TORCH_PREFIX
     OUTPUT_STRIP_TRAILING_WHITESPACE
     RESULT_VARIABLE CHORUS_TORCH_RESULT)

@@ -58,10 +58,10 @@ def main():
             loss = F.cross_entropy(model(images), labels, reduction="sum")  # sum, not mean
             loss.backward()
             info = chorus.step(optimizer, loss=loss)
-            if ctx.rank == 0 and (info.step % 100 == 0 or info.rebalance):
+            if ctx.rank == 0 and info.step % 100 == 0:
                 rate = (info.step + 1) * args.global_batch / (time.monotonic() - start)
                 print(f"step {info.step} loss {info.loss:.4f} shares {info.shares} "
-                      f"{rate:.0f} samples/s {info.rebalance}", flush=True)
+                      f"{rate:.0f} samples/s", flush=True)
         if ctx.rank == 0:
             print(f"epoch {epoch}: test accuracy {accuracy(model, test):.4f}", flush=True)
     if ctx.rank == 0:
