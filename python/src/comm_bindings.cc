@@ -65,8 +65,7 @@ void bindCommunicator(py::module_& module) {
           py::keep_alive<0, 2>(), py::call_guard<py::gil_scoped_release>())
       .def(
           "broadcast",
-          [](comm::Communicator& self, at::Tensor tensor, int root,
-             std::optional<double> timeout) {
+          [](comm::Communicator& self, at::Tensor tensor, int root, std::optional<double> timeout) {
             return self.broadcast(tensor, root, opOptions(timeout));
           },
           py::arg("tensor"), py::arg("root"), py::arg("timeout") = py::none(),
@@ -78,8 +77,7 @@ void bindCommunicator(py::module_& module) {
             return self.allGather(input, output, opOptions(timeout));
           },
           py::arg("input"), py::arg("output"), py::arg("timeout") = py::none(),
-          py::keep_alive<0, 2>(), py::keep_alive<0, 3>(),
-          py::call_guard<py::gil_scoped_release>())
+          py::keep_alive<0, 2>(), py::keep_alive<0, 3>(), py::call_guard<py::gil_scoped_release>())
       .def(
           "all_gather_v",
           [](comm::Communicator& self, const at::Tensor& input, at::Tensor output,
@@ -87,8 +85,7 @@ void bindCommunicator(py::module_& module) {
             return self.allGatherV(input, output, counts(sizes), opOptions(timeout));
           },
           py::arg("input"), py::arg("output"), py::arg("counts"), py::arg("timeout") = py::none(),
-          py::keep_alive<0, 2>(), py::keep_alive<0, 3>(),
-          py::call_guard<py::gil_scoped_release>())
+          py::keep_alive<0, 2>(), py::keep_alive<0, 3>(), py::call_guard<py::gil_scoped_release>())
       .def(
           "reduce_scatter",
           [](comm::Communicator& self, const at::Tensor& input, at::Tensor output,
@@ -101,9 +98,8 @@ void bindCommunicator(py::module_& module) {
       .def(
           "send",
           [](comm::Communicator& self, const at::Tensor& tensor, int dst,
-             std::optional<double> timeout, int tag) {
-            return self.send(tensor, dst, opOptions(timeout, tag));
-          },
+             std::optional<double> timeout,
+             int tag) { return self.send(tensor, dst, opOptions(timeout, tag)); },
           py::arg("tensor"), py::arg("dst"), py::arg("timeout") = py::none(), py::arg("tag") = 0,
           py::keep_alive<0, 2>(), py::call_guard<py::gil_scoped_release>())
       .def(

@@ -41,8 +41,7 @@ void bindSampler(py::module_& module) {
           },
           py::arg("epoch"), py::arg("position"), py::arg("step"));
 
-  module.def("shard_of", &data::shardOf, py::arg("global_ids"), py::arg("shares"),
-             py::arg("rank"),
+  module.def("shard_of", &data::shardOf, py::arg("global_ids"), py::arg("shares"), py::arg("rank"),
              "Rank `rank`'s contiguous slice of the global batch under `shares`.");
 }
 
@@ -54,8 +53,8 @@ py::tuple fashionMnist(const std::string& split, const std::string& directory) {
   data::Batch batch;
   {
     py::gil_scoped_release release;
-    auto dataset =
-        data::loadFashionMnist(directory, split == "train" ? data::Split::kTrain : data::Split::kTest);
+    auto dataset = data::loadFashionMnist(
+        directory, split == "train" ? data::Split::kTrain : data::Split::kTest);
     std::vector<std::int64_t> ids(static_cast<size_t>(dataset->size()));
     std::iota(ids.begin(), ids.end(), 0);
     batch = dataset->get(ids);

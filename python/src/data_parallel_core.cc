@@ -51,8 +51,9 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
     : worker_(std::move(worker)), options_(options), emulator_(worker_->emulator()) {
   CHORUS_CHECK_CONFIG(worker_->world() != nullptr, "DataParallel needs a connected worker");
   checkOptions(options_, worldSize());
-  CHORUS_CHECK_CONFIG(!parameters.empty(), "DataParallel: the module has no parameter that "
-                                           "requires a gradient");
+  CHORUS_CHECK_CONFIG(!parameters.empty(),
+                      "DataParallel: the module has no parameter that "
+                      "requires a gradient");
   plan::BalancerOptions balancer;
   balancer.mode = parseBalance(options_.balance);
   balancer.initial_shares = options_.shares;
@@ -95,8 +96,9 @@ void DataParallelCore::broadcastFromRankZero(std::vector<at::Tensor> tensors) {
 }
 
 void DataParallelCore::beginForward(bool arm, std::int64_t samples) {
-  CHORUS_CHECK_CONFIG(!synchronized_, "a forward after the step's gradients were synchronized: "
-                                      "call chorus.step(optimizer) first");
+  CHORUS_CHECK_CONFIG(!synchronized_,
+                      "a forward after the step's gradients were synchronized: "
+                      "call chorus.step(optimizer) first");
   if (!step_open_) {
     step_open_ = true;
     emulator_.beginStep();  // an emulated device sharing a core may wait for its turn here
