@@ -9,6 +9,8 @@ run several contexts in one process. The environment is read once, by ``init()``
 """
 
 import collections
+import os
+import weakref
 
 import torch  # noqa: F401  (loads the libtorch that chorus._C links, before it)
 
@@ -16,6 +18,19 @@ from . import _C
 from .errors import ConfigError
 
 _default = None
+# Every context of this process, and, in a forked child, their workers kept for its whole life.
+_live = weakref.WeakSet()
+_kept_in_child = []
+
+
+def _keep_workers_in_child():
+    # A forked child (a DataLoader worker) has none of the parent's threads: destroying a C++
+    # worker there, when the garbage collector frees a context the parent had dropped, would wait
+    # forever for the communicator's threads. The child keeps them all until it exits.
+    _kept_in_child.extend(context.worker for context in list(_live))
+
+
+os.register_at_fork(after_in_child=_keep_workers_in_child)
 
 
 class Context:
@@ -27,6 +42,7 @@ class Context:
         # (sampler, step, share) of each batch a ShardSampler cut and no chorus.step consumed
         # yet, oldest first (a DataLoader with workers reads its sampler ahead).
         self._pending = collections.deque()
+        _live.add(self)
 
     @property
     def rank(self):

@@ -133,3 +133,18 @@ def test_communicator_of_a_job_of_one(ctx):
         world.all_reduce(t, timeout=-1)
     with pytest.raises(chorus.ConfigError, match="unknown reduce op"):
         world.all_reduce(t, op="product")
+
+
+def test_a_loader_that_reads_ahead_checkpoints_the_first_step_not_run(ctx):
+    dataset = data(160)
+    wrapped = chorus.DataParallel(model(), global_batch=16, context=ctx)
+    sgd = torch.optim.SGD(wrapped.parameters(), lr=0.1)
+    sampler = chorus.ShardSampler(dataset, global_batch=16, seed=2, context=ctx)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, num_workers=2,
+                                         prefetch_factor=2)
+    for inputs, targets in itertools.islice(loader, 3):
+        F.cross_entropy(wrapped(inputs), targets, reduction="sum").backward()
+        info = chorus.step(sgd, context=ctx)
+        assert info.shares == [16]
+    assert sampler.step > 3  # the loader's workers asked for more batches than ran
+    assert sampler.state_dict()["step"] == 3

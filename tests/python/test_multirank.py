@@ -9,7 +9,11 @@ a dead rank report.
 import importlib.util
 import os
 import re
+import secrets
+import socket
 import statistics
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -84,20 +88,21 @@ def test_adaptive_shares_follow_emulated_speeds(run_job, tmp_path):
 
 
 def test_resume_continues_exactly(run_job, tmp_path):
-    straight, first, second = (tmp_path / name for name in ("straight", "first", "second"))
-    for directory in (straight, first, second):
-        directory.mkdir()
-    common = ("--global-batch", 48, "--shares", "10,38", "--balance", "fixed", "--dropout", 0.3,
-              "--momentum", 0.9)
-    job = run_job("cpu,cpu", "train.py", straight, "--steps", 16, *common)
+    # The first job trains 16 steps and checkpoints after step 9 on the way; the second resumes
+    # from that checkpoint and must retrace the first job's steps 9-15 bit for bit (dropout
+    # included: every rank's RNG state is in the checkpoint).
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    common = ("--steps", 16, "--global-batch", 48, "--shares", "10,38", "--balance", "fixed",
+              "--dropout", 0.3, "--momentum", 0.9)
+    job = run_job("cpu,cpu", "train.py", first, "--save-at", 9, *common)
     assert job.returncode == 0, job.output
-    job = run_job("cpu,cpu", "train.py", first, "--steps", 16, "--save-at", 9, *common)
+    for name in ("checkpoint.pt", "checkpoint.pt.sha256"):
+        os.replace(first / name, second / name)
+    job = run_job("cpu,cpu", "train.py", second, "--resume", *common)
     assert job.returncode == 0, job.output
-    os.replace(first / "checkpoint.pt", second / "checkpoint.pt")
-    os.replace(first / "checkpoint.pt.sha256", second / "checkpoint.pt.sha256")
-    job = run_job("cpu,cpu", "train.py", second, "--steps", 16, "--resume", *common)
-    assert job.returncode == 0, job.output
-    for want, got in zip(load_ranks(straight, 2), load_ranks(second, 2)):
+    for want, got in zip(load_ranks(first, 2), load_ranks(second, 2)):
         assert got["start_step"] == 9
         assert got["sampler_step"] == want["sampler_step"] == 16
         assert got["losses"] == want["losses"][9:]
@@ -149,3 +154,26 @@ def test_an_overflow_on_one_rank_skips_the_step_on_all(run_job, tmp_path):
     assert ranks[0]["scales"] == ranks[1]["scales"]
     for a, b in zip(ranks[0]["parameters"], ranks[1]["parameters"]):
         assert torch.equal(a, b)
+
+
+def test_torchrun_workers_train_like_chorus_run(tmp_path):
+    # torchrun's own store has no job secret: rank 0 hosts chorus's store where
+    # CHORUS_RDZV_ENDPOINT says, with the secret of CHORUS_SECRET_FILE (as under mpirun / srun).
+    secret = tmp_path / "job.secret"
+    secret.write_text(secrets.token_hex(32))
+    secret.chmod(0o600)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, CHORUS_RDZV_ENDPOINT=f"127.0.0.1:{port}",
+               CHORUS_SECRET_FILE=str(secret), OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+               "2", os.path.join(os.path.dirname(__file__), "workers", "train.py"), str(tmp_path),
+               "--steps", "20", "--global-batch", "64", "--shares", "20,44", "--lr", "0.1"]
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout
+    expected, _ = reference_parameters(20, 64, lr=0.1)
+    for rank in load_ranks(tmp_path, 2):
+        assert rank["shares"] == [[20, 44]] * 20
+        assert max_relative_error(rank["parameters"], expected) < 1e-6
