@@ -6,9 +6,9 @@
 // /proc/PID/environ (docs/security.md). A worker started by `mpirun`, `srun` or `torchrun` takes
 // rank and size from OMPI_COMM_WORLD_*, SLURM_* or torchrun's RANK, WORLD_SIZE, ... (told by
 // TORCHELASTIC_RUN_ID), and the store's endpoint and secret from CHORUS_RDZV_ENDPOINT and
-// CHORUS_SECRET_FILE (a mode-600 file); rank 0 hosts the store. A process started by hand without any of these is a
-// job of one. Parsing is pure (it takes the environment as a map), so tests need not touch the
-// real environment; chorus::init() reads it once.
+// CHORUS_SECRET_FILE (a mode-600 file); rank 0 hosts the store. A process started by hand without
+// any of these is a job of one. Parsing is pure (it takes the environment as a map), so tests need
+// not touch the real environment; chorus::init() reads it once.
 #pragma once
 
 #include <map>
