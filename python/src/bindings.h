@@ -12,7 +12,7 @@ namespace chorus::python {
 
 namespace py = pybind11;
 
-// Translates chorus::Error and its children into the classes of chorus.errors (errors.cc).
+// Translates chorus::Error and its children into the classes of chorus.errors (module.cc).
 void bindErrors(py::module_& module);
 // Worker (chorus::init), Communicator and Work (comm_bindings.cc).
 void bindComm(py::module_& module);
