@@ -5,7 +5,11 @@ find_package(Torch QUIET CONFIG)
 if(NOT Torch_FOUND)
   find_package(Python3 COMPONENTS Interpreter REQUIRED)
   execute_process(
-    COMMAND ${Python3_EXECUTABLE} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+    # pip's build isolation (`pip install .`) hides the interpreter's own site-packages from the
+    # build; the torch there is the one `import torch` loads next to chorus, so it is the one to
+    # link (the extension module must use the libtorch the torch module loaded).
+    COMMAND ${Python3_EXECUTABLE} -c
+      "import sys, sysconfig; sys.path += [sysconfig.get_paths(vars={'base': b, 'platbase': b})[k] for b in (sys.prefix, sys.base_prefix) for k in ('purelib', 'platlib')]; import torch.utils; print(torch.utils.cmake_prefix_path)"
     OUTPUT_VARIABLE CHORUS_TORCH_PREFIX
     OUTPUT_STRIP_TRAILING_WHITESPACE
     RESULT_VARIABLE CHORUS_TORCH_RESULT)

@@ -247,9 +247,16 @@ LoadBalancer::Mode LoadBalancer::parseMode(const std::string& text) {
 }
 
 bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_seconds) {
+  return update(step, compute_seconds, std::vector<int64_t>(shares_));
+}
+
+bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_seconds,
+                          const std::vector<int64_t>& samples) {
   CHORUS_CHECK_CONFIG(compute_seconds.size() == shares_.size(), "got ", compute_seconds.size(),
                       " compute times for ", shares_.size(), " ranks");
-  for (size_t i = 0; i < shares_.size(); ++i) models_[i].observe(shares_[i], compute_seconds[i]);
+  CHORUS_CHECK_CONFIG(samples.size() == shares_.size(), "got ", samples.size(),
+                      " sample counts for ", shares_.size(), " ranks");
+  for (size_t i = 0; i < shares_.size(); ++i) models_[i].observe(samples[i], compute_seconds[i]);
   ++steps_observed_;
   if (steps_observed_ < options_.profile_steps) return false;
   switch (options_.mode) {

@@ -80,6 +80,30 @@ TEST(Identity, ReadsSlurmRanks) {
   EXPECT_EQ(identity.nnodes, 3);
 }
 
+TEST(Identity, ReadsTorchrunRanksOnlyWithItsMarker) {
+  const WorkerIdentity identity = identityFromEnvironment({
+      {"TORCHELASTIC_RUN_ID", "job7"},
+      {"RANK", "3"},
+      {"WORLD_SIZE", "4"},
+      {"LOCAL_RANK", "1"},
+      {"LOCAL_WORLD_SIZE", "2"},
+      {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"},
+      {"CHORUS_RDZV_ENDPOINT", "head:29501"},
+      {"CHORUS_SECRET_FILE", "/etc/chorus/job.secret"},
+  });
+  EXPECT_EQ(identity.launcher, "torchrun");
+  EXPECT_EQ(identity.rank, 3);
+  EXPECT_EQ(identity.world_size, 4);
+  EXPECT_EQ(identity.local_rank, 1);
+  EXPECT_EQ(identity.node_rank, 1);
+  EXPECT_EQ(identity.nnodes, 2);
+  // A RANK of something else is not torchrun's: a job of one.
+  const WorkerIdentity alone = identityFromEnvironment({{"RANK", "3"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(alone.launcher, "none");
+  EXPECT_EQ(alone.world_size, 1);
+}
+
 TEST(Identity, RejectsInconsistentOrIncompleteIdentities) {
   EXPECT_THROW(identityFromEnvironment({{"CHORUS_RANK", "4"}, {"CHORUS_WORLD_SIZE", "4"}}),
                ConfigError);

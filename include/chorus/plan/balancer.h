@@ -240,6 +240,12 @@ class LoadBalancer {
   // increase; the cooldown is counted in steps. Throws ConfigError when compute_seconds does not
   // have world_size entries.
   bool update(int64_t step, const std::vector<double>& compute_seconds);
+  // The same for a step whose ranks ran `samples` instead of the current shares: each rank's fit
+  // observes (samples[i], compute_seconds[i]). Why: a Python DataLoader that reads its batch
+  // sampler ahead (workers with prefetch) runs a step at the shares of an earlier one. Throws
+  // ConfigError when samples does not have world_size entries.
+  bool update(int64_t step, const std::vector<double>& compute_seconds,
+              const std::vector<int64_t>& samples);
 
   // One line for the log about the most recent change, e.g.
   //   step 12: shares 21,21,22 -> 36,18,10: predicted step 0.412 s -> 0.251 s (-39%)

@@ -48,6 +48,9 @@ std::string readString(const Environment& environment, const char* name, std::st
 // Rank variables of the launchers we understand, in order of preference.
 struct LauncherVars {
   const char* launcher;
+  // A variable the launcher always sets, when `rank` alone is too common a name to tell it
+  // (torchrun's RANK); nullptr: `rank` is enough.
+  const char* marker;
   const char* rank;
   const char* size;
   const char* local_rank;
@@ -57,17 +60,23 @@ struct LauncherVars {
 };
 
 constexpr LauncherVars kLaunchers[] = {
-    {"chorus", env::kRank, env::kWorldSize, env::kLocalRank, env::kLocalWorldSize, env::kNodeRank,
-     env::kNodes},
-    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", nullptr},
-    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+    {"chorus", nullptr, env::kRank, env::kWorldSize, env::kLocalRank, env::kLocalWorldSize,
+     env::kNodeRank, env::kNodes},
+    {"mpirun", nullptr, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK",
+     nullptr},
+    {"srun", nullptr, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
      "SLURM_NODEID", "SLURM_NNODES"},
+    // torchrun (torch.distributed.run): its own store is PyTorch's, without the job secret, so
+    // the job's store and secret come from CHORUS_RDZV_ENDPOINT and CHORUS_SECRET_FILE, as under
+    // mpirun and srun.
+    {"torchrun", "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+     "GROUP_RANK", "GROUP_WORLD_SIZE"},
 };
 
 void readRanks(const Environment& environment, WorkerIdentity& identity) {
   for (const LauncherVars& vars : kLaunchers) {
-    if (!find(environment, vars.rank)) continue;
+    if (!find(environment, vars.rank) || (vars.marker && !find(environment, vars.marker))) continue;
     identity.launcher = vars.launcher;
     identity.rank = readInt(environment, vars.rank, 0);
     identity.world_size = readInt(environment, vars.size, 1);

@@ -3,11 +3,12 @@
 // The agent (`chorus run`) hands each worker its identity through CHORUS_* environment variables,
 // and the job secret through an inherited pipe whose descriptor CHORUS_SECRET_FD names: never the
 // secret itself in the environment, which any process of the same user can read in
-// /proc/PID/environ (docs/security.md). A worker started by `mpirun` or `srun` takes rank and size
-// from OMPI_COMM_WORLD_* or SLURM_* and the store's endpoint and secret from CHORUS_RDZV_ENDPOINT
-// and CHORUS_SECRET_FILE (a mode-600 file). A process started by hand without any of these is a
-// job of one. Parsing is pure (it takes the environment as a map), so tests need not touch the
-// real environment; chorus::init() reads it once.
+// /proc/PID/environ (docs/security.md). A worker started by `mpirun`, `srun` or `torchrun` takes
+// rank and size from OMPI_COMM_WORLD_*, SLURM_* or torchrun's RANK, WORLD_SIZE, ... (told by
+// TORCHELASTIC_RUN_ID), and the store's endpoint and secret from CHORUS_RDZV_ENDPOINT and
+// CHORUS_SECRET_FILE (a mode-600 file); rank 0 hosts the store. A process started by hand without
+// any of these is a job of one. Parsing is pure (it takes the environment as a map), so tests need
+// not touch the real environment; chorus::init() reads it once.
 #pragma once
 
 #include <map>
@@ -63,7 +64,7 @@ struct WorkerIdentity {
   std::string log_level = "info";
   // SpeedEmulator::setStepOffset for an emulated CPU device; Default: 0 (compute, then pad).
   double emulation_offset = 0;
-  std::string launcher = "none";  // "chorus", "mpirun", "srun" or "none"
+  std::string launcher = "none";  // "chorus", "mpirun", "srun", "torchrun" or "none"
 
   bool hasStore() const { return !store_host.empty(); }
 };

@@ -1,0 +1,103 @@
+"""DataParallel: a torch module trained with chorus's uneven shares, reducer and balancer.
+
+Wrapping a module hooks chorus's C++ bucketed gradient reducer onto its parameters: each bucket's
+all-reduce starts from an autograd hook while backward still runs, and the reduction writes
+``sum over all ranks / global_batch`` into every ``.grad``, which is the gradient of
+single-process training on the whole global batch when every rank back-propagates the SUM of its
+samples' losses (``reduction="sum"``), whatever the shares. The time from each forward to the end
+of the step's backward is the rank's compute; an emulated device (``cpu@0.5``) is padded there,
+and every rank's compute feeds the load balancer that sets the next step's shares.
+"""
+
+import contextlib
+
+import torch
+
+from . import _C
+from .context import current
+
+
+def _leading_size(args, kwargs):
+    """Samples in a forward: the leading dimension of its first tensor argument (0 if none)."""
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.dim() > 0 else 0
+    return 0
+
+
+class DataParallel(torch.nn.Module):
+    """Data parallelism over chorus's ranks with uneven, balanced shares of each global batch.
+
+    Arguments:
+      module: the model (its parameters on this worker's device, fp32 or any float type).
+      global_batch: samples per step over all ranks (B); REQUIRES >= the number of ranks.
+      balance: ``"adaptive"`` (default; refit every step and move samples whenever it pays),
+        ``"static"`` (profile, rebalance once, keep) or ``"fixed"`` (keep the initial shares).
+      shares: initial shares, one per rank, each >= 1, summing to B (default: equal split).
+      bucket_cap_mb: cap of the gradient buckets after the first, MiB (default 25, DDP's).
+      overlap: launch bucket all-reduces during backward (default True).
+      context: a :class:`chorus.Context` (default: the one ``chorus.init()`` made).
+
+    At construction every rank's parameters and buffers are overwritten with rank 0's (as DDP
+    does); buffers are not synchronized later (BatchNorm statistics stay per rank). A step with
+    several backward passes (gradient accumulation) runs all but the last in ``no_sync()``. The
+    step ends with :func:`chorus.step`. Forwards without gradients (``torch.no_grad()``) or in
+    ``eval()`` mode are plain forwards of the module.
+    """
+
+    def __init__(self, module, global_batch, balance="adaptive", shares=None, bucket_cap_mb=25.0,
+                 overlap=True, context=None):
+        super().__init__()
+        self.module = module
+        context = current(context)
+        parameters = [p for p in module.parameters() if p.requires_grad]
+        self._core = _C.DataParallelCore(context.worker, parameters, int(global_batch), balance,
+                                         [int(s) for s in (shares or [])], float(bucket_cap_mb),
+                                         bool(overlap))
+        self._core.broadcast_from_rank_zero(
+            [t.data for t in module.parameters()] + [b for b in module.buffers()])
+        self._context = context
+        self._no_sync = False
+        context._attach(self)
+
+    def forward(self, *args, **kwargs):
+        if self.training and torch.is_grad_enabled():
+            self._core.begin_forward(not self._no_sync, _leading_size(args, kwargs))
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside only accumulate into ``.grad`` (all micro-batches but the last)."""
+        previous, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = previous
+
+    def synchronize(self):
+        """Finishes this step's gradient reduction now (chorus.step does it when not done yet):
+        for code that needs the averaged gradients before the optimizer, e.g. clipping."""
+        self._core.synchronize()
+
+    @property
+    def global_batch(self):
+        return self._core.global_batch
+
+    @property
+    def shares(self):
+        """Samples each rank takes in the coming step (a list, Σ = global_batch)."""
+        return list(self._core.shares)
+
+    @property
+    def local_share(self):
+        """This rank's share of the coming step."""
+        return self._core.local_share
+
+    @property
+    def step_count(self):
+        """Steps finished by chorus.step."""
+        return self._core.step
+
+    @property
+    def num_buckets(self):
+        return self._core.num_buckets

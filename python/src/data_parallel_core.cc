@@ -1,0 +1,193 @@
+// One rank's step for the Python front (data_parallel_core.h): the reducer on the module's
+// parameters, the compute phases of an emulated device, the figures all ranks all-gather and the
+// balancer they feed.
+#include "data_parallel_core.h"
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <numeric>
+
+#include "chorus/core/error.h"
+
+namespace chorus::python {
+namespace {
+
+plan::BalancerMode parseBalance(const std::string& text) {
+  if (text == "adaptive") return plan::BalancerMode::kAdaptive;
+  if (text == "static") return plan::BalancerMode::kStatic;
+  if (text == "fixed") return plan::BalancerMode::kOff;
+  CHORUS_THROW(ConfigError, "unknown balance '", text,
+               "': expected adaptive (rebalance whenever it pays), static (once, after "
+               "profiling) or fixed (keep the initial shares)");
+}
+
+void checkOptions(const DataParallelOptions& options, int world) {
+  CHORUS_CHECK_CONFIG(options.global_batch >= world, "global_batch ", options.global_batch,
+                      " must be at least the number of ranks, ", world,
+                      " (every rank takes at least one sample of each global batch)");
+  CHORUS_CHECK_CONFIG(options.bucket_cap_mb > 0, "bucket_cap_mb must be positive, got ",
+                      options.bucket_cap_mb);
+  if (options.shares.empty()) return;
+  CHORUS_CHECK_CONFIG(static_cast<int>(options.shares.size()) == world, "shares has ",
+                      options.shares.size(), " entries for ", world, " ranks");
+  std::int64_t sum = 0;
+  for (std::int64_t share : options.shares) {
+    CHORUS_CHECK_CONFIG(share >= 1, "every share must be at least 1, got ", share);
+    sum += share;
+  }
+  CHORUS_CHECK_CONFIG(sum == options.global_batch, "shares sum to ", sum, ", not to global_batch ",
+                      options.global_batch);
+}
+
+// Per-rank figures of a step, in the order they are all-gathered.
+enum Figure { kCompute, kWait, kLossSum, kOverflow, kSamples, kFigures };
+
+}  // namespace
+
+DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
+                                   std::vector<at::Tensor> parameters,
+                                   const DataParallelOptions& options)
+    : worker_(std::move(worker)), options_(options), emulator_(worker_->emulator()) {
+  CHORUS_CHECK_CONFIG(worker_->world() != nullptr, "DataParallel needs a connected worker");
+  checkOptions(options_, worldSize());
+  CHORUS_CHECK_CONFIG(!parameters.empty(),
+                      "DataParallel: the module has no parameter that "
+                      "requires a gradient");
+  plan::BalancerOptions balancer;
+  balancer.mode = parseBalance(options_.balance);
+  balancer.initial_shares = options_.shares;
+  balancer_ = std::make_unique<plan::LoadBalancer>(balancer, worldSize(), options_.global_batch);
+
+  parallel::ReducerOptions reducer;
+  reducer.bucket_bytes = static_cast<std::int64_t>(options_.bucket_cap_mb * (1 << 20));
+  reducer.first_bucket_bytes = std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
+  reducer.overlap = options_.overlap;
+  // An emulated device holds each bucket back when backward finishes it, noting how far the
+  // phase's compute had got; endPhase() launches it when the slower device would have got there
+  // (DESIGN.md, "Emulated heterogeneity"). This object outlives the reducer it owns.
+  reducer.hold_launch = [this](int /*bucket*/) {
+    ++released_;
+    if (!phase_ || !emulator_.emulated()) return false;
+    held_at_.push_back(phase_->computeSoFar());
+    return true;
+  };
+  reducer_ = std::make_unique<parallel::GradientReducer>(std::move(parameters), worker_->world(),
+                                                         std::move(reducer));
+}
+
+DataParallelCore::~DataParallelCore() {
+  // A phase left open by an error ends without padding (no one waits for it).
+  held_at_.clear();
+  phase_.reset();
+}
+
+int DataParallelCore::rank() const { return worker_->rank(); }
+int DataParallelCore::worldSize() const { return worker_->worldSize(); }
+std::int64_t DataParallelCore::localShare() const { return shares()[rank()]; }
+
+void DataParallelCore::broadcastFromRankZero(std::vector<at::Tensor> tensors) {
+  for (at::Tensor& tensor : tensors) {
+    at::NoGradGuard no_grad;
+    at::Tensor flat = tensor.detach().contiguous();
+    worker_->world()->broadcast(flat, 0).wait();
+    if (!flat.is_same(tensor)) tensor.detach().copy_(flat);
+  }
+}
+
+void DataParallelCore::beginForward(bool arm, std::int64_t samples) {
+  CHORUS_CHECK_CONFIG(!synchronized_,
+                      "a forward after the step's gradients were synchronized: "
+                      "call chorus.step(optimizer) first");
+  if (!step_open_) {
+    step_open_ = true;
+    emulator_.beginStep();  // an emulated device sharing a core may wait for its turn here
+  }
+  endPhase();
+  if (arm) {
+    CHORUS_CHECK_CONFIG(released_ == 0,
+                        "the step's gradients were sent already: a step with several backward "
+                        "passes runs all but the last under `with model.no_sync():`");
+    reducer_->armForFinalBackward();
+    armed_ = true;
+  }
+  forward_samples_ += samples;
+  phase_.emplace(emulator_.compute());
+}
+
+void DataParallelCore::endPhase() {
+  if (!phase_) return;
+  for (const double compute : held_at_) {
+    phase_->padTo(compute);
+    reducer_->launchNextHeld();
+  }
+  held_at_.clear();
+  phase_->end();
+  compute_seconds_ += phase_->deviceSeconds();
+  phase_.reset();
+}
+
+void DataParallelCore::synchronize() {
+  if (synchronized_) return;
+  endPhase();
+  wait_seconds_ = reducer_->finish(options_.global_batch).wait_seconds;
+  synchronized_ = true;
+}
+
+bool DataParallelCore::gradientsFinite() const {
+  CHORUS_CHECK_CONFIG(synchronized_, "gradientsFinite() before the step's synchronize()");
+  return reducer_->gradientsFinite();
+}
+
+StepFigures DataParallelCore::finishStep(double loss_sum, bool overflow, std::int64_t samples) {
+  synchronize();
+  if (samples < 0) samples = forward_samples_ > 0 ? forward_samples_ : localShare();
+  comm::Communicator& world = *worker_->world();
+  const std::array<double, kFigures> mine{compute_seconds_, wait_seconds_, loss_sum,
+                                          overflow ? 1.0 : 0.0, static_cast<double>(samples)};
+  at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
+  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
+  world.allGather(local, all).wait();
+  auto values = all.accessor<double, 1>();
+
+  StepFigures figures;
+  figures.step = step_;
+  double loss_total = 0;
+  std::int64_t samples_total = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    const auto at = [&](Figure figure) { return values[kFigures * r + figure]; };
+    figures.compute_seconds.push_back(at(kCompute));
+    figures.wait_seconds.push_back(at(kWait));
+    figures.samples.push_back(static_cast<std::int64_t>(at(kSamples)));
+    figures.overflow = figures.overflow || at(kOverflow) > 0;
+    loss_total += at(kLossSum);
+    samples_total += figures.samples.back();
+  }
+  figures.loss = loss_total / static_cast<double>(options_.global_batch);
+  // The reducer divided by B: a step whose ranks took another number of samples in all computed
+  // the wrong gradient. Every rank sees the same sums, so every rank throws.
+  CHORUS_CHECK_CONFIG(samples_total == options_.global_batch, "step ", step_,
+                      ": the ranks processed ", samples_total, " samples in all (",
+                      joinInts(std::vector<int>(figures.samples.begin(), figures.samples.end())),
+                      "), but global_batch is ", options_.global_batch,
+                      "; give each rank its share (chorus.ShardSampler does)");
+  // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
+  if (step_ > 0 && balancer_->update(step_, figures.compute_seconds, figures.samples))
+    figures.rebalance = balancer_->lastChange();
+  figures.next_shares = balancer_->shares();
+
+  ++step_;
+  step_open_ = armed_ = synchronized_ = false;
+  released_ = 0;
+  compute_seconds_ = wait_seconds_ = 0;
+  forward_samples_ = 0;
+  return figures;
+}
+
+void DataParallelCore::restore(const plan::BalancerState& state, std::int64_t step) {
+  CHORUS_CHECK_CONFIG(!step_open_, "restore() in the middle of a step");
+  balancer_->importState(state);
+  step_ = step;
+}
+
+}  // namespace chorus::python

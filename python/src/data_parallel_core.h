@@ -1,0 +1,126 @@
+// The C++ half of chorus.DataParallel and chorus.step: one rank's gradient reducer on a Python
+// module's parameters, its compute phases (timed, and padded when the device is emulated), the
+// per-step figures every rank all-gathers, and the load balancer that turns them into the next
+// step's shares. The Python half (python/chorus/data_parallel.py, step.py) calls it in this order
+// each step:
+//
+//   beginForward(arm)      at each forward of the wrapped module (arm: its backward is the last
+//                          of the step, so the reducer's hooks launch the buckets)
+//   ... backward: the reducer's hooks launch bucket all-reduces while backward runs ...
+//   synchronize()          ends the compute phase (an emulated device releases each held bucket
+//                          at its emulated moment, then pads), waits for the reduction and writes
+//                          sum / global_batch into every .grad
+//   finishStep(...)        all-gathers compute, wait, loss, overflow and samples of every rank;
+//                          all ranks feed the same figures to identical balancers
+//
+// It mirrors the C++ trainer's step (src/runtime/train/data_parallel_engine.cc) minus what the
+// Python side owns (the data, the optimizer, the loss scaler). Training thread only: the thread
+// that runs forward and backward (autograd runs a CPU backward on the caller's thread, whose CPU
+// clock the emulator reads). Non-copyable.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chorus/device/speed_emulator.h"
+#include "chorus/parallel/gradient_reducer.h"
+#include "chorus/plan/balancer.h"
+#include "chorus/runtime/launch/worker.h"
+
+namespace chorus::python {
+
+struct DataParallelOptions {
+  // Samples per global step, summed over all ranks (B). REQUIRES: >= world size.
+  std::int64_t global_batch = 0;
+  // "adaptive" (refit and rebalance whenever it pays), "static" (profile, rebalance once) or
+  // "fixed" (keep the initial shares). Default: "adaptive".
+  std::string balance = "adaptive";
+  // Initial shares, one per rank, each >= 1, summing to global_batch. Default: empty, an equal
+  // split (the remainder to the lowest ranks, as DDP).
+  std::vector<std::int64_t> shares;
+  // Cap of every gradient bucket but the first, MiB (ReducerOptions::bucket_bytes). Default: 25.
+  double bucket_cap_mb = 25;
+  // Launch bucket all-reduces during backward. Default: true.
+  bool overlap = true;
+};
+
+// What every rank learns at the end of a step. Value type.
+struct StepFigures {
+  std::int64_t step = 0;
+  double loss = 0;                        // Σ loss sums / global batch (0 when none was given)
+  bool overflow = false;                  // some rank saw non-finite gradients
+  std::vector<double> compute_seconds;    // per rank, as its emulated device would have taken
+  std::vector<double> wait_seconds;       // per rank, blocked in the reduction's finish
+  std::vector<std::int64_t> samples;      // per rank, samples it processed this step
+  std::vector<std::int64_t> next_shares;  // shares of the coming step
+  std::string rebalance;                  // the balancer's explanation when they changed, else ""
+};
+
+class DataParallelCore {
+ public:
+  // Broadcasts nothing: the Python side calls broadcastFromRankZero() first. Throws ConfigError on
+  // bad options; collective (the reducer is built on every rank in the same order).
+  DataParallelCore(std::shared_ptr<runtime::Worker> worker, std::vector<at::Tensor> parameters,
+                   const DataParallelOptions& options);
+  ~DataParallelCore();
+  DataParallelCore(const DataParallelCore&) = delete;
+  DataParallelCore& operator=(const DataParallelCore&) = delete;
+
+  // Overwrites `tensors` (the module's parameters and buffers) with rank 0's, as DDP does at
+  // construction, so that every replica starts from the same model. Collective.
+  void broadcastFromRankZero(std::vector<at::Tensor> tensors);
+
+  // A forward of the wrapped module begins: starts the step (the emulator's turn) at its first
+  // forward, ends the previous micro-batch's phase and opens a new one. `arm`: this micro-batch's
+  // backward is the step's last (not under no_sync()); its hooks then launch the buckets.
+  void beginForward(bool arm, std::int64_t samples);
+  // Completes the step's gradient reduction (once per step; later calls return at once).
+  void synchronize();
+  // Whether the reduced gradients are all finite. REQUIRES: synchronize() was called this step.
+  bool gradientsFinite() const;
+  // Ends the step: all-gathers every rank's figures and feeds them to the balancer (from the
+  // second step on: the first pays one-time costs). `samples` < 0: what the forwards counted, or
+  // this rank's share when they counted nothing. Throws ConfigError when the ranks' samples do
+  // not add up to the global batch. Calls synchronize() first if needed.
+  StepFigures finishStep(double loss_sum, bool overflow, std::int64_t samples);
+
+  // The shares of the coming step (Σ = global batch) and this rank's.
+  const std::vector<std::int64_t>& shares() const { return balancer_->shares(); }
+  std::int64_t localShare() const;
+  std::int64_t step() const { return step_; }
+  std::int64_t globalBatch() const { return options_.global_batch; }
+  int rank() const;
+  int worldSize() const;
+  int numBuckets() const { return reducer_->numBuckets(); }
+
+  // For checkpoints: the balancer's state and the step counter.
+  plan::BalancerState balancerState() const { return balancer_->exportState(); }
+  void restore(const plan::BalancerState& state, std::int64_t step);
+
+ private:
+  // Ends the open compute phase: releases held buckets at their emulated moments, pads.
+  void endPhase();
+
+  std::shared_ptr<runtime::Worker> worker_;
+  DataParallelOptions options_;
+  std::unique_ptr<plan::LoadBalancer> balancer_;
+  std::unique_ptr<parallel::GradientReducer> reducer_;
+  device::SpeedEmulator& emulator_;
+  std::optional<device::SpeedEmulator::ComputeScope> phase_;
+  std::vector<double> held_at_;  // computeSoFar() of each bucket held back in the phase
+  bool step_open_ = false;       // a forward of this step ran
+  bool armed_ = false;           // the reducer was armed this step
+  bool synchronized_ = false;    // synchronize() ran this step
+  int released_ = 0;             // buckets the reducer released this step (hold_launch calls)
+  double compute_seconds_ = 0;   // this step's phases, as the emulated device takes them
+  double wait_seconds_ = 0;      // this step's wait in the reducer's finish()
+  std::int64_t forward_samples_ = 0;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace chorus::python

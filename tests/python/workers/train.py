@@ -1,0 +1,135 @@
+"""A training worker for the pytest suite, started by `chorus run` (or alone, as a job of one).
+
+    python train.py OUT_DIR --steps N --global-batch B [--shares 5,17,42] [--balance fixed]
+                    [--save-at S] [--resume] [--die-at S --die-rank R --die-how kill|stall]
+                    [--overflow-at S --overflow-rank R] [--dropout P] [--model mlp|cnn]
+
+Trains a small model on synthetic data (seeded) with chorus.DataParallel, ShardSampler and
+chorus.step, plain SGD, and writes OUT_DIR/rank<R>.pt with the final parameters, the shares and
+losses of every step. The data and initial model depend only on the seeds, so the test can
+replay the same global batches in one process and compare.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import chorus
+
+
+def make_data(samples=512, features=20, classes=5):
+    generator = torch.Generator().manual_seed(1234)
+    inputs = torch.randn(samples, features, generator=generator)
+    targets = torch.randint(0, classes, (samples,), generator=generator)
+    return torch.utils.data.TensorDataset(inputs, targets)
+
+
+def make_model(kind="mlp", dropout=0.0, features=20, classes=5, width=64):
+    torch.manual_seed(7)
+    if kind == "mlp":
+        return torch.nn.Sequential(torch.nn.Linear(features, width), torch.nn.Tanh(),
+                                   torch.nn.Dropout(dropout), torch.nn.Linear(width, width),
+                                   torch.nn.Tanh(), torch.nn.Linear(width, classes))
+    if kind == "conv":  # much compute per sample, few parameters: little fixed cost per step
+        return torch.nn.Sequential(torch.nn.Unflatten(1, (1, 28, 28)),
+                                   torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(32, classes))
+    raise SystemExit(f"unknown model {kind}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--global-batch", type=int, default=64)
+    parser.add_argument("--shares", default="")
+    parser.add_argument("--balance", default="fixed")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--momentum", type=float, default=0.0)
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--samples", type=int, default=512)
+    parser.add_argument("--save-at", type=int, default=-1)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--die-at", type=int, default=-1)
+    parser.add_argument("--die-rank", type=int, default=-1)
+    parser.add_argument("--die-how", default="kill")
+    parser.add_argument("--overflow-at", type=int, default=-1)
+    parser.add_argument("--overflow-rank", type=int, default=0)
+    args = parser.parse_args()
+
+    # The launcher stops every worker (SIGTERM) when one dies; the failure tests want to see what
+    # the survivors' collectives report first, so they ignore it (the launcher's SIGKILL after
+    # --grace still ends them).
+    ctx = chorus.init()
+    if args.die_at >= 0 and ctx.rank != args.die_rank:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    data = make_data(args.samples, 784 if args.model == "conv" else 20)
+    shares = [int(s) for s in args.shares.split(",")] if args.shares else None
+    model = chorus.DataParallel(make_model(args.model, args.dropout), global_batch=args.global_batch,
+                                balance=args.balance, shares=shares)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    sampler = chorus.ShardSampler(data, global_batch=args.global_batch, seed=3)
+    # Its own generator: a DataLoader draws a seed from the global RNG whenever an iterator starts
+    # (each epoch, and at a resume), which would shift the dropout masks of a resumed job.
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler,
+                                         generator=torch.Generator().manual_seed(0))
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if args.overflow_at >= 0 else None
+    checkpoint = os.path.join(args.out, "checkpoint.pt")
+    torch.manual_seed(100 + ctx.rank)  # dropout differs by rank; a resume restores each RNG
+    if args.resume:
+        chorus.load(checkpoint, model=model, optimizer=optimizer, sampler=sampler)
+    record = {"shares": [], "losses": [], "skipped": [], "scales": [], "compute": []}
+    start_step = model.step_count
+    while model.step_count < args.steps:
+        for inputs, targets in loader:
+            step = model.step_count
+            began = time.monotonic()
+            if step == args.die_at and ctx.rank == args.die_rank:
+                if args.die_how == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(3600)  # stall: never arrive
+            loss = F.cross_entropy(model(inputs), targets, reduction="sum")
+            if step == args.overflow_at and ctx.rank == args.overflow_rank:
+                loss = loss * float("inf")
+            try:
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    info = chorus.step(optimizer, scaler=scaler, loss=loss)
+                    record["scales"].append(scaler.get_scale())
+                else:
+                    loss.backward()
+                    info = chorus.step(optimizer, loss=loss)
+            except chorus.CommError as error:
+                missing = getattr(error, "missing_ranks", None) or getattr(error, "ranks", [])
+                print(f"CAUGHT {type(error).__name__} step={step} ranks={missing} "
+                      f"isTimeoutError={isinstance(error, TimeoutError)} "
+                      f"elapsed={time.monotonic() - began:.2f} message={error}",
+                      flush=True)
+                sys.exit(3)
+            record["shares"].append(info.shares)
+            record["losses"].append(info.loss)
+            record["skipped"].append(info.skipped)
+            record["compute"].append(info.compute_seconds)
+            if info.rebalance and ctx.rank == 0:
+                print("rebalance:", info.rebalance, flush=True)
+            if model.step_count == args.save_at:
+                chorus.save(checkpoint, model=model, optimizer=optimizer, sampler=sampler)
+            if model.step_count >= args.steps:
+                break
+    record["start_step"] = start_step
+    record["sampler_step"] = sampler.step
+    record["parameters"] = [p.detach().clone() for p in model.module.parameters()]
+    record["speed"] = ctx.worker.speed
+    torch.save(record, os.path.join(args.out, f"rank{ctx.rank}.pt"))
+
+
+if __name__ == "__main__":
+    main()
