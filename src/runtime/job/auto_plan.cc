@@ -193,8 +193,9 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
   plan::PlanResult result =
       plan::planCluster(cluster, model, planOptions(job, blocker.empty(), fp32));
   // Nothing fits without ZeRO (pipelines included, where the job allows them): data parallelism
-  // with ZeRO, if the job leaves [zero] to the plan and runs what ZeRO combines with. The planner sizes ZeRO's shards evenly; the run sizes them
-  // by memory (zero.shards = "memory", the default), which fits wherever even shards do.
+  // with ZeRO, if the job leaves [zero] to the plan and runs what ZeRO combines with. The planner
+  // sizes ZeRO's shards evenly; the run sizes them by memory (zero.shards = "memory", the default),
+  // which fits wherever even shards do.
   const bool zero_allowed = job.zero.stage == 0 && job.comm.sync_every == 1 &&
                             job.comm.compression == "none" && job.comm.algorithm == "flat";
   if (result.plans.empty() && zero_allowed) {
