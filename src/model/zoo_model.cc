@@ -13,6 +13,14 @@ std::int64_t ZooModel::parameterCount() const {
   return count;
 }
 
+std::vector<at::Tensor> ZooModel::layerParameters(std::int64_t layer) const {
+  const auto layers = children();
+  CHORUS_CHECK_CONFIG(static_cast<std::int64_t>(layers.size()) == numLayers(), "model ", describe(),
+                      " has ", layers.size(), " child modules for ", numLayers(), " layers");
+  checkRange(layer, layer + 1);
+  return layers[static_cast<size_t>(layer)]->parameters(/*recurse=*/true);
+}
+
 void ZooModel::checkRange(std::int64_t first, std::int64_t last) const {
   const std::int64_t layers = numLayers();
   if (first < 0 || first > last || last > layers)

@@ -24,16 +24,11 @@ void checkCuts(const std::vector<int>& cuts, int stages, std::int64_t layers) {
   }
 }
 
-// The trainable parameters of layers [first, last). A zoo model registers exactly its layers as
-// its children, in order (model/common.h), which is what lets a stage find its own.
+// The trainable parameters of layers [first, last).
 std::vector<at::Tensor> stageParameters(model::ZooModel& model, int first, int last) {
-  const auto layers = model.children();
-  CHORUS_CHECK_CONFIG(static_cast<std::int64_t>(layers.size()) == model.numLayers(),
-                      "pipeline: model ", model.describe(), " has ", layers.size(),
-                      " child modules for ", model.numLayers(), " layers");
   std::vector<at::Tensor> parameters;
   for (int l = first; l < last; ++l)
-    for (const at::Tensor& parameter : layers[l]->parameters(/*recurse=*/true))
+    for (const at::Tensor& parameter : model.layerParameters(l))
       if (parameter.requires_grad()) parameters.push_back(parameter);
   return parameters;
 }

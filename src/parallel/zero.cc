@@ -81,19 +81,19 @@ ZeroOptimizer::ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, std:
 }
 
 void ZeroOptimizer::loadMasterFromParameters() {
+  loadMaster([&](int index) { return parameters_[index].detach(); });
+}
+
+void ZeroOptimizer::loadMaster(const std::function<at::Tensor(int index)>& value_of) {
   at::NoGradGuard no_grad;
   forEachOverlap(parameters_, order_, begin(), end(),
                  [&](int index, std::int64_t from, std::int64_t at, std::int64_t count) {
-                   master_.narrow(0, at, count)
-                       .copy_(parameters_[index].detach().view({-1}).narrow(0, from, count));
+                   const at::Tensor value = value_of(index);
+                   CHORUS_CHECK_CONFIG(value.numel() == parameters_[index].numel(),
+                                       "ZeRO: ", value.numel(), " values for parameter ", index,
+                                       " of ", parameters_[index].numel());
+                   master_.narrow(0, at, count).copy_(value.reshape({-1}).narrow(0, from, count));
                  });
-}
-
-void ZeroOptimizer::loadMasterFromWhole(const at::Tensor& whole) {
-  CHORUS_CHECK_CONFIG(whole.numel() == bounds_.back(), "ZeRO: ", whole.numel(),
-                      " parameter elements for a model of ", bounds_.back());
-  at::NoGradGuard no_grad;
-  master_.copy_(whole.reshape({-1}).narrow(0, begin(), end() - begin()));
 }
 
 at::Tensor ZeroOptimizer::gatherWhole() const {

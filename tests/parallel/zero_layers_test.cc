@@ -38,12 +38,10 @@ std::vector<std::vector<int>> layersOf(model::ZooModel& model,
   std::map<const void*, int> index;
   for (size_t i = 0; i < parameters.size(); ++i)
     index[parameters[i].unsafeGetTensorImpl()] = static_cast<int>(i);
-  std::vector<std::vector<int>> layers;
-  for (const auto& child : model.children()) {
-    layers.emplace_back();
-    for (const at::Tensor& parameter : child->parameters())
-      layers.back().push_back(index.at(parameter.unsafeGetTensorImpl()));
-  }
+  std::vector<std::vector<int>> layers(model.numLayers());
+  for (std::int64_t l = 0; l < model.numLayers(); ++l)
+    for (const at::Tensor& parameter : model.layerParameters(l))
+      layers[l].push_back(index.at(parameter.unsafeGetTensorImpl()));
   return layers;
 }
 

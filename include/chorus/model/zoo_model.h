@@ -64,6 +64,11 @@ class ZooModel : public torch::nn::Module {
 
   // Trainable scalars of the whole model.
   std::int64_t parameterCount() const;
+  // The parameters of layer `layer` (its child module's, recursively), in registration order: a
+  // zoo model registers exactly its layers as its children, in order (model/common.h), which is
+  // what lets a pipeline stage or ZeRO-3 find a layer's own. Throws ConfigError when the model's
+  // children are not its layers or `layer` is out of range.
+  std::vector<at::Tensor> layerParameters(std::int64_t layer) const;
 
  protected:
   // Throws ConfigError unless 0 <= first <= last <= numLayers().

@@ -75,9 +75,11 @@ class ZeroOptimizer {
   // the parameters were set from elsewhere (a checkpoint), or the next step would undo that.
   // Stages 1 and 2 (stage 3's parameters hold no values between steps).
   void loadMasterFromParameters();
-  // Copies [begin(), end()) of `whole` (all the flattened parameters in order()) into the master
-  // slice: stage 3's resume.
-  void loadMasterFromWhole(const at::Tensor& whole);
+  // Copies this rank's slice of the parameters into the master copy, taking parameter `index`'s
+  // values (any shape, its number of elements) from `value_of(index)`, which is called only for
+  // the parameters that overlap the slice, in order(): stage 3's resume, from a model file read
+  // one parameter at a time or from parameters put together elsewhere.
+  void loadMaster(const std::function<at::Tensor(int index)>& value_of);
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
 

@@ -159,6 +159,8 @@ class ArchiveBytesAdapter final : public caffe2::serialize::ReadAdapterInterface
 
 }  // namespace
 
+std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
+
 std::string archiveBytes(torch::serialize::OutputArchive& archive) {
   std::ostringstream out;
   archive.save_to(out);

@@ -15,6 +15,9 @@
 
 namespace chorus::runtime {
 
+// "rank-<rank>.pt": a data-parallel rank's own file of a checkpoint (its RNG, loss scaler, codec
+// memory, and under ZeRO its slices).
+std::string rankFile(int rank);
 // The archive serialized to bytes (libtorch's zip format).
 std::string archiveBytes(torch::serialize::OutputArchive& archive);
 // An archive read from bytes.

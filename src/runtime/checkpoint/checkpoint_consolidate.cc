@@ -39,8 +39,7 @@ std::vector<std::pair<std::string, at::Tensor>> zeroParameters(const std::string
     damaged("its ZeRO entry does not describe the parameters' slices");
   std::vector<at::Tensor> slices;
   for (size_t rank = 0; rank + 1 < bounds.size(); ++rank) {
-    auto archive =
-        archiveOf(readCheckpointFile(dir, manifest, "rank-" + std::to_string(rank) + ".pt"));
+    auto archive = archiveOf(readCheckpointFile(dir, manifest, rankFile(static_cast<int>(rank))));
     at::Tensor slice;
     if (!archive.try_read("zero/parameters", slice))
       damaged("rank " + std::to_string(rank) + "'s file holds no parameter slice");

@@ -20,62 +20,23 @@
 // taking one off the stack makes the model forget the stack below it (kUnknown from then on).
 #include "checkpoint/pickle_storages.h"
 
-#include <c10/core/QScheme.h>
-#include <c10/core/ScalarType.h>
-
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "checkpoint/pickle_unpickler.h"
 #include "chorus/core/error.h"
 
 namespace chorus::runtime {
 namespace {
 
-// The opcodes libtorch's readInstruction reads; it refuses every other (PROTO only comes first).
-enum Opcode : std::uint8_t {
-  kMark = '(',
-  kEmptyTuple = ')',
-  kStop = '.',
-  kBinFloat = 'G',
-  kBinInt = 'J',
-  kBinInt1 = 'K',
-  kBinInt2 = 'M',
-  kNone = 'N',
-  kBinPersId = 'Q',
-  kReduce = 'R',
-  kBinUnicode = 'X',
-  kEmptyList = ']',
-  kAppend = 'a',
-  kBuild = 'b',
-  kGlobal = 'c',
-  kDict = 'd',
-  kAppends = 'e',
-  kBinGet = 'h',
-  kLongBinGet = 'j',
-  kList = 'l',
-  kBinPut = 'q',
-  kLongBinPut = 'r',
-  kSetItem = 's',
-  kTuple = 't',
-  kSetItems = 'u',
-  kEmptyDict = '}',
-  kProto = 0x80,
-  kNewObj = 0x81,
-  kTuple1 = 0x85,
-  kTuple2 = 0x86,
-  kTuple3 = 0x87,
-  kNewTrue = 0x88,
-  kNewFalse = 0x89,
-  kLong1 = 0x8a,
-  kBinUnicode8 = 0x8d,
-};
+// The unpickler's vocabulary: its opcodes (kMark, ...), GlobalEffect and the storage types.
+using namespace pickle;  // NOLINT(google-build-using-namespace): one file's private header
 
 // What the model knows of a value on libtorch's stack.
 enum class Kind : std::uint8_t {
@@ -116,77 +77,6 @@ Value tupleValue(std::size_t first, std::size_t size) {
   value.first = first;
   value.size = size;
   return value;
-}
-
-// The storage globals libtorch's readGlobal knows ('torch' '<Name>Storage'): the scalar type
-// each pushes, and its element size as scalarTypeToTypeMeta(type).itemsize() has it.
-struct StorageType {
-  std::string_view name;
-  std::int64_t scalar_type;
-  std::size_t element_size;
-};
-
-const std::vector<StorageType>& storageTypes() {
-  static const std::vector<StorageType> types = {
-#define CHORUS_STORAGE_TYPE(ctype, name) \
-  {#name "Storage", static_cast<std::int64_t>(c10::ScalarType::name), sizeof(ctype)},
-      AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(CHORUS_STORAGE_TYPE)
-#undef CHORUS_STORAGE_TYPE
-  };
-  return types;
-}
-
-std::optional<std::int64_t> storageScalarType(std::string_view name) {
-  for (const StorageType& type : storageTypes())
-    if (type.name == name) return type.scalar_type;
-  return std::nullopt;
-}
-
-std::optional<std::size_t> elementSize(std::int64_t scalar_type) {
-  for (const StorageType& type : storageTypes())
-    if (type.scalar_type == scalar_type) return type.element_size;
-  return std::nullopt;
-}
-
-// The QScheme globals ('torch' 'per_tensor_affine', ...): each pushes its value.
-std::optional<std::int64_t> qscheme(std::string_view name) {
-  for (int scheme = 0; scheme < c10::COMPILE_TIME_NUM_QSCHEMES; ++scheme)
-    if (c10::toString(static_cast<c10::QScheme>(scheme)) == name) return scheme;
-  return std::nullopt;
-}
-
-// What readGlobal does with a GLOBAL (after its skip, below).
-enum class GlobalEffect : std::uint8_t {
-  kRefused,     // libtorch throws: an unknown name in a module it resolves itself
-  kPushesInt,   // a storage type or QScheme: an int, no entry in the table
-  kRegisters,   // an entry in the table of globals; pushes its index
-  kFromTypeV2,  // the same, and the next two GLOBALs are skipped (see PickleModel::global)
-};
-
-bool isOneOf(std::string_view name, std::initializer_list<std::string_view> names) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-GlobalEffect globalEffect(std::string_view module, std::string_view name) {
-  if (module == "__main__") {
-    return isOneOf(name, {"TensorID", "IntList"}) ? GlobalEffect::kRegisters
-                                                  : GlobalEffect::kRefused;
-  }
-  if (module == "torch.jit._pickle") {
-    return isOneOf(name, {"build_tensor_from_id", "restore_type_tag", "build_intlist",
-                          "build_tensorlist", "build_doublelist", "build_boollist"})
-               ? GlobalEffect::kRegisters
-               : GlobalEffect::kRefused;
-  }
-  if (module == "torch._tensor" && name == "_rebuild_from_type_v2")
-    return GlobalEffect::kFromTypeV2;
-  if (module == "torch" && name != "device") {
-    return storageScalarType(name) || qscheme(name) ? GlobalEffect::kPushesInt
-                                                    : GlobalEffect::kRefused;
-  }
-  // torch._utils' rebuild functions, torch.device, builtins.complex, collections.OrderedDict,
-  // and every other name: a class or enum of the archive's code, or one its resolver refuses.
-  return GlobalEffect::kRegisters;
 }
 
 // A storage key as an error message shows it: printable, and not too long.

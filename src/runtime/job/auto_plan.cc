@@ -151,9 +151,9 @@ std::string milliseconds(double seconds) {
 std::string describe(const plan::Plan& plan) {
   std::ostringstream text;
   if (plan.stageCount() == 1) {
-    text << "data parallel" << (plan.zero_stage > 0 ? " with ZeRO-" : "")
-         << (plan.zero_stage > 0 ? std::to_string(plan.zero_stage) : "") << ", shares "
-         << joined(replicaShares(plan), "/");
+    text << "data parallel";
+    if (plan.zero_stage > 0) text << " with ZeRO-" << plan.zero_stage;
+    text << ", shares " << joined(replicaShares(plan), "/");
   } else {
     text << plan.replicas.size() << (plan.replicas.size() == 1 ? " pipeline" : " pipelines")
          << " of " << plan.stageCount() << " stages, layers " << joined(stageLayers(plan), "/")

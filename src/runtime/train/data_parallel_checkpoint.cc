@@ -22,8 +22,6 @@ namespace {
 constexpr const char* kModelFile = "model.pt";
 constexpr const char* kOptimizerFile = "optimizer.pt";
 
-std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
-
 // The generator of the worker's device (CUDA), when it has one of its own.
 std::optional<at::Generator> deviceGenerator(const DataParallelEngine& s) {
   const c10::Device device = s.worker->device();

@@ -8,11 +8,17 @@
 namespace chorus::runtime {
 namespace {
 
-// The first `limit` test samples (all when 0), dealt to ranks in contiguous, nearly equal slices.
+// The first `limit` test samples (all when 0), dealt to ranks in contiguous, nearly equal slices:
+// rank `rank`'s slice [first, second).
+std::pair<std::int64_t, std::int64_t> evaluationRange(std::int64_t test_size, std::int64_t limit,
+                                                      int rank, int world) {
+  const std::int64_t total = limit > 0 ? std::min(limit, test_size) : test_size;
+  return {total * rank / world, total * (rank + 1) / world};
+}
+
 std::vector<std::int64_t> evaluationIds(std::int64_t test_size, std::int64_t limit, int rank,
                                         int world) {
-  const std::int64_t total = limit > 0 ? std::min(limit, test_size) : test_size;
-  const std::int64_t begin = total * rank / world, end = total * (rank + 1) / world;
+  const auto [begin, end] = evaluationRange(test_size, limit, rank, world);
   std::vector<std::int64_t> ids;
   for (std::int64_t id = begin; id < end; ++id) ids.push_back(id);
   return ids;
@@ -32,16 +38,14 @@ std::int64_t passesFor(std::int64_t samples, std::int64_t chunk) {
 std::int64_t evaluationPasses(const DataParallelEngine& s, std::int64_t test_size,
                               std::int64_t limit) {
   const int world = s.worker->worldSize();
-  if (!s.zero_layers)
-    return passesFor(
-        static_cast<std::int64_t>(evaluationIds(test_size, limit, s.worker->rank(), world).size()),
-        evaluationChunk(s.micro_limit));
+  const auto passesOf = [&](int rank, std::int64_t micro_limit) {
+    const auto [begin, end] = evaluationRange(test_size, limit, rank, world);
+    return passesFor(end - begin, evaluationChunk(micro_limit));
+  };
+  if (!s.zero_layers) return passesOf(s.worker->rank(), s.micro_limit);
   std::int64_t passes = 0;
   for (int rank = 0; rank < world; ++rank)
-    passes = std::max(
-        passes,
-        passesFor(static_cast<std::int64_t>(evaluationIds(test_size, limit, rank, world).size()),
-                  evaluationChunk(s.micro_limits.at(rank))));
+    passes = std::max(passes, passesOf(rank, s.micro_limits.at(rank)));
   return passes;
 }
 

@@ -70,23 +70,16 @@ parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   return options;
 }
 
-// The parameter indices (into `parameters`, the model's) of each layer of `model`. A zoo model
-// registers exactly its layers as its children, in order (model/common.h).
-std::vector<std::vector<int>> layerIndices(model::ZooModel& model,
+// The parameter indices (into `parameters`, the model's) of each layer of `model`.
+std::vector<std::vector<int>> layerIndices(const model::ZooModel& model,
                                            const std::vector<at::Tensor>& parameters) {
   std::map<const void*, int> index;
   for (size_t i = 0; i < parameters.size(); ++i)
     index[parameters[i].unsafeGetTensorImpl()] = static_cast<int>(i);
-  const auto children = model.children();
-  CHORUS_CHECK_CONFIG(static_cast<std::int64_t>(children.size()) == model.numLayers(),
-                      "ZeRO-3: ", model.describe(), " has ", children.size(), " child modules for ",
-                      model.numLayers(), " layers");
-  std::vector<std::vector<int>> layers;
-  for (const auto& child : children) {
-    layers.emplace_back();
-    for (const at::Tensor& parameter : child->parameters(/*recurse=*/true))
-      layers.back().push_back(index.at(parameter.unsafeGetTensorImpl()));
-  }
+  std::vector<std::vector<int>> layers(model.numLayers());
+  for (std::int64_t l = 0; l < model.numLayers(); ++l)
+    for (const at::Tensor& parameter : model.layerParameters(l))
+      layers[l].push_back(index.at(parameter.unsafeGetTensorImpl()));
   return layers;
 }
 

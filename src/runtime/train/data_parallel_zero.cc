@@ -24,8 +24,6 @@ constexpr const char* kStep = "step";
 // ZeRO-3's rank files hold their slice of the parameters under this name, beside the optimizer's.
 constexpr const char* kParameters = "parameters";
 
-std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
-
 // The optimizer state of every parameter, flattened, by state name ("exp_avg", ...; model order),
 // with AdamW's step count.
 struct ParameterStates {
@@ -33,36 +31,47 @@ struct ParameterStates {
   std::optional<std::int64_t> step;
 };
 
-// One whole flat state per name from the slices every rank of a ZeRO checkpoint wrote.
-std::map<std::string, at::Tensor> savedWholeStates(const CheckpointSource& source,
-                                                   const std::vector<std::int64_t>& bounds) {
+// The part [begin, end) of the flat space of every state a ZeRO checkpoint with `bounds` saved
+// (and of its parameters, ZeRO-3), by name, reading of each writer's slice only what overlaps it:
+// a rank's own slice for a resume in the same flat order (a rank with a small budget could not
+// hold the whole state), or all of it. "step" comes from the first writer.
+std::map<std::string, at::Tensor> savedSlices(const CheckpointSource& source,
+                                              const std::vector<std::int64_t>& bounds,
+                                              std::int64_t begin, std::int64_t end) {
   std::map<std::string, std::vector<at::Tensor>> pieces;
-  std::map<std::string, at::Tensor> whole;
+  std::map<std::string, at::Tensor> slices;
   for (size_t rank = 0; rank + 1 < bounds.size(); ++rank) {
+    const std::int64_t from = std::max(begin, bounds[rank]), to = std::min(end, bounds[rank + 1]);
+    if (from >= to && rank > 0) continue;  // the first writer's file names the states
     auto archive = archiveOf(source.read(rankFile(static_cast<int>(rank))));
     for (const std::string& key : archive.keys()) {
       if (key.rfind(kPrefix, 0) != 0) continue;
+      const std::string name = key.substr(std::string(kPrefix).size());
+      if (name != kStep && from >= to) {
+        pieces[name];
+        continue;
+      }
       at::Tensor value;
       archive.read(key, value);
-      const std::string name = key.substr(std::string(kPrefix).size());
       if (name == kStep) {
-        whole[name] = value;
+        if (slices.count(kStep) == 0) slices[kStep] = value;
         continue;
       }
       if (value.numel() != bounds[rank + 1] - bounds[rank])
         CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': rank ", rank, "'s '", name,
                      "' holds ", value.numel(), " elements, its slice ",
                      bounds[rank + 1] - bounds[rank]);
-      pieces[name].push_back(value.reshape({-1}));
+      pieces[name].push_back(value.reshape({-1}).narrow(0, from - bounds[rank], to - from).clone());
     }
   }
   for (auto& [name, parts] : pieces) {
-    if (parts.size() + 1 != bounds.size())
-      CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': '", name, "' is saved by ",
-                   parts.size(), " of ", bounds.size() - 1, " ranks");
-    whole[name] = at::cat(parts);
+    at::Tensor slice = parts.empty() ? at::empty({0}, at::kFloat) : at::cat(parts);
+    if (slice.numel() != end - begin)
+      CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': '", name, "' holds ",
+                   slice.numel(), " of the ", end - begin, " elements of this rank's slice");
+    slices[name] = slice;
   }
-  return whole;
+  return slices;
 }
 
 // The states of a ZeRO checkpoint, per parameter of `parameters`.
@@ -77,7 +86,7 @@ ParameterStates statesOfZeroCheckpoint(const CheckpointSource& source,
     source.mismatch("the parameters", std::to_string(bounds.empty() ? 0 : bounds.back()),
                     std::to_string(total));
   ParameterStates states;
-  for (const auto& [name, whole] : savedWholeStates(source, bounds)) {
+  for (const auto& [name, whole] : savedSlices(source, bounds, 0, total)) {
     if (name == kStep) {
       states.step = static_cast<std::int64_t>(whole.item<double>());
       continue;
@@ -126,77 +135,14 @@ ParameterStates statesOfReplicatedCheckpoint(const CheckpointSource& source,
   return states;
 }
 
-// The parameters of the checkpoint's model file, flattened, in the model's order.
-std::vector<at::Tensor> parametersOfModelFile(const DataParallelEngine& engine,
-                                              const CheckpointSource& source) {
-  auto archive = archiveOf(source.read("model.pt"));
-  std::vector<at::Tensor> values;
-  for (const auto& item : engine.model->named_parameters()) {
-    at::Tensor value;
-    archive.read(item.key(), value);
-    if (value.numel() != item.value().numel())
-      source.mismatch("parameter '" + item.key() + "'", std::to_string(value.numel()),
-                      std::to_string(item.value().numel()) + " elements");
-    values.push_back(value.reshape({-1}));
-  }
-  return values;
-}
-
-// The saved parameters, flattened, in the model's order: ZeRO-3's slices taken out of `states`,
-// or, for an engine that needs them and a checkpoint that has one, the model file's.
-std::vector<at::Tensor> savedParameters(const DataParallelEngine& engine,
-                                        const CheckpointSource& source, ParameterStates& states) {
+// ZeRO-3's saved parameters, flattened, in the model's order, taken out of `states`; empty when
+// the checkpoint has a model file instead.
+std::vector<at::Tensor> takeSavedParameters(ParameterStates& states) {
   const auto found = states.tensors.find(kParameters);
-  if (found != states.tensors.end()) {
-    std::vector<at::Tensor> values = std::move(found->second);
-    states.tensors.erase(found);
-    return values;
-  }
-  if (engine.zero_layers) return parametersOfModelFile(engine, source);
-  return {};
-}
-
-// This rank's slice [begin, end) of every state a ZeRO checkpoint with `bounds` saved (and of its
-// parameters, ZeRO-3), by name, reading of each writer's slice only what overlaps it: a resume in
-// the same flat order needs nothing more, and a rank with a small budget could not hold the whole
-// state. "step" comes from the first writer.
-std::map<std::string, at::Tensor> savedSlices(const CheckpointSource& source,
-                                              const std::vector<std::int64_t>& bounds,
-                                              std::int64_t begin, std::int64_t end) {
-  std::map<std::string, std::vector<at::Tensor>> pieces;
-  std::map<std::string, at::Tensor> slices;
-  for (size_t rank = 0; rank + 1 < bounds.size(); ++rank) {
-    const std::int64_t from = std::max(begin, bounds[rank]), to = std::min(end, bounds[rank + 1]);
-    if (from >= to && rank > 0) continue;  // the first writer's file names the states
-    auto archive = archiveOf(source.read(rankFile(static_cast<int>(rank))));
-    for (const std::string& key : archive.keys()) {
-      if (key.rfind(kPrefix, 0) != 0) continue;
-      const std::string name = key.substr(std::string(kPrefix).size());
-      if (name != kStep && from >= to) {
-        pieces[name];
-        continue;
-      }
-      at::Tensor value;
-      archive.read(key, value);
-      if (name == kStep) {
-        if (slices.count(kStep) == 0) slices[kStep] = value;
-        continue;
-      }
-      if (value.numel() != bounds[rank + 1] - bounds[rank])
-        CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': rank ", rank, "'s '", name,
-                     "' holds ", value.numel(), " elements, its slice ",
-                     bounds[rank + 1] - bounds[rank]);
-      pieces[name].push_back(value.reshape({-1}).narrow(0, from - bounds[rank], to - from).clone());
-    }
-  }
-  for (auto& [name, parts] : pieces) {
-    at::Tensor slice = parts.empty() ? at::empty({0}, at::kFloat) : at::cat(parts);
-    if (slice.numel() != end - begin)
-      CHORUS_THROW(CheckpointError, "checkpoint '", source.dir, "': '", name, "' holds ",
-                   slice.numel(), " of the ", end - begin, " elements of this rank's slice");
-    slices[name] = slice;
-  }
-  return slices;
+  if (found == states.tensors.end()) return {};
+  std::vector<at::Tensor> values = std::move(found->second);
+  states.tensors.erase(found);
+  return values;
 }
 
 // ZeRO-3's master slice from the checkpoint's model file, one parameter at a time.
@@ -204,23 +150,15 @@ void loadMasterFromModelFile(DataParallelEngine& engine, const CheckpointSource&
   auto archive = archiveOf(source.read("model.pt"));
   std::vector<std::string> names;
   for (const auto& item : engine.model->named_parameters()) names.push_back(item.key());
-  const std::int64_t begin = engine.zero->begin(), end = engine.zero->end();
-  std::vector<at::Tensor> parts;
-  std::int64_t position = 0;
-  for (int index : engine.zero->order()) {
+  engine.zero->loadMaster([&](int index) {
+    at::Tensor value;
+    archive.read(names.at(index), value);
     const std::int64_t numel = engine.model_parameters.at(index).numel();
-    const std::int64_t from = std::max(begin, position), to = std::min(end, position + numel);
-    if (from < to) {
-      at::Tensor value;
-      archive.read(names.at(index), value);
-      if (value.numel() != numel)
-        source.mismatch("parameter '" + names[index] + "'", std::to_string(value.numel()),
-                        std::to_string(numel) + " elements");
-      parts.push_back(value.reshape({-1}).narrow(0, from - position, to - from).clone());
-    }
-    position += numel;
-  }
-  engine.zero->loadMasterSlice(parts.empty() ? at::empty({0}, at::kFloat) : at::cat(parts));
+    if (value.numel() != numel)
+      source.mismatch("parameter '" + names[index] + "'", std::to_string(value.numel()),
+                      std::to_string(numel) + " elements");
+    return value;
+  });
 }
 
 // A ZeRO engine resuming a ZeRO checkpoint of its own flat order reads only its own slices
@@ -245,14 +183,6 @@ bool restoreOwnSlices(DataParallelEngine& engine, const CheckpointSource& source
   engine.zero->loadSliceState(slices);
   if (!engine.zero_layers) engine.zero->loadMasterFromParameters();  // loaded by restore()
   return true;
-}
-
-// Whole flat tensors in `order` of per-parameter ones.
-at::Tensor flatInOrder(const std::vector<at::Tensor>& per_parameter,
-                       const std::vector<int>& order) {
-  std::vector<at::Tensor> parts;
-  for (int index : order) parts.push_back(per_parameter.at(index).reshape({-1}));
-  return at::cat(parts);
 }
 
 // Whole flat states in `order`, as ZeroOptimizer::loadWholeState takes them. A parameter without
@@ -331,7 +261,7 @@ void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source
   ParameterStates states =
       sharded ? statesOfZeroCheckpoint(source, parameters)
               : statesOfReplicatedCheckpoint(source, engine.job.optimizer, parameters);
-  const std::vector<at::Tensor> saved = savedParameters(engine, source, states);
+  const std::vector<at::Tensor> saved = takeSavedParameters(states);
   if (!engine.zero_layers && !saved.empty()) {  // a ZeRO-3 checkpoint: no model file was loaded
     at::NoGradGuard no_grad;
     for (size_t index = 0; index < parameters.size(); ++index)
@@ -342,10 +272,12 @@ void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source
     return;
   }
   engine.zero->loadWholeState(wholeFlatStates(states, parameters, engine.zero->order()));
-  if (engine.zero_layers)
-    engine.zero->loadMasterFromWhole(flatInOrder(saved, engine.zero->order()));
-  else
+  if (!engine.zero_layers)
     engine.zero->loadMasterFromParameters();  // the model was loaded before (restore())
+  else if (saved.empty())
+    loadMasterFromModelFile(engine, source);
+  else
+    engine.zero->loadMaster([&](int index) { return saved.at(index); });
 }
 
 }  // namespace chorus::runtime
