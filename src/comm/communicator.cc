@@ -146,6 +146,18 @@ std::map<std::string, OpStats> Communicator::stats() const { return group_->stat
 
 bool Communicator::broken() const { return group_->broken.load(); }
 
+void Communicator::abort(const std::string& why) {
+  group_->markBroken(why);
+  group_->aborted.store(true);
+  std::vector<std::shared_ptr<Communicator>> children;
+  {
+    std::lock_guard<std::mutex> lock(children_mutex_);
+    for (const auto& weak : children_)
+      if (auto child = weak.lock()) children.push_back(std::move(child));
+  }
+  for (const auto& child : children) child->abort(why);
+}
+
 const char* Communicator::cpuTransport() const { return backends_->shm() ? "shm" : "gloo"; }
 
 std::chrono::milliseconds Communicator::timeoutOf(const OpOptions& options) const {

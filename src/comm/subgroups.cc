@@ -24,8 +24,11 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
       CHORUS_THROW(ConfigError, "subgroup '", name, "': rank ", member, " is out of range");
     options.global_ranks.push_back(globalRank(member));
   }
-  return create(store_, static_cast<int>(self - ranks.begin()), static_cast<int>(ranks.size()),
-                options);
+  auto child = create(store_, static_cast<int>(self - ranks.begin()),
+                      static_cast<int>(ranks.size()), options);
+  std::lock_guard<std::mutex> lock(children_mutex_);
+  children_.push_back(child);
+  return child;
 }
 
 Communicator::HostGroups Communicator::splitByHost() {

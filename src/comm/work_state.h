@@ -27,6 +27,9 @@ struct GroupContext {
   std::shared_ptr<ProgressBoard> progress;
   std::shared_ptr<CommStats> stats;
   std::atomic<bool> broken{false};
+  // Set by Communicator::abort(): waits of the shared-memory transport give up at their next
+  // check (within a few ms) with the abort's reason.
+  std::atomic<bool> aborted{false};
   std::mutex failure_mutex;
   std::string failure;  // first failure's message, for the errors of later operations
 

@@ -31,6 +31,7 @@
 #include "chorus/runtime/launch/agent.h"
 #include "chorus/runtime/train/trainer.h"
 #include "commands.h"
+#include "fault_injection.h"
 #include "train_metrics.h"
 #include "train_report.h"
 
@@ -274,12 +275,15 @@ int runFrontEnd(const TrainArgs& args) {
 
 // Runs the job's plan to the end.
 int train(const TrainArgs& args, const runtime::JobPackage& package,
-          std::shared_ptr<runtime::Worker> worker) {
+          std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
   const runtime::JobConfig& job = package.job;
   runtime::Trainer trainer(job, package.plan, worker);
   if (!args.resume.empty()) trainer.resume(args.resume);
-  TrainReport report(job, package.plan, worker->rank() == 0, args.log_json);
+  TrainReport report(
+      job, package.plan, [&worker] { return worker->rank() == 0; }, args.log_json);
   runtime::TrainerHooks hooks;
+  hooks.at_point = fault.hook(worker->member());
+  hooks.on_recovery = [&](const runtime::RecoveryRecord& record) { report.recovery(record); };
   std::unique_ptr<TrainMetrics> metrics;
   if (!args.metrics_socket.empty())
     metrics = std::make_unique<TrainMetrics>(args.metrics_socket, worker, job.train.global_batch);
@@ -306,9 +310,10 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
 int runWorker(const TrainArgs& args) {
   auto worker = chorus::init();
   catchStopSignals();
+  const FaultInjection fault = FaultInjection::fromEnvironment();
   const runtime::JobPackage package = runtime::fetchJobPackage(
       *worker->store(), std::chrono::milliseconds(worker->identity().timeout_ms));
-  return train(args, package, worker);
+  return train(args, package, worker, fault);
 }
 
 }  // namespace

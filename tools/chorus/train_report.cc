@@ -49,10 +49,11 @@ std::string parallelism(const runtime::JobConfig& job, const plan::Plan& plan) {
 
 }  // namespace
 
-TrainReport::TrainReport(const runtime::JobConfig& job, const plan::Plan& plan, bool writer,
-                         const std::string& json_path)
-    : job_(job), writer_(writer) {
-  if (!writer_) return;
+TrainReport::TrainReport(const runtime::JobConfig& job, const plan::Plan& plan,
+                         std::function<bool()> is_writer, const std::string& json_path)
+    : job_(job), is_writer_(std::move(is_writer)), json_path_(json_path) {
+  writing_ = is_writer_();
+  if (!writing_) return;
   if (!json_path.empty()) {
     json_.open(json_path, std::ios::trunc);
     if (!json_) CHORUS_THROW(ConfigError, "--log-json: cannot write ", json_path);
@@ -60,6 +61,24 @@ TrainReport::TrainReport(const runtime::JobConfig& job, const plan::Plan& plan, 
   std::cout << "chorus train: " << job_.model.kind << " on " << job_.data.dataset << ", "
             << job_.train.steps << " steps of " << job_.train.global_batch << " samples, "
             << parallelism(job_, plan) << ", config " << job_.source << std::endl;
+}
+
+void TrainReport::takeOver() {
+  writing_ = true;
+  if (json_path_.empty()) return;
+  std::int64_t logged = 0;  // the last step in the log
+  {
+    std::ifstream in(json_path_);
+    std::string line, last_line;
+    while (std::getline(in, line))
+      if (!line.empty()) last_line = line;
+    const auto json = nlohmann::json::parse(last_line, nullptr, false);
+    if (!json.is_discarded() && json.contains("step") && !json.contains("event"))
+      logged = json.at("step").get<std::int64_t>();
+  }
+  json_.open(json_path_, std::ios::app);
+  if (!json_) CHORUS_THROW(ConfigError, "--log-json: cannot write ", json_path_);
+  if (last_ && last_->step + 1 > logged) writeJson(*last_);
 }
 
 void TrainReport::progressLine(const runtime::StepRecord& record) const {
@@ -77,7 +96,8 @@ void TrainReport::progressLine(const runtime::StepRecord& record) const {
 }
 
 void TrainReport::step(const runtime::StepRecord& record) {
-  if (!writer_) return;
+  last_ = record;
+  if (!writing_) return;
   if (record.skipped)
     std::printf("step %lld skipped: gradients overflowed on some rank; loss scales now %s\n",
                 static_cast<long long>(record.step + 1), scalesText(record.loss_scales).c_str());
@@ -93,6 +113,34 @@ void TrainReport::step(const runtime::StepRecord& record) {
         *record.test_accuracy >= job_.train.target_accuracy)
       target_step_ = record.step + 1;
   }
+  writeJson(record);
+}
+
+void TrainReport::recovery(const runtime::RecoveryRecord& record) {
+  generation_ = record.generation;
+  if (!writing_ && is_writer_()) takeOver();
+  if (!writing_) return;
+  std::printf("recovered: generation %d, lost rank %s (%s); %zu ranks go on from step %lld\n",
+              record.generation, joined({record.lost.begin(), record.lost.end()}).c_str(),
+              record.reason.c_str(), record.members.size(),
+              static_cast<long long>(record.step + 1));
+  std::fflush(stdout);
+  if (!json_.is_open()) return;
+  nlohmann::json line = {{"event", "recovery"},
+                         {"generation", record.generation},
+                         {"members", record.members},
+                         {"lost", record.lost},
+                         {"reason", record.reason},
+                         {"redo_step", record.step + 1},
+                         {"source", record.source},
+                         {"shares", record.shares},
+                         {"agree_s", record.agree_seconds},
+                         {"rebuild_s", record.rebuild_seconds}};
+  json_ << line.dump() << '\n';
+  json_.flush();
+}
+
+void TrainReport::writeJson(const runtime::StepRecord& record) {
   if (!json_.is_open()) return;
   nlohmann::json line = {{"step", record.step + 1},
                          {"loss", record.loss},
@@ -106,6 +154,7 @@ void TrainReport::step(const runtime::StepRecord& record) {
   if (record.test_loss) line["test_loss"] = *record.test_loss;
   if (!record.rebalance.empty()) line["rebalance"] = record.rebalance;
   if (record.skipped) line["skipped"] = true;
+  if (generation_ > 0) line["generation"] = generation_;
   if (std::any_of(record.loss_scales.begin(), record.loss_scales.end(),
                   [](double scale) { return scale > 0; }))
     line["loss_scales"] = record.loss_scales;
@@ -114,7 +163,7 @@ void TrainReport::step(const runtime::StepRecord& record) {
 }
 
 void TrainReport::finish(const runtime::TrainResult& result) {
-  if (!writer_) return;
+  if (!writing_) return;
   std::printf(
       "done: %lld steps in %.1f s, %.0f samples/s, final loss %.4f, test accuracy %.4f (whole test "
       "split)",

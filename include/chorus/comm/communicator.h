@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,12 @@ class Communicator {
   std::map<std::string, OpStats> stats() const;
   // True after an operation failed; every further operation throws CommError.
   bool broken() const;
+  // Breaks the group and its subgroups from any thread: every later operation throws CommError
+  // quoting `why`, and operations of the shared-memory transport already waiting give up within
+  // a few milliseconds. Elastic recovery calls it when a member is lost, so that survivors blocked
+  // on it come out. A Gloo operation in flight still ends at its own deadline or when its peer's
+  // connection drops (libtorch's Gloo cannot be interrupted).
+  void abort(const std::string& why);
 
  private:
   Communicator(std::shared_ptr<Store> store, int rank, int size, CommOptions options);
@@ -160,6 +167,9 @@ class Communicator {
   int splits_ = 0;
   std::shared_ptr<struct GroupContext> group_;
   std::unique_ptr<Backends> backends_;
+  // The subgroups made from this group, which abort() breaks too.
+  std::mutex children_mutex_;
+  std::vector<std::weak_ptr<Communicator>> children_;
 };
 
 }  // namespace chorus::comm

@@ -146,6 +146,10 @@ std::string ShmSync::where(const ShmWaitContext& context) const {
 void ShmSync::checkWaiting(const ShmWaitContext& context, int peer) {
   if (context.cancel && context.cancel->load())
     CHORUS_THROW(CommError, where(context), " was aborted");
+  if (group_->aborted.load()) {
+    std::lock_guard<std::mutex> lock(group_->failure_mutex);
+    CHORUS_THROW(CommError, where(context), " was aborted: ", group_->failure);
+  }
   ShmRankControl& theirs = segment_.control(peer);
   std::uint32_t status = theirs.status.load();
   if (status == kShmActive) {

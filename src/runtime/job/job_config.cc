@@ -6,10 +6,6 @@
 namespace chorus::runtime {
 namespace {
 
-void require(bool ok, const char* key, const std::string& what) {
-  if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
-}
-
 void requireOneOf(const std::string& value, const char* key,
                   std::initializer_list<const char*> allowed) {
   std::string list;
@@ -239,6 +235,7 @@ JobConfig readJobConfig(const Config& config) {
   job.checkpoint = readCheckpoint(config);
   job.parallel = readParallel(config);
   job.zero = readZero(config);
+  job.elastic = readElastic(config);
   requireSumsToBatch(job.balancer.shares, "balancer.shares", job.train.global_batch);
   requireSumsToBatch(job.balancer.initial_shares, "balancer.initial_shares",
                      job.train.global_batch);
@@ -250,6 +247,7 @@ JobConfig readJobConfig(const Config& config) {
               "data.size = " + std::to_string(job.data.size) + ")");
   checkParallel(job, config);
   checkZero(job);
+  checkElastic(job);
   config.rejectUnknownKeys();
   job.toml = config.toToml();
   return job;

@@ -7,11 +7,12 @@
 #include "chorus/runtime/job/auto_plan.h"
 
 namespace chorus::runtime {
-namespace {
 
 void require(bool ok, const std::string& key, const std::string& what) {
   if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
 }
+
+namespace {
 
 void requirePrecisionName(const std::string& name, const std::string& key) {
   require(name == "fp32" || name == "bf16" || name == "fp16", key,

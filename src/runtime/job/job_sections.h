@@ -7,6 +7,9 @@
 
 namespace chorus::runtime {
 
+// Throws ConfigError "config key '<key>': <what>" unless `ok`.
+void require(bool ok, const std::string& key, const std::string& what);
+
 PrecisionSection readPrecision(const Config& config);
 CheckpointSection readCheckpoint(const Config& config);
 // [zero] on its own (zero_section.cc).
@@ -21,6 +24,10 @@ void checkZero(const JobConfig& job);
 // ConfigError when only some devices have budgets, or they cannot hold the state.
 std::vector<double> zeroShardFractions(const JobConfig& job,
                                        const std::vector<DeviceSpec>& devices);
+// [elastic] on its own, and against the rest of the job: what elastic recovery cannot recover
+// yet is refused (elastic_section.cc). Throw ConfigError naming the key.
+ElasticSection readElastic(const Config& config);
+void checkElastic(const JobConfig& job);
 // Each [parallel] key on its own (names, ranges, the partition's syntax).
 ParallelSection readParallel(const Config& config);
 // [parallel] against the other sections: the device count (unless "auto"), the global batch,

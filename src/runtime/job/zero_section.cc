@@ -10,10 +10,6 @@
 namespace chorus::runtime {
 namespace {
 
-void require(bool ok, const std::string& key, const std::string& what) {
-  if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
-}
-
 std::vector<double> readFractions(const Config& config) {
   const std::vector<double> fractions = config.getDoubles("zero.shards", {});
   require(!fractions.empty(), "zero.shards", "an empty list; give one fraction per rank");

@@ -11,10 +11,6 @@
 namespace chorus::runtime {
 namespace {
 
-void require(bool ok, const std::string& key, const std::string& what) {
-  if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
-}
-
 std::vector<double> fractionsByMemory(const JobConfig& job,
                                       const std::vector<DeviceSpec>& devices) {
   const auto memory = memoryModelForBudgets(job, devices);

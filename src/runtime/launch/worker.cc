@@ -31,7 +31,27 @@ comm::JobSecret secretOf(const WorkerIdentity& identity) {
 
 }  // namespace
 
-Worker::Worker(WorkerIdentity identity) : identity_(std::move(identity)) {}
+Worker::Worker(WorkerIdentity identity) : identity_(std::move(identity)), member_(identity_.rank) {}
+
+void Worker::regroup(int rank, int world_size, std::shared_ptr<comm::Communicator> world) {
+  identity_.rank = rank;
+  identity_.world_size = world_size;
+  world_ = std::move(world);
+}
+
+comm::CommOptions Worker::worldOptions() const {
+  comm::CommOptions comm;
+  comm.timeout = std::chrono::milliseconds(identity_.timeout_ms);
+  comm.bind_address = identity_.bind_address;
+  comm.host_id = identity_.host_id;
+  comm.cpu_transport = identity_.cpu_transport;
+  return comm;
+}
+
+std::shared_ptr<comm::Store> Worker::openStoreConnection() const {
+  if (!store_client_) return store_;
+  return std::make_shared<comm::TcpStore>(*store_client_);
+}
 
 Worker::~Worker() {
   // The communicator uses the store: release it first, the hosted server last.
@@ -88,7 +108,8 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
       comm::TcpStoreServerOptions server;
       server.port = identity.store_port;
       server.secret = secret;
-      server.max_connections = identity.world_size + comm::kStoreConnectionMargin;
+      // Two connections per worker: its own and its elastic monitor's.
+      server.max_connections = 2 * identity.world_size + comm::kStoreConnectionMargin;
       worker->hosted_store_ = std::make_unique<comm::TcpStoreServer>(server);
     }
     comm::TcpStoreOptions client;
@@ -96,16 +117,11 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
     client.port = identity.store_port;
     client.secret = secret;
     worker->store_ = std::make_shared<comm::TcpStore>(client);
+    worker->store_client_ = std::make_shared<const comm::TcpStoreOptions>(client);
   }
-  if (options.connect) {
-    comm::CommOptions comm;
-    comm.timeout = std::chrono::milliseconds(identity.timeout_ms);
-    comm.bind_address = identity.bind_address;
-    comm.host_id = identity.host_id;
-    comm.cpu_transport = identity.cpu_transport;
-    worker->world_ =
-        comm::Communicator::create(worker->store_, identity.rank, identity.world_size, comm);
-  }
+  if (options.connect)
+    worker->world_ = comm::Communicator::create(worker->store_, identity.rank, identity.world_size,
+                                                worker->worldOptions());
   return worker;
 }
 

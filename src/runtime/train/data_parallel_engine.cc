@@ -188,7 +188,9 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   // Local SGD: no gradient all-reduce; each rank steps on its own mean gradient and parameters
   // are averaged every sync_every steps.
   const bool local = s.job.comm.sync_every > 1;
+  if (hooks.at_point) hooks.at_point(step, "forward");
   const ShareResult share = runShare(s, mine, record.shares, inject, /*arm_reducer=*/!local);
+  if (hooks.at_point) hooks.at_point(step, "reduce");
   parallel::ReduceTiming reduce;
   if (local)
     s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
@@ -215,6 +217,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   traceSpan(s, observe::Track::kComm, "step figures", "sync", figures_start);
   record.skipped = figures.any(kOverflow);
   record.stop_requested = figures.any(kStop);
+  if (hooks.at_point) hooks.at_point(step, "optimizer");
   const auto optimizer_start = TraceClock::now();
   if (record.skipped) {
     ++s.skipped_steps;  // every rank skips together: the replicas stay identical

@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "chorus/core/error.h"
+#include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/pipeline_layout.h"
 #include "chorus/parallel/precision.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
@@ -49,6 +53,13 @@ struct CheckpointSource {
   // Throws CheckpointError: the checkpoint does not fit this job's `what` (was `then`, is `now`).
   [[noreturn]] void mismatch(const std::string& what, const std::string& then,
                              const std::string& now) const;
+};
+
+// What a rank keeps of its own when elastic recovery rebuilds its engine for a new generation:
+// state that is this rank's alone (its loss scale, its codec's memory), not the source's.
+struct LocalCarry {
+  std::optional<parallel::LossScalerState> loss_scale;
+  std::map<std::string, at::Tensor> codec;
 };
 
 // One rank's way of running a plan's steps. Owned by the Trainer's state; used by its thread
@@ -91,6 +102,23 @@ class StepEngine {
   virtual device::EmulationTotals emulationTotals() const = 0;
   // Steps skipped on gradient overflow so far (resumed ones included).
   virtual std::int64_t skippedSteps() const = 0;
+
+  // Elastic recovery (elastic_recovery.cc). The engine of the survivor whose state the new
+  // generation starts from writes the handover: the model, the optimizer state, the steps skipped,
+  // and the next shares and balancer state of the survivors `kept` (old ranks, ascending).
+  // Not collective. Engines that cannot recover throw ConfigError.
+  virtual std::string handover(const std::vector<int>& kept) {
+    (void)kept;
+    CHORUS_THROW(ConfigError, "elastic recovery runs data parallelism only");
+  }
+  // This rank's own state to keep across the rebuild.
+  virtual LocalCarry localCarry() const { return {}; }
+  // A new engine (of the new generation) takes the handover and this rank's carry.
+  virtual void adopt(const std::string& handover, const LocalCarry& carry) {
+    (void)handover;
+    (void)carry;
+    CHORUS_THROW(ConfigError, "elastic recovery runs data parallelism only");
+  }
 };
 
 // Accuracy and mean loss from all-reduced evaluation totals {correct, predictions, summed loss,

@@ -32,6 +32,31 @@ void checkPlanForWorld(const plan::Plan& plan, const Worker& worker) {
                       worker.identity().device.toString(), "'");
 }
 
+// Elastic recovery runs one-stage replicas without ZeRO; a plan = "auto" job may have been given
+// another plan, which the job's own checks could not see.
+void checkElasticPlan(const JobConfig& job, const plan::Plan& plan) {
+  if (!job.elastic.enabled) return;
+  CHORUS_CHECK_CONFIG(plan.stageCount() == 1, "elastic.enabled: the plan has ", plan.stageCount(),
+                      " stages per replica; recovering a lost pipeline stage is not built");
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0, "elastic.enabled: the plan shards with ZeRO stage ",
+                      plan.zero_stage, "; recovering a lost rank's slices is not built");
+}
+
+// Runs `body`; with elastic recovery, a CommError (a lost worker) is recovered from and `body`
+// runs again, in the new generation, from the step the survivors agreed on.
+template <typename Body>
+void elastically(Trainer::State& s, const TrainerHooks& hooks, Body&& body) {
+  for (;;) {
+    try {
+      body();
+      return;
+    } catch (const CommError&) {
+      if (!s.membership) throw;
+      recoverFromLoss(s, std::current_exception(), hooks);
+    }
+  }
+}
+
 // Runs `body`, recording it on the timeline as `name` when one records.
 template <typename Body>
 auto traced(observe::TraceRecorder* trace, const char* name, Body&& body) {
@@ -56,15 +81,24 @@ Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
   checkPlanForWorld(plan, *worker);
+  checkElasticPlan(job, plan);
   s.context = startTraining(std::move(job), std::move(worker));
   TrainingContext& c = *s.context;
+  s.plan = plan;
   s.engine =
       plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
+  if (c.job.elastic.enabled) {
+    ElasticOptions options;
+    options.heartbeat = std::chrono::milliseconds(c.job.elastic.heartbeat_ms);
+    options.misses = static_cast<int>(c.job.elastic.heartbeat_misses);
+    options.agreement_timeout = std::chrono::milliseconds(c.worker->identity().timeout_ms);
+    s.membership = std::make_unique<ElasticMembership>(c.worker, options);
+  }
   if (!c.job.checkpoint.dir.empty()) {
     CheckpointOptions options;
     options.root = c.job.checkpoint.dir;
     options.keep = static_cast<int>(c.job.checkpoint.keep);
-    s.checkpoints = std::make_unique<CheckpointWriter>(options, c.worker->store(), c.worker->rank(),
+    s.checkpoints = std::make_shared<CheckpointWriter>(options, c.worker->store(), c.worker->rank(),
                                                        c.worker->worldSize());
   }
 }
@@ -107,13 +141,18 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   Stopwatch clock;
   std::int64_t samples = 0;
   while (s.next_step < train.steps) {
-    StepRecord record = step(inner);
+    StepRecord record;
+    elastically(s, hooks, [&] { record = step(inner); });
     samples += train.global_batch;
     const std::int64_t done = s.next_step;
     if ((train.eval_every > 0 && done % train.eval_every == 0) || done == train.steps) {
-      const auto [accuracy, loss] = traced(trace, "evaluation", [&] { return evaluate(-1); });
-      record.test_accuracy = accuracy;
-      record.test_loss = loss;
+      // Survivors of a loss during the evaluation are all past this step (it needed every
+      // rank's reduction): they evaluate its model again.
+      elastically(s, hooks, [&] {
+        const auto [accuracy, loss] = traced(trace, "evaluation", [&] { return evaluate(-1); });
+        record.test_accuracy = accuracy;
+        record.test_loss = loss;
+      });
     }
     // Every rank decides the same change; one of them says so.
     if (!record.rebalance.empty() && s.context->worker->rank() == 0)
@@ -130,13 +169,15 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
       result.reached_target = true;
       break;
     }
-    checkpoint(false);
+    elastically(s, hooks, [&] { checkpoint(false); });
   }
   // The state after the last step: at the end (when configured), or when asked to stop.
-  checkpoint(result.interrupted || job.checkpoint.at_end);
-  finishPendingCheckpoint(s);
+  elastically(s, hooks, [&] {
+    checkpoint(result.interrupted || job.checkpoint.at_end);
+    finishPendingCheckpoint(s);
+  });
   result.last_checkpoint = s.last_checkpoint_path;
-  if (!result.interrupted) result.test_accuracy = evaluate(0).first;
+  if (!result.interrupted) elastically(s, hooks, [&] { result.test_accuracy = evaluate(0).first; });
   result.skipped_steps = s.engine->skippedSteps();
   result.wall_seconds = clock.seconds();
   result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);

@@ -87,17 +87,19 @@ bool writeCheckpointIfDue(Trainer::State& s, bool final_or_requested) {
   const bool due = final_or_requested || (section.every > 0 && s.next_step % section.every == 0);
   if (!due) return false;
   finishPendingCheckpoint(s);
-  s.last_checkpoint_step = s.next_step;
   CheckpointSnapshot snapshot = snapshotOf(s);
   const std::int64_t step = s.next_step;
   if (section.async && !final_or_requested) {
-    CheckpointWriter* writer = s.checkpoints.get();
+    s.last_checkpoint_step = step;
+    // Shared: elastic recovery may replace the writer while this one still writes.
+    std::shared_ptr<CheckpointWriter> writer = s.checkpoints;
     s.pending_checkpoint = std::async(std::launch::async, [writer, step, snapshot] {
       return writer->write(step, snapshot.files());
     });
     return true;
   }
   s.last_checkpoint_path = s.checkpoints->write(step, snapshot.files());
+  s.last_checkpoint_step = step;  // after the write: one cut short by a lost rank is retried
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include "chorus/model/zoo_model.h"
 #include "chorus/plan/memory_model.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
+#include "chorus/runtime/launch/elastic_membership.h"
 #include "chorus/runtime/train/trainer.h"
 #include "train/step_engine.h"
 
@@ -66,9 +67,14 @@ std::unique_ptr<StepEngine> makePipelineStageEngine(TrainingContext& context,
 // the step of the newest checkpoint written or resumed from.
 struct Trainer::State {
   std::unique_ptr<TrainingContext> context;
+  plan::Plan plan;  // as it runs now (elastic recovery replaces it with the survivors')
   std::unique_ptr<StepEngine> engine;
+  // elastic.enabled: this worker's membership (heartbeat, agreement); else null.
+  std::unique_ptr<ElasticMembership> membership;
+  // Background checkpoints of an earlier generation, left to end on their own.
+  std::vector<std::future<std::string>> abandoned_checkpoints;
   std::int64_t next_step = 0;
-  std::unique_ptr<CheckpointWriter> checkpoints;
+  std::shared_ptr<CheckpointWriter> checkpoints;
   std::future<std::string> pending_checkpoint;
   std::int64_t last_checkpoint_step = -1;
   std::string last_checkpoint_path;
@@ -80,5 +86,15 @@ struct Trainer::State {
 bool writeCheckpointIfDue(Trainer::State& s, bool final_or_requested);
 // Waits for a background write in flight, if any; rethrows its error.
 void finishPendingCheckpoint(Trainer::State& s);
+
+// Elastic recovery (elastic_recovery.cc) after `failure`, a CommError of the current generation:
+// agrees on the survivors with the others, rebuilds the engine for their plan from the state of
+// the survivor that got furthest, and sets next_step to the step to redo. Tries again when
+// another member is lost meanwhile. Throws CommError when this worker was left out, or (after a
+// checkpoint, with checkpoint.dir) when fewer than elastic.min_devices are left.
+void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const TrainerHooks& hooks);
+// A checkpoint writer for generation `generation`'s ranks (its own store keys). No-op without
+// checkpoint.dir.
+void resetCheckpointWriter(Trainer::State& s, int generation);
 
 }  // namespace chorus::runtime

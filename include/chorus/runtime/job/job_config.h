@@ -165,6 +165,21 @@ struct ZeroSection {
   std::vector<double> fractions;
 };
 
+// Elastic recovery (docs/elastic.md): when a worker is lost, the survivors agree on a new
+// membership, take over its share of the global batch and redo the interrupted step, so the run
+// continues on the trajectory of an uninterrupted one. Data parallelism without ZeRO only (other
+// plans are refused). Value type.
+struct ElasticSection {
+  bool enabled = false;  // Default: false = a lost worker stops the job (chorus run exits 3)
+  // Below this many devices the survivors write a checkpoint (with checkpoint.dir) and stop with
+  // an error. Default: 1.
+  std::int64_t min_devices = 1;
+  // Each worker's heartbeat period, and how many missed beats make a worker lost (a hung or
+  // stopped process, or a host cut off). Defaults: 1000 ms, 3.
+  std::int64_t heartbeat_ms = 1000;
+  std::int64_t heartbeat_misses = 3;
+};
+
 struct JobConfig {
   std::vector<DeviceSpec> devices;  // top-level `devices`; Default: auto
   std::uint64_t seed = 1;           // Default: 1
@@ -181,6 +196,7 @@ struct JobConfig {
   CheckpointSection checkpoint;
   ParallelSection parallel;
   ZeroSection zero;
+  ElasticSection elastic;
   std::string source;  // where it came from, for logs
   std::string toml;    // the whole configuration, canonical TOML (kept in checkpoints)
 };

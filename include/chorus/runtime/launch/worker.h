@@ -18,7 +18,8 @@
 
 namespace chorus::comm {
 class TcpStoreServer;
-}
+struct TcpStoreOptions;
+}  // namespace chorus::comm
 namespace chorus::device {
 class SpeedEmulator;
 class MemoryBudget;
@@ -39,7 +40,9 @@ struct InitOptions {
 };
 
 // Non-copyable; created by init() and shared (std::shared_ptr) with whatever needs it. The
-// accessors are thread-safe; the communicator has its own rules (communicator.h).
+// accessors are thread-safe, except that regroup() (elastic recovery) changes rank(),
+// worldSize() and world() on the training thread: other threads that read them must expect the
+// values of either generation. The communicator has its own rules (communicator.h).
 class Worker {
  public:
   ~Worker();
@@ -49,6 +52,18 @@ class Worker {
   const WorkerIdentity& identity() const { return identity_; }
   int rank() const { return identity_.rank; }
   int worldSize() const { return identity_.world_size; }
+  // The rank this worker was launched as. It names the worker for good (logs, the elastic
+  // membership), while rank() is its place in the current generation's world.
+  int member() const { return member_; }
+  // Elastic recovery: this worker is `rank` of `world_size` in a new world communicator (of the
+  // surviving members, over the same store).
+  void regroup(int rank, int world_size, std::shared_ptr<comm::Communicator> world);
+  // A store client of its own (a new connection to the job's TCP store), for a thread that must
+  // not queue behind the training thread's blocking store calls; the store itself when it is not
+  // a TCP one (an in-memory store serves threads concurrently).
+  std::shared_ptr<comm::Store> openStoreConnection() const;
+  // The options the world communicator was created with (deadline, transport, address, host).
+  comm::CommOptions worldOptions() const;
   // The libtorch device this worker computes on (cpu, or cuda:N).
   c10::Device device() const;
   std::shared_ptr<comm::Store> store() const { return store_; }
@@ -72,7 +87,10 @@ class Worker {
   explicit Worker(WorkerIdentity identity);
 
   WorkerIdentity identity_;
+  int member_ = 0;
   std::unique_ptr<comm::TcpStoreServer> hosted_store_;
+  // How store_ was connected, when it is a TCP store client (openStoreConnection).
+  std::shared_ptr<const comm::TcpStoreOptions> store_client_;
   std::shared_ptr<comm::Store> store_;
   std::shared_ptr<comm::Communicator> world_;
   std::unique_ptr<device::SpeedEmulator> emulator_;

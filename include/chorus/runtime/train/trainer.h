@@ -76,9 +76,31 @@ struct TrainResult {
   std::string last_checkpoint;     // path of the newest checkpoint written (rank 0), or ""
 };
 
+// One elastic recovery as every survivor saw it (docs/elastic.md). Value type.
+struct RecoveryRecord {
+  int generation = 0;
+  std::vector<int> members;          // launch ranks of the survivors; rank r is members[r]
+  std::vector<int> lost;             // launch ranks left out
+  std::string reason;                // how the loss was noticed (the first report)
+  std::int64_t step = 0;             // the step the survivors redo (or go on from)
+  int source = -1;                   // the survivor whose state they took
+  std::vector<std::int64_t> shares;  // the survivors' shares, by new rank
+  double agree_seconds = 0;          // from this worker's failure to the agreed membership
+  double rebuild_seconds = 0;        // communicator, state handover and engine
+};
+
 struct TrainerHooks {
   // Called on every rank after each step. Default: none.
   std::function<void(const StepRecord&)> on_step;
+  // elastic.enabled: called on every survivor after it recovered from a lost worker, before the
+  // interrupted step is redone. Default: none.
+  std::function<void(const RecoveryRecord&)> on_recovery;
+  // Test hook of fault injection: called at named points of each step ("forward": before the
+  // first micro-batch; "reduce": after the last backward, with gradient buckets in flight;
+  // "optimizer": after every rank's figures arrived, before the optimizer steps; "recovery":
+  // when an elastic recovery begins, with the step to redo). A test program kills or stops its
+  // own process there. Default: none.
+  std::function<void(std::int64_t step, const char* point)> at_point;
   // Test hook: the emulated speed of this rank from a step on (1.0 = real speed); overrides the
   // device spec's speed. Default: none.
   std::function<double(std::int64_t step)> speed_at;
@@ -120,7 +142,9 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   // Trains for job.train.steps steps (or until the target accuracy), evaluating every
-  // train.eval_every steps and at the end; checkpoints as [checkpoint] says.
+  // train.eval_every steps and at the end; checkpoints as [checkpoint] says. With
+  // elastic.enabled, a lost worker does not end it: the survivors recover and go on
+  // (docs/elastic.md), and rank(), worldSize() and world() of the worker change.
   TrainResult run(const TrainerHooks& hooks = {});
   // Runs one step (the next one); exposed for tests that compare step by step.
   // StepRecord::shares and compute_seconds hold one entry per rank (in a pipeline: the share of

@@ -1,0 +1,149 @@
+// Elastic membership of a job: who is still in it, how a lost worker is noticed, and how the
+// survivors agree on the next generation (docs/elastic.md).
+//
+// Workers are named by their launch rank (Worker::member()). Generation 0 is the job as launched;
+// each loss starts the next generation, whose members are the survivors, ranked in member order,
+// with a world communicator of their own over the same store (keys under "elastic/gen/<g>/"), so
+// a worker of an older generation can never take part in a newer one's collectives.
+//
+// A loss is noticed by whichever comes first:
+//  - the transport: a collective fails (a dead peer on shared memory in milliseconds; a dropped
+//    connection on Gloo; a deadline);
+//  - the agent: `chorus run --elastic` writes "elastic/exited/<member>" when a worker process ends;
+//  - the heartbeat: every worker's monitor thread bumps "elastic/beat/<member>" every
+//    heartbeat period and declares a member lost after `misses` periods without a beat (a hung
+//    or stopped process, a host cut off).
+// Whoever notices opens the next generation ("elastic/gen/<g+1>/open"); every monitor that sees
+// it aborts its world communicator, so survivors blocked in a collective come out at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/comm/store/store.h"
+#include "chorus/runtime/launch/worker.h"
+
+namespace chorus::runtime {
+
+struct ElasticOptions {
+  // Heartbeat period and the missed beats that make a member lost. Defaults: 1 s, 3.
+  std::chrono::milliseconds heartbeat{1000};
+  int misses = 3;
+  // How often the monitor looks for a loss that another worker or the agent declared.
+  // Default: 20 ms.
+  std::chrono::milliseconds watch_interval{20};
+  // How long the survivors wait for every member to arrive at the agreement (or be declared
+  // lost) before they leave the absent ones out. Default: 60 s (chorus train passes the
+  // communication deadline).
+  std::chrono::milliseconds agreement_timeout{60000};
+};
+
+// One generation's membership, as every member of it sees it. Value type.
+struct Generation {
+  int number = 0;
+  std::vector<int> members;  // member ids (launch ranks); rank r of the generation is members[r]
+  // The generation starts from this member's state, at `step` (its next step): the survivor that
+  // got furthest (survivors differ by at most the step being finished when the loss struck).
+  int source = -1;
+  std::int64_t step = 0;
+  std::vector<int> lost;  // members of the previous generation left out
+  std::string reason;     // how the loss was noticed (the first report)
+
+  std::string toJson() const;
+  static Generation fromJson(const std::string& text);
+  // Rank of `member` in this generation, or -1.
+  int rankOf(int member) const;
+};
+
+// Pure: who the next generation is, from the previous members, the ones that arrived at the
+// agreement (member -> its next step) and the ones declared lost. The members that arrived and
+// are not lost, in member order; the source is the lowest member among those with the highest
+// step. Throws CommError when no member is left.
+Generation decideGeneration(int number, const std::vector<int>& previous,
+                            const std::map<int, std::int64_t>& arrived,
+                            const std::vector<int>& lost, const std::string& reason);
+
+// Pure: the heartbeat bookkeeping of one observer. Fed each member's beat counter as it is read,
+// with the time of reading (injected, so tests need no real clock); a member whose counter has
+// not moved for `misses` × `period` is overdue.
+class HeartbeatWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  HeartbeatWatch(std::chrono::milliseconds period, int misses);
+  // Records `member`'s counter as read at `now`.
+  void observe(int member, std::int64_t counter, Clock::time_point now);
+  // The members observed whose counter last moved `misses` periods or more before `now`.
+  std::vector<int> overdue(Clock::time_point now) const;
+  // Forgets `member` (it left the membership).
+  void forget(int member);
+  std::chrono::milliseconds limit() const { return period_ * misses_; }
+
+ private:
+  struct Seen {
+    std::int64_t counter = -1;
+    Clock::time_point changed;
+  };
+  std::chrono::milliseconds period_;
+  int misses_;
+  std::map<int, Seen> seen_;
+};
+
+// One worker's membership: runs the monitor thread (heartbeat, watch for losses) from
+// construction to destruction, and the agreement and regrouping when the training thread asks.
+// agree() and regroup() are for one thread (the training thread); the monitor runs on its own
+// thread with its own store connection. Non-copyable.
+class ElasticMembership {
+ public:
+  ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options);
+  ~ElasticMembership();
+  ElasticMembership(const ElasticMembership&) = delete;
+  ElasticMembership& operator=(const ElasticMembership&) = delete;
+
+  Generation current() const;
+  // True once agree() found this worker left out: it must stop, not agree again.
+  bool leftOut() const { return left_out_.load(); }
+
+  // After a collective of the current generation failed with `failure`: declares the members
+  // the failure names as lost (a PeerFailure's ranks; a deadline's absent ranks are left to the
+  // heartbeat), opens the next generation, waits until every member arrived or was declared
+  // lost, and returns the generation every member agrees on (the first decision written wins).
+  // `next_step` is the step this worker would run next. Throws CommError when this worker was
+  // declared lost (it must not go on: the survivors have gone ahead without it).
+  Generation agree(std::int64_t next_step, const std::exception& failure);
+
+  // Makes `next` current: joins its world communicator (rank = its index of this member) and
+  // regroups the worker onto it. Throws CommError when a member is lost meanwhile (the caller
+  // agrees again).
+  void regroup(const Generation& next);
+
+ private:
+  void monitor();
+  void beat(comm::Store& store, HeartbeatWatch& watch);
+  void watchLosses(comm::Store& store);
+  void declareLost(comm::Store& store, int generation, int member, const std::string& why);
+  void abortWorld(const std::string& why);
+  std::vector<int> lostMembers(comm::Store& store, const Generation& generation);
+  [[noreturn]] void refuse(const std::string& why);
+
+  std::shared_ptr<Worker> worker_;
+  ElasticOptions options_;
+  std::shared_ptr<comm::Store> store_;  // the training thread's: "elastic/" in the job store
+  mutable std::mutex mutex_;            // guards current_ and world_
+  Generation current_;
+  std::shared_ptr<comm::Communicator> world_;  // the current generation's
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> left_out_{false};
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  std::thread monitor_;
+};
+
+}  // namespace chorus::runtime

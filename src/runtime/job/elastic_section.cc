@@ -1,0 +1,47 @@
+// The job's [elastic] section: whether survivors recover from a lost worker, and how a loss is
+// detected; and what recovery cannot do yet, refused here rather than ignored.
+#include <string>
+
+#include "chorus/core/error.h"
+#include "job/job_sections.h"
+
+namespace chorus::runtime {
+
+ElasticSection readElastic(const Config& config) {
+  ElasticSection elastic;
+  elastic.enabled = config.getBool("elastic.enabled", elastic.enabled);
+  elastic.min_devices = config.getInt("elastic.min_devices", elastic.min_devices);
+  elastic.heartbeat_ms = config.getInt("elastic.heartbeat_ms", elastic.heartbeat_ms);
+  elastic.heartbeat_misses = config.getInt("elastic.heartbeat_misses", elastic.heartbeat_misses);
+  require(elastic.min_devices >= 1, "elastic.min_devices", "must be at least 1");
+  // Below 50 ms a busy store or a descheduled monitor thread would look like a lost worker.
+  require(elastic.heartbeat_ms >= 50, "elastic.heartbeat_ms", "must be at least 50");
+  require(elastic.heartbeat_misses >= 1, "elastic.heartbeat_misses", "must be at least 1");
+  for (const char* key :
+       {"elastic.min_devices", "elastic.heartbeat_ms", "elastic.heartbeat_misses"})
+    require(elastic.enabled || !config.has(key), key, "needs elastic.enabled = true");
+  return elastic;
+}
+
+void checkElastic(const JobConfig& job) {
+  const ElasticSection& elastic = job.elastic;
+  if (!elastic.enabled) return;
+  const std::string with = "cannot be combined with elastic.enabled = true";
+  require(job.parallel.pipeline_stages == 1, "parallel.pipeline_stages",
+          with + " (recovering a lost pipeline stage is not built; data parallelism only)");
+  require(job.zero.stage == 0, "zero.stage",
+          with + " (recovering a lost rank's ZeRO slices is not built)");
+  require(job.comm.sync_every == 1, "comm.sync_every",
+          with + " (under local SGD the replicas differ between averages, so no survivor " +
+              "holds the state of a lost one)");
+  require(job.balancer.shares.empty() ||
+              static_cast<std::int64_t>(job.balancer.shares.size()) >= elastic.min_devices,
+          "elastic.min_devices", "is more than the devices balancer.shares lists");
+  const bool automatic = job.devices.size() == 1 && job.devices[0].kind == DeviceKind::kAuto;
+  require(automatic || static_cast<std::int64_t>(job.devices.size()) >= elastic.min_devices,
+          "elastic.min_devices",
+          std::to_string(elastic.min_devices) + " is more than the job's " +
+              std::to_string(job.devices.size()) + " devices");
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,314 @@
+#include "chorus/runtime/launch/elastic_membership.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "chorus/comm/communicator.h"
+#include "chorus/comm/store/prefix_store.h"
+#include "chorus/core/clock.h"
+#include "chorus/core/error.h"
+#include "chorus/core/logging.h"
+
+namespace chorus::runtime {
+namespace {
+
+// How often the agreement and the join poll the store: recovery on loopback takes a few polls.
+constexpr std::chrono::milliseconds kPoll{2};
+// The agent's exit reports are looked at every this many watch intervals.
+constexpr int kExitCheckEvery = 5;
+
+std::string genKey(int generation, const std::string& what) {
+  return "gen/" + std::to_string(generation) + "/" + what;
+}
+
+std::string memberKey(int generation, const std::string& what, int member) {
+  return genKey(generation, what + "/" + std::to_string(member));
+}
+
+bool contains(const std::vector<int>& values, int value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+// The value of `key`, or "" when it is not set (without waiting).
+std::string peek(comm::Store& store, const std::string& key) {
+  if (!store.check({key})) return "";
+  return store.getString(key, std::chrono::milliseconds(1000));
+}
+
+// Sets `key` unless someone did first; returns the value it holds.
+std::string setFirst(comm::Store& store, const std::string& key, const std::string& value) {
+  return comm::toString(store.compareSet(key, {}, comm::toBytes(value)));
+}
+
+}  // namespace
+
+std::string Generation::toJson() const {
+  return nlohmann::json{{"generation", number}, {"members", members}, {"source", source},
+                        {"step", step},         {"lost", lost},       {"reason", reason}}
+      .dump();
+}
+
+Generation Generation::fromJson(const std::string& text) {
+  const nlohmann::json json = nlohmann::json::parse(text);
+  Generation generation;
+  generation.number = json.at("generation").get<int>();
+  generation.members = json.at("members").get<std::vector<int>>();
+  generation.source = json.at("source").get<int>();
+  generation.step = json.at("step").get<std::int64_t>();
+  generation.lost = json.at("lost").get<std::vector<int>>();
+  generation.reason = json.at("reason").get<std::string>();
+  return generation;
+}
+
+int Generation::rankOf(int member) const {
+  const auto found = std::find(members.begin(), members.end(), member);
+  return found == members.end() ? -1 : static_cast<int>(found - members.begin());
+}
+
+Generation decideGeneration(int number, const std::vector<int>& previous,
+                            const std::map<int, std::int64_t>& arrived,
+                            const std::vector<int>& lost, const std::string& reason) {
+  Generation next;
+  next.number = number;
+  next.reason = reason;
+  for (int member : previous) {
+    if (arrived.count(member) && !contains(lost, member))
+      next.members.push_back(member);
+    else
+      next.lost.push_back(member);
+  }
+  std::sort(next.members.begin(), next.members.end());
+  if (next.members.empty())
+    CHORUS_THROW(CommError, "elastic: no member of generation ", number - 1, " is left");
+  next.step = -1;
+  for (int member : next.members)
+    if (arrived.at(member) > next.step) {
+      next.step = arrived.at(member);
+      next.source = member;
+    }
+  return next;
+}
+
+HeartbeatWatch::HeartbeatWatch(std::chrono::milliseconds period, int misses)
+    : period_(period), misses_(misses) {}
+
+void HeartbeatWatch::observe(int member, std::int64_t counter, Clock::time_point now) {
+  Seen& seen = seen_[member];
+  if (seen.counter != counter) {
+    seen.counter = counter;
+    seen.changed = now;
+  }
+}
+
+std::vector<int> HeartbeatWatch::overdue(Clock::time_point now) const {
+  std::vector<int> late;
+  for (const auto& [member, seen] : seen_)
+    if (now - seen.changed >= limit()) late.push_back(member);
+  return late;
+}
+
+void HeartbeatWatch::forget(int member) { seen_.erase(member); }
+
+ElasticMembership::ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options)
+    : worker_(std::move(worker)),
+      options_(options),
+      store_(std::make_shared<comm::PrefixStore>("elastic", worker_->store())) {
+  current_.number = 0;
+  for (int member = 0; member < worker_->worldSize(); ++member) current_.members.push_back(member);
+  current_.source = 0;
+  world_ = worker_->world();
+  // Its own connection: the training thread's may be held by a blocking call for long.
+  auto monitor_store =
+      std::make_shared<comm::PrefixStore>("elastic", worker_->openStoreConnection());
+  monitor_ = std::thread([this, monitor_store] {
+    HeartbeatWatch watch(options_.heartbeat, options_.misses);
+    auto next_beat = HeartbeatWatch::Clock::now();
+    auto last_beat = next_beat;
+    for (int round = 0; !stopping_.load(); ++round) {
+      try {
+        const auto now = HeartbeatWatch::Clock::now();
+        if (now >= next_beat) {
+          // A monitor that did not run for a while (a descheduled or stopped process) saw no
+          // beats either: it starts watching afresh rather than blame its peers.
+          if (now - last_beat > 2 * options_.heartbeat)
+            watch = {options_.heartbeat, options_.misses};
+          beat(*monitor_store, watch);
+          last_beat = now;
+          next_beat = now + options_.heartbeat;
+        }
+        watchLosses(*monitor_store);
+        if (round % kExitCheckEvery == 0) {
+          const Generation generation = current();
+          for (int member : generation.members) {
+            if (member == worker_->member()) continue;
+            const std::string exited = peek(*monitor_store, "exited/" + std::to_string(member));
+            if (!exited.empty() &&
+                peek(*monitor_store, memberKey(generation.number, "lost", member)).empty())
+              declareLost(*monitor_store, generation.number, member, exited + " (agent)");
+          }
+        }
+      } catch (const std::exception& error) {
+        // The store is gone (the job ends) or unreachable: the transport's deadlines still hold.
+        if (!stopping_.load()) logDebug("elastic monitor: ", error.what());
+      }
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      wake_.wait_for(lock, options_.watch_interval, [this] { return stopping_.load(); });
+    }
+  });
+}
+
+ElasticMembership::~ElasticMembership() {
+  stopping_.store(true);
+  wake_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+Generation ElasticMembership::current() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return current_;
+}
+
+void ElasticMembership::beat(comm::Store& store, HeartbeatWatch& watch) {
+  store.add("beat/" + std::to_string(worker_->member()), 1);
+  const Generation generation = current();
+  const auto now = HeartbeatWatch::Clock::now();
+  for (int member : generation.members)
+    if (member != worker_->member())
+      watch.observe(member, store.add("beat/" + std::to_string(member), 0), now);
+  for (int member : watch.overdue(now)) {
+    watch.forget(member);
+    if (!contains(generation.members, member)) continue;
+    const double seconds = std::chrono::duration<double>(watch.limit()).count();
+    declareLost(store, generation.number, member,
+                detail::concat("rank ", member, " missed ", options_.misses, " heartbeats (",
+                               seconds, " s without one)"));
+  }
+}
+
+void ElasticMembership::watchLosses(comm::Store& store) {
+  const Generation generation = current();
+  const std::string open = peek(store, genKey(generation.number + 1, "open"));
+  if (!open.empty()) abortWorld("elastic: a member was lost: " + open);
+  const std::string me = peek(store, memberKey(generation.number, "lost", worker_->member()));
+  if (!me.empty()) abortWorld("elastic: this worker was declared lost: " + me);
+}
+
+void ElasticMembership::declareLost(comm::Store& store, int generation, int member,
+                                    const std::string& why) {
+  if (member == worker_->member()) return;
+  const std::string first = setFirst(store, memberKey(generation, "lost", member), why);
+  if (first == why) logWarn("elastic: lost ", why);
+  setFirst(store, genKey(generation + 1, "open"), why);
+  abortWorld("elastic: a member was lost: " + why);
+}
+
+void ElasticMembership::abortWorld(const std::string& why) {
+  std::shared_ptr<comm::Communicator> world;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    world = world_;
+  }
+  if (world && !world->broken()) world->abort(why);
+}
+
+std::vector<int> ElasticMembership::lostMembers(comm::Store& store, const Generation& generation) {
+  std::vector<int> lost;
+  for (int member : generation.members) {
+    if (member == worker_->member()) continue;
+    if (store.check({memberKey(generation.number, "lost", member)}) ||
+        store.check({"exited/" + std::to_string(member)}))
+      lost.push_back(member);
+  }
+  return lost;
+}
+
+void ElasticMembership::refuse(const std::string& why) {
+  left_out_.store(true);
+  CHORUS_THROW(CommError, "elastic: rank ", worker_->member(),
+               " was left out of the job by the other workers (", why,
+               "); a worker of an old generation cannot rejoin");
+}
+
+Generation ElasticMembership::agree(std::int64_t next_step, const std::exception& failure) {
+  const Generation previous = current();
+  const int number = previous.number + 1;
+  const int me = worker_->member();
+  comm::Store& store = *store_;
+  if (const auto* peer = dynamic_cast<const PeerFailure*>(&failure))
+    for (int member : peer->ranks())
+      if (contains(previous.members, member))
+        declareLost(store, previous.number, member,
+                    detail::concat("rank ", member, " failed in a collective: ", failure.what()));
+  const std::string reason =
+      setFirst(store, genKey(number, "open"),
+               detail::concat("rank ", me, " saw a collective fail: ", failure.what()));
+  if (const std::string why = peek(store, memberKey(previous.number, "lost", me)); !why.empty())
+    refuse(why);
+  store.setString(memberKey(number, "arrived", me), std::to_string(next_step));
+  const Deadline deadline = Deadline::after(options_.agreement_timeout);
+  const std::string decision_key = genKey(number, "decision");
+  while (!store.check({decision_key})) {
+    const std::vector<int> lost = lostMembers(store, previous);
+    std::map<int, std::int64_t> arrived;
+    std::vector<int> absent;
+    for (int member : previous.members) {
+      if (contains(lost, member)) continue;
+      const std::string step = peek(store, memberKey(number, "arrived", member));
+      if (step.empty())
+        absent.push_back(member);
+      else
+        arrived[member] = std::stoll(step);
+    }
+    if (absent.empty()) {
+      setFirst(store, decision_key,
+               decideGeneration(number, previous.members, arrived, lost, reason).toJson());
+      break;
+    }
+    if (deadline.expired())
+      for (int member : absent)
+        declareLost(store, previous.number, member,
+                    detail::concat("rank ", member, " did not reach the agreement within ",
+                                   options_.agreement_timeout.count(), " ms"));
+    std::this_thread::sleep_for(kPoll);
+  }
+  const Generation next = Generation::fromJson(peek(store, decision_key));
+  if (next.rankOf(me) < 0)
+    refuse("it is not among the members of generation " + std::to_string(number));
+  return next;
+}
+
+void ElasticMembership::regroup(const Generation& next) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    current_ = next;
+    world_.reset();
+  }
+  const int me = worker_->member();
+  comm::Store& store = *store_;
+  // Everyone announces itself before any joins the communicator, whose join waits without
+  // looking at losses: a member lost now is seen here at once rather than at the join's deadline.
+  store.setString(memberKey(next.number, "joining", me), "1");
+  const Deadline deadline = Deadline::after(options_.agreement_timeout);
+  for (int member : next.members) {
+    while (!store.check({memberKey(next.number, "joining", member)})) {
+      std::vector<int> lost = lostMembers(store, next);
+      if (lost.empty() && deadline.expired()) lost = {member};
+      if (!lost.empty())
+        throw PeerFailure(detail::concat("elastic: rank ", joinInts(lost),
+                                         " was lost while generation ", next.number, " formed"),
+                          __FILE__, __LINE__, lost);
+      std::this_thread::sleep_for(kPoll);
+    }
+  }
+  comm::CommOptions options = worker_->worldOptions();
+  options.global_ranks = next.members;
+  auto world =
+      comm::Communicator::create(std::make_shared<comm::PrefixStore>(
+                                     "elastic/" + genKey(next.number, "world"), worker_->store()),
+                                 next.rankOf(me), static_cast<int>(next.members.size()), options);
+  worker_->regroup(next.rankOf(me), static_cast<int>(next.members.size()), world);
+  std::lock_guard<std::mutex> lock(mutex_);
+  world_ = world;
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,103 @@
+// The data-parallel engine's part of elastic recovery: the survivor the new generation starts
+// from hands over what every replica shares (the model, the optimizer state, the skipped steps)
+// and what the survivors' shares become (the lost ranks' samples spread over the survivors, the
+// balancer's knowledge of the survivors kept); each rank keeps its own loss scale and codec memory.
+#include <ATen/ATen.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_archive.h"
+#include "chorus/core/error.h"
+#include "chorus/plan/survivors.h"
+#include "job/balancer_settings.h"
+#include "train/data_parallel_engine.h"
+
+namespace chorus::runtime {
+namespace {
+
+constexpr const char* kHeader = "handover/header";
+constexpr const char* kOptimizer = "handover/optimizer";
+const std::string kModelPrefix = "handover/model/";
+
+at::Tensor textTensor(const std::string& text) {
+  at::Tensor tensor = at::empty({static_cast<std::int64_t>(text.size())}, at::kByte);
+  std::memcpy(tensor.data_ptr(), text.data(), text.size());
+  return tensor;
+}
+
+std::string tensorText(const at::Tensor& tensor) {
+  const at::Tensor bytes = tensor.contiguous();
+  return std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel());
+}
+
+}  // namespace
+
+std::string DataParallelEngine::handover(const std::vector<int>& kept) {
+  const std::vector<std::int64_t> next_shares = plan::survivorShares(shares(), kept);
+  const nlohmann::json header = {{"shares", next_shares},
+                                 {"balancer", balancerStateToJson(plan::survivorBalancerState(
+                                                  balancer->exportState(), kept, next_shares))},
+                                 {"skipped_steps", skipped_steps}};
+  torch::serialize::OutputArchive archive;
+  archive.write(kHeader, textTensor(header.dump()));
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model->named_parameters())
+    archive.write(kModelPrefix + item.key(), item.value().detach().cpu());
+  for (const auto& item : model->named_buffers())
+    archive.write(kModelPrefix + item.key(), item.value().detach().cpu(), true);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer->save(optimizer_archive);
+  archive.write(kOptimizer, optimizer_archive);
+  return archiveBytes(archive);
+}
+
+LocalCarry DataParallelEngine::localCarry() const {
+  LocalCarry carry;
+  if (scaler) carry.loss_scale = scaler->state();
+  if (codec) carry.codec = codec->state();
+  return carry;
+}
+
+void DataParallelEngine::adopt(const std::string& bytes, const LocalCarry& carry) {
+  auto archive = archiveOf(bytes);
+  at::Tensor header_text;
+  archive.read(kHeader, header_text);
+  const nlohmann::json header = nlohmann::json::parse(tensorText(header_text));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : model->named_parameters()) {
+      at::Tensor value;
+      archive.read(kModelPrefix + item.key(), value);
+      item.value().copy_(value);
+    }
+    for (auto& item : model->named_buffers()) {
+      at::Tensor value;
+      archive.read(kModelPrefix + item.key(), value, true);
+      item.value().copy_(value);
+    }
+  }
+  torch::serialize::InputArchive optimizer_archive;
+  archive.read(kOptimizer, optimizer_archive);
+  optimizer->load(optimizer_archive);
+  // The optimizer's state tensors live where the loaded ones were made: the worker's device.
+  skipped_steps = header.at("skipped_steps").get<std::int64_t>();
+  balancer->importState(balancerStateFromJson(header.at("balancer")));
+  if (!fixed_shares.empty()) fixed_shares = header.at("shares").get<std::vector<std::int64_t>>();
+  if (scaler && carry.loss_scale) scaler->loadState(*carry.loss_scale);
+  if (codec && !carry.codec.empty()) codec->loadState(carry.codec);
+}
+
+// The shares of the survivors `kept` that the handover's source planned (elastic_recovery.cc
+// builds the new generation's plan from them before the engine exists).
+std::vector<std::int64_t> handoverShares(const std::string& bytes) {
+  auto archive = archiveOf(bytes);
+  at::Tensor header_text;
+  archive.read(kHeader, header_text);
+  return nlohmann::json::parse(tensorText(header_text))
+      .at("shares")
+      .get<std::vector<std::int64_t>>();
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,192 @@
+// Elastic recovery of `chorus train` with real worker processes (docs/elastic.md): a worker
+// killed during the forward pass, during the bucketed gradient all-reduce, just before the
+// optimizer step (rank 0, the log's writer), during the recovery itself (a second failure), and
+// a hung worker (SIGSTOP) that is left out and refused when it comes back. Each run must finish
+// with exit code 0, log every step exactly once, and end with the parameters of an uninterrupted
+// run (fixed shares, fp32: the reduction order is the only difference).
+#include <gtest/gtest.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "chorus/runtime/checkpoint/checkpoint.h"
+#include "chorus_cli.h"
+
+namespace chorus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kSteps = 16;
+
+std::string jobArgs(const std::string& devices, const std::string& dir) {
+  return "--set devices=" + devices +
+         " --set balance=off --set model.kind=mlp --set 'model.hidden=[64, 32]'"
+         " --set data.dataset=synthetic --set data.size=4096 --set train.global_batch=120"
+         " --set train.steps=" +
+         std::to_string(kSteps) +
+         " --set train.eval_every=0 --set train.eval_samples=256"
+         " --set train.target_accuracy=0 --set optimizer.name=adamw --set optimizer.lr=0.003"
+         " --set comm.bucket_mb=0.004 --set elastic.enabled=true --set elastic.heartbeat_ms=200"
+         " --set checkpoint.dir=" +
+         dir;
+}
+
+struct ElasticRun {
+  TrainRun run;
+  std::vector<nlohmann::json> steps;       // the step objects of the log, in order
+  std::vector<nlohmann::json> recoveries;  // its recovery events
+  std::map<std::string, at::Tensor> model;
+};
+
+std::map<std::string, at::Tensor> finalModel(const std::string& dir) {
+  const auto checkpoints = runtime::listCheckpoints(dir);
+  std::map<std::string, at::Tensor> tensors;
+  if (checkpoints.empty()) return tensors;
+  torch::serialize::InputArchive archive;
+  archive.load_from(checkpoints.front() + "/model.pt");
+  for (const auto& key : archive.keys()) {
+    at::Tensor value;
+    if (archive.try_read(key, value)) tensors[key] = value;
+  }
+  return tensors;
+}
+
+// Runs the job with CHORUS_FAULT=`fault` on `devices`.
+ElasticRun runElastic(const std::string& name, const std::string& devices, const std::string& fault,
+                      const std::string& extra = "") {
+  const std::string dir = ::testing::TempDir() + "/chorus_elastic_" + name;
+  fs::remove_all(dir);
+  ElasticRun result;
+  const std::string log = ::testing::TempDir() + "/" + name + ".jsonl";
+  std::remove(log.c_str());
+  static_cast<CommandResult&>(result.run) =
+      runCommand("CHORUS_FAULT='" + fault + "' " + std::string(CHORUS_BINARY) + " train " +
+                 jobArgs(devices, dir) + " " + extra + " --log-json " + log);
+  std::ifstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const nlohmann::json json = nlohmann::json::parse(line);
+    (json.contains("event") ? result.recoveries : result.steps).push_back(json);
+  }
+  result.model = finalModel(dir);
+  return result;
+}
+
+// The uninterrupted run on the same devices, once per test program.
+const ElasticRun& reference(const std::string& devices) {
+  static std::map<std::string, ElasticRun> runs;
+  auto found = runs.find(devices);
+  if (found == runs.end())
+    found =
+        runs.emplace(devices, runElastic("reference_" + std::to_string(runs.size()), devices, ""))
+            .first;
+  return found->second;
+}
+
+void expectEveryStepOnce(const ElasticRun& run) {
+  ASSERT_EQ(static_cast<int>(run.steps.size()), kSteps) << run.run.output;
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(run.steps[i].at("step").get<int>(), i + 1);
+}
+
+void expectSameModel(const ElasticRun& run, const ElasticRun& straight) {
+  ASSERT_FALSE(straight.model.empty()) << straight.run.output;
+  ASSERT_EQ(run.model.size(), straight.model.size()) << run.run.output;
+  for (const auto& [name, expected] : straight.model) {
+    const at::Tensor& got = run.model.at(name);
+    const double scale = expected.abs().max().item<double>();
+    const double difference = (got - expected).abs().max().item<double>();
+    EXPECT_LE(difference, 1e-6 * std::max(scale, 1e-12)) << name;
+  }
+}
+
+void expectRecovered(const ElasticRun& run, const std::vector<int>& members,
+                     const std::vector<int>& lost) {
+  EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
+  ASSERT_FALSE(run.recoveries.empty()) << run.run.output;
+  const nlohmann::json& last = run.recoveries.back();
+  EXPECT_EQ(last.at("members").get<std::vector<int>>(), members) << last.dump();
+  std::vector<int> all_lost;
+  for (const auto& recovery : run.recoveries)
+    for (int member : recovery.at("lost").get<std::vector<int>>()) all_lost.push_back(member);
+  std::sort(all_lost.begin(), all_lost.end());
+  EXPECT_EQ(all_lost, lost);
+}
+
+TEST(ElasticMultiproc, KilledDuringForwardTheSurvivorsRedoTheStep) {
+  const ElasticRun run = runElastic("forward", "cpu,cpu,cpu", "1:forward:5:KILL");
+  expectRecovered(run, {0, 2}, {1});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 6);
+  EXPECT_EQ(run.recoveries.at(0).at("shares").get<std::vector<int>>(), (std::vector<int>{60, 60}));
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu"));
+}
+
+TEST(ElasticMultiproc, KilledDuringTheBucketedAllReduce) {
+  const ElasticRun run = runElastic("reduce", "cpu,cpu,cpu", "2:reduce:8:KILL");
+  expectRecovered(run, {0, 1}, {2});
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu"));
+}
+
+TEST(ElasticMultiproc, RankZeroKilledBeforeTheOptimizerStepAnotherTakesOverTheLog) {
+  // Every rank's figures of step 7 had arrived: the survivors complete it; the new rank 0 logs
+  // it, since the old one could not.
+  const ElasticRun run = runElastic("optimizer", "cpu,cpu,cpu", "0:optimizer:6:KILL");
+  expectRecovered(run, {1, 2}, {0});
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu"));
+}
+
+TEST(ElasticMultiproc, ASecondFailureDuringRecovery) {
+  const ElasticRun run =
+      runElastic("second", "cpu,cpu,cpu,cpu", "1:forward:4:KILL,2:recovery:4:KILL");
+  expectRecovered(run, {0, 3}, {1, 2});
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu,cpu"));
+}
+
+TEST(ElasticMultiproc, AHungWorkerIsLeftOutByTheHeartbeatAndRefusedWhenItComesBack) {
+  // The stopped worker is continued once the survivors have recovered (or after a minute, so
+  // that a failed recovery cannot hang the test).
+  std::atomic<bool> done{false};
+  const std::string log = ::testing::TempDir() + "/hung.jsonl";
+  std::thread resume([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done.load() && std::chrono::steady_clock::now() < until) {
+      std::ifstream in(log);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      if (text.find("\"recovery\"") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    runCommand("pkill -CONT -f '" + std::string(CHORUS_BINARY) + " train --worker'");
+  });
+  const ElasticRun run = runElastic("hung", "cpu,cpu,cpu", "1:forward:5:STOP");
+  done.store(true);
+  resume.join();
+  expectRecovered(run, {0, 2}, {1});
+  EXPECT_NE(run.recoveries.at(0).at("reason").get<std::string>().find("missed 3 heartbeats"),
+            std::string::npos)
+      << run.recoveries.at(0).dump();
+  EXPECT_NE(run.run.output.find("was left out of the job"), std::string::npos) << run.run.output;
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu"));
+}
+
+TEST(ElasticMultiproc, BelowMinDevicesTheSurvivorsCheckpointAndStop) {
+  const ElasticRun run =
+      runElastic("min_devices", "cpu,cpu", "1:forward:3:KILL", "--set elastic.min_devices=2");
+  EXPECT_NE(run.run.exit_code, 0) << run.run.output;
+  EXPECT_NE(run.run.output.find("fewer than elastic.min_devices = 2"), std::string::npos)
+      << run.run.output;
+  EXPECT_NE(run.run.output.find("checkpoint written"), std::string::npos) << run.run.output;
+}
+
+}  // namespace
+}  // namespace chorus::testing
