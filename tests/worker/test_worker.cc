@@ -8,18 +8,23 @@
 //   test_worker intruder          rank 0 knocks on the job's store with a wrong secret
 //   test_worker sleep             prints its pid, then sleeps (to be stopped by the agent)
 //   test_worker identity          prints this worker's identity
+//   test_worker elastic R1,R2,... (chorus run --elastic) ranks R1, R2, ... die by SIGKILL; the
+//                                 others print what the agent posted in the store of each loss
 #include <ATen/ATen.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 #include "chorus/chorus.h"
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/tcp_store.h"
+#include "chorus/runtime/launch/agent.h"
 
 namespace {
 
@@ -197,13 +202,30 @@ int runIntruder(chorus::runtime::Worker& worker) {
   return 1;
 }
 
+// Waits for no collective: the survivors of an elastic job learn of each loss from the store alone.
+int runElastic(chorus::runtime::Worker& worker, const std::string& lost_list) {
+  std::vector<int> lost;
+  std::istringstream ranks(lost_list);
+  for (std::string rank; std::getline(ranks, rank, ',');) lost.push_back(std::stoi(rank));
+  if (std::find(lost.begin(), lost.end(), worker.rank()) != lost.end()) std::raise(SIGKILL);
+  for (int rank : lost) {
+    const std::string key = chorus::runtime::elasticExitKey(rank);
+    std::cout << "rank " << worker.rank() << " saw " << key << ": "
+              << worker.store()->getString(key, std::chrono::seconds(30)) << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "identity";
     const int which = argc > 2 ? std::stoi(argv[2]) : 0;
-    auto worker = chorus::init();
+    chorus::runtime::InitOptions init;
+    init.connect = mode != "elastic";  // a world communicator would wait for the lost ranks
+    auto worker = chorus::init(init);
+    if (mode == "elastic") return runElastic(*worker, argc > 2 ? argv[2] : "");
     if (mode == "collectives") return runCollectives(*worker);
     if (mode == "absent") return runAbsent(*worker, which);
     if (mode == "crash") return runCrash(*worker, which);

@@ -29,6 +29,9 @@ void addRunCommand(CLI::App& app, Action& action) {
                   "several nodes)");
   run->add_option("--log-dir", options->log_dir, "Also write each rank's output to DIR/rank-N.log");
   run->add_flag("--no-prefix", *no_prefix, "Do not prefix output lines with [rank N]");
+  run->add_flag("--elastic", options->elastic,
+                "Elastic job: a failed worker does not stop the others; the agent posts its loss "
+                "to the job's store (elastic/exited/RANK) and the survivors go on");
   run->add_option("--timeout", *timeout_s, "Workers' communication deadline, seconds")
       ->check(secondsIn(kMinTimeoutSeconds, kMaxTimeoutSeconds))
       ->capture_default_str();

@@ -1,5 +1,6 @@
 #include "chorus/runtime/launch/agent.h"
 
+#include <algorithm>
 #include <csignal>
 #include <limits>
 
@@ -149,8 +150,40 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
   return workers;
 }
 
+// Elastic jobs: tells the survivors of each lost worker through the job's store, as soon as it is
+// reaped. A store that cannot be reached (node 0 gone) must not end the supervision of the others.
+std::function<void(const WorkerExit&)> announceLosses(comm::Store& store) {
+  return [&store](const WorkerExit& exit) {
+    if (exit.success() || exit.stopped) return;
+    const std::string description = exit.describe();
+    try {
+      store.setString(elasticExitKey(exit.rank), description);
+    } catch (const std::exception& error) {
+      logWarn("chorus run: cannot post the loss of rank ", exit.rank,
+              " to the job's store: ", error.what());
+    }
+    logWarn("chorus run: lost ", description, ": elastic, the others go on");
+  };
+}
+
+// The exit code of an elastic job's node once all its workers ended on their own (runAgent).
+int elasticResult(const SupervisorOutcome& outcome) {
+  const std::size_t workers = outcome.exits.size();
+  const auto succeeded = static_cast<std::size_t>(
+      std::count_if(outcome.exits.begin(), outcome.exits.end(),
+                    [](const WorkerExit& exit) { return exit.success(); }));
+  if (succeeded == workers) return 0;
+  if (succeeded > 0) {
+    logInfo("chorus run: ", workers - succeeded, " of ", workers,
+            " workers on this node were lost; the others finished");
+    return 0;
+  }
+  logError("chorus run: every worker failed; the last: ", outcome.exits.back().describe());
+  return 3;
+}
+
 int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::Store& store) {
-  if (outcome.first_failure) {
+  if (outcome.first_failure && !options.elastic) {
     const std::string message =
         detail::concat(outcome.first_failure->describe(), " on node ", options.node_rank);
     try {
@@ -168,7 +201,7 @@ int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::
     logWarn("chorus run: interrupted by signal ", outcome.interrupt_signal, "; workers stopped");
     return 128 + outcome.interrupt_signal;
   }
-  return 0;
+  return options.elastic ? elasticResult(outcome) : 0;
 }
 
 // Node 0 hands the job to every worker; a job that cannot be prepared stops the other nodes too.
@@ -182,6 +215,8 @@ void publishJob(const AgentOptions& options, const NodeSlot& slot, comm::Store& 
 }
 
 }  // namespace
+
+std::string elasticExitKey(int rank) { return "elastic/exited/" + std::to_string(rank); }
 
 int runAgent(const AgentOptions& options) {
   validateOptions(options);
@@ -206,6 +241,10 @@ int runAgent(const AgentOptions& options) {
   supervision.prefix_output = options.prefix_output;
   supervision.log_dir = options.log_dir;
   supervision.grace = options.grace;
+  if (options.elastic) {
+    supervision.stop_on_failure = false;
+    supervision.on_exit = announceLosses(*store.client);
+  }
   Supervisor supervisor(supervision);
   supervisor.start(describeWorkers(options, devices, found.front().cores, slot, store, secret));
   std::function<std::optional<std::string>()> remote_failure;
@@ -213,8 +252,13 @@ int runAgent(const AgentOptions& options) {
   const SupervisorOutcome outcome = supervisor.run(remote_failure);
   const int code = report(options, outcome, *store.client);
   reportNodeDone(*store.client, options.node_rank);
-  if (store.server && options.nnodes > 1)
-    awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
+  if (store.server && options.nnodes > 1) {
+    // Elastic: the other nodes' survivors may go on for days and still need the store.
+    if (options.elastic)
+      logInfo("chorus run: keeping the job's store up until every node's workers are done");
+    awaitNodesDone(*store.client, options.nnodes,
+                   options.elastic ? std::chrono::milliseconds::max() : options.rdzv_timeout);
+  }
   return code;
 }
 

@@ -176,10 +176,7 @@ SupervisorOutcome Supervisor::run(const ExternalCheck& external_check) {
   Clock::time_point next_check = Clock::now() + options_.poll_interval;
   for (;;) {
     reapExited(state);
-    const SupervisorOutcome& so_far = state.outcome;
-    if (!state.stopping &&
-        (so_far.first_failure || so_far.interrupt_signal != 0 || !so_far.external_failure.empty()))
-      beginStop(state);
+    if (!state.stopping && mustStop(state.outcome)) beginStop(state);
     if (!anyRunning()) break;
     if (state.stopping && !state.killed && Clock::now() >= state.kill_at) {
       logWarn("workers still running ", options_.grace.count(),
@@ -236,11 +233,17 @@ void Supervisor::recordExit(RunState& state, Worker& worker, int status) {
   state.outcome.exits.push_back(exit);
   if (!exit.success() && !exit.stopped && !state.outcome.first_failure)
     state.outcome.first_failure = exit;
+  if (options_.on_exit) options_.on_exit(exit);
+}
+
+bool Supervisor::mustStop(const SupervisorOutcome& outcome) const {
+  return (outcome.first_failure && options_.stop_on_failure) || outcome.interrupt_signal != 0 ||
+         !outcome.external_failure.empty();
 }
 
 void Supervisor::beginStop(RunState& state) {
   const SupervisorOutcome& outcome = state.outcome;
-  if (outcome.first_failure)
+  if (outcome.first_failure && options_.stop_on_failure)
     logWarn(outcome.first_failure->describe(), "; stopping the other workers");
   else if (outcome.interrupt_signal != 0)
     logWarn("agent received ", signalName(outcome.interrupt_signal), "; stopping the workers");

@@ -4,7 +4,8 @@
 // Across nodes the agents meet at the rendezvous endpoint (torchrun style: --nnodes, --node-rank,
 // --rdzv-endpoint); node 0's agent hosts the store there. Ranks are numbered node by node, in
 // node-rank order. When any worker on any node fails, every agent stops its workers within a few
-// seconds and exits non-zero, naming the failed rank.
+// seconds and exits non-zero, naming the failed rank; in an elastic job (AgentOptions::elastic)
+// the others go on instead, and learn of the loss through the job's store (elasticExitKey).
 #pragma once
 
 #include <chrono>
@@ -59,6 +60,17 @@ struct AgentOptions {
   // already sets GLIBC_TUNABLES (the user's choice wins). Default: kRetainFreedMemory. "" leaves
   // malloc as it is.
   std::string malloc_tunables = kRetainFreedMemory;
+  // Elastic job: a worker that exits non-zero or is killed by a signal stops no other worker, on
+  // this node or another; the survivors detect the lost peer, agree on who is left and go on. As
+  // soon as the agent reaps such a worker (SIGCHLD, within milliseconds) it sets
+  // elasticExitKey(rank) in the job's store to WorkerExit::describe() and logs "chorus run: lost
+  // rank 2 (pid 1234) was killed by signal 9 (SIGKILL): elastic, the others go on"; a worker that
+  // exits 0 sets nothing. SIGINT/SIGTERM to the agent still stops every worker. The job on this
+  // node ends when all its workers exited; see runAgent() for the exit code. Node 0's agent then
+  // keeps the store up, without a deadline, until every node's agent is done (an agent killed by
+  // SIGKILL never reports done: stop node 0's agent with SIGINT/SIGTERM then). Give every node's
+  // agent the same setting. Default: false (the first failure stops every worker of the job).
+  bool elastic = false;
 
   // Keeps freed memory in the process instead of returning it to the OS. By default glibc serves
   // every block over 128 KiB (up to 32 MiB as it adapts) with its own mmap() and gives it back on
@@ -70,9 +82,19 @@ struct AgentOptions {
       "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=4294967296";
 };
 
+// The store key that an elastic job's agent sets when rank `rank` is lost (AgentOptions::elastic):
+// "elastic/exited/<rank>", e.g. "elastic/exited/2", in the job's store (the one workers reach
+// through Worker::store()). Its value is WorkerExit::describe(), e.g. "rank 2 (pid 1234) was killed
+// by signal 9 (SIGKILL)" or "rank 2 (pid 1234) exited with code 3".
+std::string elasticExitKey(int rank);
+
 // Runs the job's part on this node and returns the exit code for `chorus run`: 0 when every
-// worker of every node succeeded, 3 when a worker failed, 130 when interrupted. Throws
-// ConfigError / CommError / LaunchError when the job cannot start.
+// worker of every node succeeded, 3 when a worker failed, 128 + signal when interrupted (SIGINT or
+// SIGTERM). Elastic jobs: 0 when at least one worker of this node exited 0 and every other one
+// exited 0 or was lost (the survivors finished the job); 3 when none of this node's workers
+// exited 0 (logged as "chorus run: every worker failed; the last: ..."). Each node's agent decides
+// from its own workers only, so a node whose workers were all lost exits 3 even when other nodes'
+// workers finished the job. Throws ConfigError / CommError / LaunchError when the job cannot start.
 int runAgent(const AgentOptions& options);
 
 }  // namespace chorus::runtime

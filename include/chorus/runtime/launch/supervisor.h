@@ -1,12 +1,14 @@
 // The worker supervisor: starts a node's worker processes, copies their output, and stops them
-// all when one fails.
+// all when one fails (unless told to let the others go on, for elastic jobs).
 //
 // The per-node agent (`chorus run`, like torchrun) starts one worker process per device through a
 // Supervisor and then blocks in run(). The job on this node ends when every worker exited, or as
-// soon as one worker fails, the agent gets SIGINT/SIGTERM, or the agent's external check (e.g.
-// "another node's agent reported a failure") says so: then every remaining worker gets SIGTERM,
-// then SIGKILL after a grace period, so a dead worker never leaves its peers hanging in a
-// collective. Plain POSIX; Linux-specific only in PR_SET_PDEATHSIG.
+// soon as one worker fails (SupervisorOptions::stop_on_failure), the agent gets SIGINT/SIGTERM, or
+// the agent's external check (e.g. "another node's agent reported a failure") says so: then every
+// remaining worker gets SIGTERM, then SIGKILL after a grace period, so a dead worker never leaves
+// its peers hanging in a collective. In an elastic job the survivors detect the lost peer
+// themselves and go on; the agent learns of each exit as it is reaped (SupervisorOptions::on_exit)
+// and tells them through the job's store. Plain POSIX; Linux-specific only in PR_SET_PDEATHSIG.
 #pragma once
 
 #include <sys/types.h>
@@ -40,24 +42,6 @@ struct WorkerLaunch {
   comm::JobSecret secret;
 };
 
-struct SupervisorOptions {
-  // Default: true. Each line of a worker's stdout/stderr is copied to the agent's stdout/stderr as
-  // "[rank N] line"; when false the lines are copied bare (still whole lines, never torn).
-  bool prefix_output = true;
-  // Default: "" (none). When set, each rank's output (both streams, unprefixed) is also appended to
-  // <log_dir>/rank-<N>.log; the directory is created if missing.
-  std::string log_dir;
-  // Default: 3 s. Time between SIGTERM and SIGKILL when stopping workers.
-  std::chrono::milliseconds grace{3000};
-  // Default: 200 ms. How often run() calls the external check; also the longest run() sleeps
-  // between checks of its workers.
-  std::chrono::milliseconds poll_interval{200};
-  // Default: 1 (the agent's stdout). Where workers' stdout lines go; not owned.
-  int stdout_fd = 1;
-  // Default: 2 (the agent's stderr). Where workers' stderr lines go; not owned.
-  int stderr_fd = 2;
-};
-
 // How one worker ended.
 struct WorkerExit {
   int rank = -1;
@@ -75,12 +59,42 @@ struct WorkerExit {
   std::string describe() const;
 };
 
+struct SupervisorOptions {
+  // Default: true. Each line of a worker's stdout/stderr is copied to the agent's stdout/stderr as
+  // "[rank N] line"; when false the lines are copied bare (still whole lines, never torn).
+  bool prefix_output = true;
+  // Default: "" (none). When set, each rank's output (both streams, unprefixed) is also appended to
+  // <log_dir>/rank-<N>.log; the directory is created if missing.
+  std::string log_dir;
+  // Default: 3 s. Time between SIGTERM and SIGKILL when stopping workers.
+  std::chrono::milliseconds grace{3000};
+  // Default: 200 ms. How often run() calls the external check; also the longest run() sleeps
+  // between checks of its workers.
+  std::chrono::milliseconds poll_interval{200};
+  // Default: 1 (the agent's stdout). Where workers' stdout lines go; not owned.
+  int stdout_fd = 1;
+  // Default: 2 (the agent's stderr). Where workers' stderr lines go; not owned.
+  int stderr_fd = 2;
+  // Default: true. A worker that exits non-zero or is killed by a signal on its own stops every
+  // other worker. When false the others go on (elastic jobs: the survivors continue without it);
+  // the failure is still recorded in SupervisorOutcome::first_failure, and SIGINT/SIGTERM or the
+  // external check still stop everyone.
+  bool stop_on_failure = true;
+  // Default: none. Called on the run() thread for each worker's end as soon as it is reaped (run()
+  // wakes on SIGCHLD, so within milliseconds of the exit), before run() looks at the next one,
+  // with the same WorkerExit that SupervisorOutcome::exits records. Workers the supervisor stopped
+  // are reported too (`stopped` is set). It should return quickly: output is not copied meanwhile.
+  // If it throws, the exception propagates out of run() and the workers are left to the
+  // destructor.
+  std::function<void(const WorkerExit&)> on_exit;
+};
+
 // What run() saw.
 struct SupervisorOutcome {
   // Every worker's end, in order of exit.
   std::vector<WorkerExit> exits;
   // The first worker that exited non-zero or by a signal on its own (workers the supervisor
-  // stopped do not count).
+  // stopped do not count), whether or not it stopped the others (stop_on_failure).
   std::optional<WorkerExit> first_failure;
   // SIGINT or SIGTERM received by the agent during run(); 0 if none.
   int interrupt_signal = 0;
@@ -122,9 +136,10 @@ class Supervisor {
   // a worker ends, so call it from the agent's main thread.
   void start(const std::vector<WorkerLaunch>& workers);
 
-  // Blocks until all workers exited, or one failed, or the agent got SIGINT/SIGTERM, or
-  // `external_check` (called every poll_interval, may be empty) returned a message. In the last
-  // three cases every remaining worker's group gets SIGTERM, then SIGKILL after `grace`; run()
+  // Blocks until all workers exited, or one failed (only with stop_on_failure), or the agent got
+  // SIGINT/SIGTERM, or `external_check` (called every poll_interval, may be empty) returned a
+  // message. In the last three cases every remaining worker's group gets SIGTERM, then SIGKILL
+  // after `grace`; run()
   // returns within about grace + 1 s once the cause is seen. A second SIGINT/SIGTERM while
   // stopping sends SIGKILL at once. In every case all workers are reaped and their output drained
   // before it returns. No deadline of its own: a training job may run for days; the external
@@ -145,6 +160,7 @@ class Supervisor {
   void pollOnce(RunState& state, std::chrono::milliseconds timeout);
   void readOutput(Worker& worker, bool err_stream);
   void recordExit(RunState& state, Worker& worker, int status);
+  bool mustStop(const SupervisorOutcome& outcome) const;
   void handleSignals(RunState& state);
   void beginStop(RunState& state);
   void signalRunning(int signo);
