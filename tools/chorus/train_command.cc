@@ -239,6 +239,8 @@ int runFrontEnd(const TrainArgs& args) {
   agent.devices = settled.devices;
   agent.discovered = settled.found;
   agent.cpu_transport = job.comm.cpu_transport;
+  // A lost worker is the survivors' to recover from (docs/elastic.md), not a reason to stop.
+  agent.elastic = job.elastic.enabled;
   agent.nnodes = args.nnodes;
   agent.node_rank = args.node_rank;
   agent.rdzv_endpoint = args.rdzv_endpoint;

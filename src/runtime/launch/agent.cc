@@ -49,6 +49,9 @@ struct StoreConnection {
   std::string endpoint;  // what workers connect to
 };
 
+// A worker's own store connection and its elastic monitor's (Worker::openStoreConnection).
+constexpr int kConnectionsPerWorker = 2;
+
 StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret,
                              int local_workers) {
   StoreConnection connection;
@@ -63,7 +66,8 @@ StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret&
     // One connection per worker and per agent. With several nodes the job's size is known only
     // once the agents met (runAgent tightens the limit then); until then no worker exists.
     if (options.nnodes == 1)
-      server.max_connections = local_workers + 1 + comm::kStoreConnectionMargin;
+      server.max_connections =
+          kConnectionsPerWorker * local_workers + 1 + comm::kStoreConnectionMargin;
     connection.server = std::make_unique<comm::TcpStoreServer>(server);
     port = connection.server->port();
   }
@@ -230,7 +234,7 @@ int runAgent(const AgentOptions& options) {
   const NodeSlot slot =
       joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);
   if (store.server)
-    store.server->setMaxConnections(slot.world_size + options.nnodes +
+    store.server->setMaxConnections(kConnectionsPerWorker * slot.world_size + options.nnodes +
                                     comm::kStoreConnectionMargin);
   if (options.prepare_job && options.node_rank == 0) publishJob(options, slot, *store.client);
   logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,

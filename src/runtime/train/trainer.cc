@@ -115,7 +115,9 @@ Trainer::~Trainer() {
 }
 
 StepRecord Trainer::step(const TrainerHooks& hooks) {
-  StepRecord record = state_->engine->step(state_->next_step++, hooks);
+  // Counted once it completed: a step cut short by a lost worker is redone (elastic recovery).
+  StepRecord record = state_->engine->step(state_->next_step, hooks);
+  ++state_->next_step;
   if (hooks.on_step) hooks.on_step(record);
   return record;
 }
