@@ -119,7 +119,10 @@ std::vector<LoggedStep> readRunLog(const std::string& path) {
     ++number;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      steps.push_back(parseStep(nlohmann::json::parse(text)));
+      const nlohmann::json line = nlohmann::json::parse(text);
+      // Events between steps (an elastic recovery) are not steps.
+      if (line.is_object() && line.contains("event")) continue;
+      steps.push_back(parseStep(line));
     } catch (const nlohmann::json::exception& error) {
       CHORUS_THROW(ConfigError, "chorus report: ", path, " line ", number,
                    " is not a step of a --log-json log (", error.what(), ")");

@@ -187,6 +187,19 @@ const std::vector<JobRow>& jobRows() {
        {"zero.stage=2", "comm.compression=int8"}},
       {{"JOB-48", "ConfigError", "config key 'zero.shards': needs zero.stage >= 1"},
        {"zero.shards=even"}},
+      {{"JOB-49", "ConfigError", "config key 'elastic.min_devices': needs elastic.enabled = true"},
+       {"elastic.min_devices=2"}},
+      {{"JOB-50", "ConfigError", "config key 'elastic.heartbeat_ms': must be at least 50"},
+       {"elastic.enabled=true", "elastic.heartbeat_ms=10"}},
+      {{"JOB-51", "ConfigError",
+        "config key 'zero.stage': cannot be combined with elastic.enabled = true"},
+       {"elastic.enabled=true", "zero.stage=1"}},
+      {{"JOB-52", "ConfigError",
+        "config key 'parallel.pipeline_stages': cannot be combined with elastic.enabled = true"},
+       {"elastic.enabled=true", "parallel.pipeline_stages=2"}},
+      {{"JOB-53", "ConfigError",
+        "config key 'elastic.min_devices': 3 is more than the job's 2 devices"},
+       {"elastic.enabled=true", "elastic.min_devices=3"}},
   };
   return rows;
 }

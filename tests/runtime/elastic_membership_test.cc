@@ -75,6 +75,9 @@ struct ThreadWorkers {
         init.store = store;
         init.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
                                        {"CHORUS_WORLD_SIZE", std::to_string(size)},
+                                       {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                                       {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
+                                       {"CHORUS_LOG_LEVEL", "warn"},
                                        {"CHORUS_TIMEOUT_MS", "20000"}};
         workers[rank] = chorus::runtime::init(init);
       });

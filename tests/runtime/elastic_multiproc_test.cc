@@ -50,7 +50,7 @@ std::map<std::string, at::Tensor> finalModel(const std::string& dir) {
   std::map<std::string, at::Tensor> tensors;
   if (checkpoints.empty()) return tensors;
   torch::serialize::InputArchive archive;
-  archive.load_from(checkpoints.front() + "/model.pt");
+  archive.load_from(dir + "/" + checkpoints.front() + "/model.pt");
   for (const auto& key : archive.keys()) {
     at::Tensor value;
     if (archive.try_read(key, value)) tensors[key] = value;

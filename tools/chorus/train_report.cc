@@ -1,6 +1,7 @@
 #include "train_report.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,12 @@ std::string joined(const std::vector<std::int64_t>& values) {
   std::ostringstream out;
   for (size_t i = 0; i < values.size(); ++i) out << (i ? "," : "") << values[i];
   return out.str();
+}
+
+// Wall-clock time of a log line (seconds since the epoch), so that events of several processes
+// can be put on one time line (bench/elastic.py measures recoveries with it).
+double unixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string clockText(double seconds) {
@@ -127,6 +134,7 @@ void TrainReport::recovery(const runtime::RecoveryRecord& record) {
   std::fflush(stdout);
   if (!json_.is_open()) return;
   nlohmann::json line = {{"event", "recovery"},
+                         {"time", unixSeconds()},
                          {"generation", record.generation},
                          {"members", record.members},
                          {"lost", record.lost},
@@ -142,14 +150,12 @@ void TrainReport::recovery(const runtime::RecoveryRecord& record) {
 
 void TrainReport::writeJson(const runtime::StepRecord& record) {
   if (!json_.is_open()) return;
-  nlohmann::json line = {{"step", record.step + 1},
-                         {"loss", record.loss},
-                         {"samples_per_s", record.samples_per_second},
-                         {"step_s", record.step_seconds},
-                         {"lr", record.lr},
-                         {"shares", record.shares},
-                         {"compute_s", record.compute_seconds},
-                         {"wait_s", record.wait_seconds}};
+  nlohmann::json line = {
+      {"step", record.step + 1},       {"time", unixSeconds()},
+      {"loss", record.loss},           {"samples_per_s", record.samples_per_second},
+      {"step_s", record.step_seconds}, {"lr", record.lr},
+      {"shares", record.shares},       {"compute_s", record.compute_seconds},
+      {"wait_s", record.wait_seconds}};
   if (record.test_accuracy) line["test_accuracy"] = *record.test_accuracy;
   if (record.test_loss) line["test_loss"] = *record.test_loss;
   if (!record.rebalance.empty()) line["rebalance"] = record.rebalance;
