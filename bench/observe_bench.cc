@@ -41,6 +41,7 @@ std::uint64_t residentBytes() {
 RankReport report(int rank, std::int64_t step) {
   RankReport r;
   r.rank = rank;
+  r.member = rank;
   r.device = rank == 0 ? "cpu" : "cpu@0.5/512MiB";
   r.step = step;
   r.global_batch = 64;

@@ -21,7 +21,7 @@ table{border-collapse:collapse}td,th{padding:2px 10px;border-bottom:1px solid #e
 .legend span{margin-right:12px}
 </style></head>
 <body data-updates="0">
-<h1>chorus — node <span id="node">?</span>, step <span id="step">?</span></h1>
+<h1>chorus — node <span id="node">?</span>, step <span id="step">?</span><span id="generation"></span></h1>
 <div id="alerts">waiting for the first step…</div>
 <div class="card"><h2>Plan: shares of the global batch (B = <span id="batch">?</span>)</h2>
 <table id="plan"><thead><tr><th>rank</th><th>device</th><th>share</th><th>busy</th>
@@ -65,6 +65,7 @@ function render(state){
   document.getElementById("node").textContent=state.node;
   const step=Math.max(0,...state.ranks.map(r=>r.step));document.getElementById("step").textContent=step;
   document.getElementById("batch").textContent=state.plan.global_batch;
+  document.getElementById("generation").textContent=state.generation?", generation "+state.generation:"";
   const alerts=document.getElementById("alerts");
   alerts.textContent=state.alerts.length?state.alerts.join(" · "):"all ranks reporting; none holds back the step";
   alerts.className=state.alerts.length?"bad":"";

@@ -33,14 +33,18 @@ LiveState::LiveState(int node, size_t history)
 
 void LiveState::update(const RankReport& report) {
   std::lock_guard<std::mutex> lock(mutex_);
-  RankHistory& rank = ranks_[report.rank];
+  if (lost_.count(report.member)) return;
+  for (int member : report.lost)
+    if (lost_.emplace(member, report.generation).second) ranks_.erase(member);
+  generation_ = std::max(generation_, report.generation);
+  RankHistory& rank = ranks_[report.member];
   rank.last = report;
   rank.points.push_back({report.step, static_cast<double>(report.share), report.compute_seconds,
                          report.wait_seconds, static_cast<double>(report.memory_used),
                          report.step_seconds});
   while (rank.points.size() > history_) rank.points.pop_front();
   // The job's figures from the lowest rank, once per step.
-  if (report.rank == ranks_.begin()->first && (job_.empty() || job_.back().step != report.step)) {
+  if (report.member == ranks_.begin()->first && (job_.empty() || job_.back().step != report.step)) {
     job_.push_back({report.step, report.samples_per_second, report.loss});
     while (job_.size() > history_) job_.pop_front();
   }
@@ -53,6 +57,9 @@ std::vector<std::string> LiveState::alerts(double now) const {
 
 std::vector<std::string> LiveState::alertsLocked(double now) const {
   std::vector<std::string> alerts;
+  for (const auto& [member, generation] : lost_)
+    alerts.push_back("rank " + std::to_string(member) + " lost (generation " +
+                     std::to_string(generation) + ")");
   if (ranks_.empty()) return alerts;
   std::int64_t latest = 0;
   double step_seconds = 0;
@@ -142,8 +149,12 @@ std::string LiveState::json(double now) const {
     job["samples_per_s"].push_back(point.samples_per_s);
     job["loss"].push_back(point.loss);
   }
+  nlohmann::json lost = nlohmann::json::array();
+  for (const auto& [member, generation] : lost_) lost.push_back(member);
   return nlohmann::json{{"node", node_},
                         {"time", now},
+                        {"generation", generation_},
+                        {"lost", lost},
                         {"ranks", ranks},
                         {"job", job},
                         {"plan", {{"global_batch", global_batch}, {"shares", shares}}},

@@ -7,6 +7,8 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+
 namespace chorus::observe {
 
 using prometheus::BuildCounter;
@@ -63,7 +65,15 @@ struct NodeMetrics::Families {
         last_report(gauge(r, "chorus_rank_last_report_timestamp_seconds",
                           "When the rank last reported to its agent (Unix time)")),
         dropped(counter(r, "chorus_metrics_reports_dropped_total",
-                        "Reports of the rank its agent's queue could not take (metrics only)")) {}
+                        "Reports of the rank its agent's queue could not take (metrics only)")),
+        generation(gauge(r, "chorus_elastic_generation",
+                         "Elastic generation of the job (0 before any recovery)")),
+        recoveries(
+            counter(r, "chorus_elastic_recoveries_total", "Elastic recoveries from lost workers")),
+        recovery_seconds(gauge(r, "chorus_elastic_recovery_seconds",
+                               "Phase of the last elastic recovery: agree (from the failure to "
+                               "the agreed membership) or rebuild (communicator, state, engine)")),
+        lost_ranks(gauge(r, "chorus_elastic_lost_ranks", "Launch ranks lost from the job")) {}
 
   static Family<Gauge>& gauge(prometheus::Registry& r, const char* name, const char* help) {
     return BuildGauge().Name(name).Help(help).Register(r);
@@ -99,6 +109,10 @@ struct NodeMetrics::Families {
   Family<Counter>& comm_seconds;
   Family<Gauge>& last_report;
   Family<Counter>& dropped;
+  Family<Gauge>& generation;
+  Family<Counter>& recoveries;
+  Family<Gauge>& recovery_seconds;
+  Family<Gauge>& lost_ranks;
 };
 
 namespace {
@@ -116,6 +130,25 @@ double growth(double total, double previous) {
   return total >= previous ? total - previous : total;
 }
 
+// The labels of a rank's own series: `rank` is its launch rank, which it keeps through elastic
+// recoveries (its current rank changes when a lower one is lost).
+Labels rankLabels(const RankReport& report, const std::string& node) {
+  return {{"rank", std::to_string(report.member)}, {"device", report.device}, {"node", node}};
+}
+
+Labels opLabels(const RankReport& report, const std::string& node, const std::string& op) {
+  Labels labels = rankLabels(report, node);
+  labels["op"] = op;
+  labels["link"] = report.link;
+  return labels;
+}
+
+// Removes the series of `labels` from `family` if it has one.
+template <typename T, typename... Args>
+void removeSeries(Family<T>& family, const Labels& labels, Args&&... args) {
+  if (family.Has(labels)) family.Remove(&family.Add(labels, std::forward<Args>(args)...));
+}
+
 }  // namespace
 
 NodeMetrics::NodeMetrics(int node)
@@ -127,15 +160,22 @@ NodeMetrics::~NodeMetrics() = default;
 
 void NodeMetrics::update(const RankReport& report) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (lost_.count(report.member)) return;  // left out of the job: no longer one of its ranks
+  for (int member : report.lost) {
+    if (!lost_.insert(member).second) continue;
+    const auto gone = last_.find(member);
+    if (gone == last_.end()) continue;  // a rank of another node
+    removeRankLocked(gone->second);
+    last_.erase(gone);
+  }
   Families& f = *families_;
   const std::string node = std::to_string(node_);
-  const Labels rank = {
-      {"rank", std::to_string(report.rank)}, {"device", report.device}, {"node", node}};
+  const Labels rank = rankLabels(report, node);
   const Labels job = {{"node", node}};
-  const auto found = last_.find(report.rank);
+  const auto found = last_.find(report.member);
   const RankReport previous = found == last_.end() ? RankReport{} : found->second;
   const bool first = found == last_.end();
-  if (lowest_rank_ < 0 || report.rank < lowest_rank_) lowest_rank_ = report.rank;
+  const int lowest = last_.empty() ? report.member : std::min(last_.begin()->first, report.member);
 
   Labels info = rank;
   info["emulated"] = report.emulated ? "true" : "false";
@@ -160,9 +200,7 @@ void NodeMetrics::update(const RankReport& report) {
   f.dropped.Add(rank).Increment(growth(static_cast<double>(report.dropped_reports_total),
                                        static_cast<double>(previous.dropped_reports_total)));
   for (const auto& [op, totals] : report.ops) {
-    Labels labels = rank;
-    labels["op"] = op;
-    labels["link"] = report.link;
+    const Labels labels = opLabels(report, node, op);
     const auto before = previous.ops.find(op);
     const OpTotals was = before == previous.ops.end() ? OpTotals{} : before->second;
     f.comm_bytes.Add(labels).Increment(
@@ -171,7 +209,7 @@ void NodeMetrics::update(const RankReport& report) {
         growth(static_cast<double>(totals.count), static_cast<double>(was.count)));
     f.comm_seconds.Add(labels).Increment(growth(totals.seconds, was.seconds));
   }
-  if (report.rank == lowest_rank_) {
+  if (report.member == lowest) {
     f.samples_per_second.Add(job).Set(report.samples_per_second);
     f.global_batch.Add(job).Set(static_cast<double>(report.global_batch));
     f.loss.Add(job).Set(report.loss);
@@ -181,9 +219,38 @@ void NodeMetrics::update(const RankReport& report) {
                                         static_cast<double>(previous.skipped_steps_total)));
     f.rebalances.Add(job).Increment(growth(static_cast<double>(report.rebalances_total),
                                            static_cast<double>(previous.rebalances_total)));
+    f.generation.Add(job).Set(report.generation);
+    f.recoveries.Add(job).Increment(growth(static_cast<double>(report.recoveries_total),
+                                           static_cast<double>(previous.recoveries_total)));
+    f.lost_ranks.Add(job).Set(static_cast<double>(report.lost.size()));
+    if (report.recoveries_total > 0) {
+      f.recovery_seconds.Add({{"node", node}, {"phase", "agree"}}).Set(report.last_agree_seconds);
+      f.recovery_seconds.Add({{"node", node}, {"phase", "rebuild"}})
+          .Set(report.last_rebuild_seconds);
+    }
   }
-  last_[report.rank] = report;
+  last_[report.member] = report;
   ++reports_;
+}
+
+void NodeMetrics::removeRankLocked(const RankReport& last) {
+  Families& f = *families_;
+  const std::string node = std::to_string(node_);
+  const Labels rank = rankLabels(last, node);
+  Labels info = rank;
+  info["emulated"] = last.emulated ? "true" : "false";
+  removeSeries(f.info, info);
+  removeSeries(f.step_seconds, rank, stepBuckets());
+  for (Family<Counter>* family :
+       {&f.steps, &f.compute_total, &f.wait_total, &f.pad_total, &f.dropped})
+    removeSeries(*family, rank);
+  for (Family<Gauge>* family :
+       {&f.share, &f.compute, &f.wait, &f.utilization, &f.loss_scale, &f.memory_used,
+        &f.memory_reserved, &f.memory_peak, &f.memory_budget, &f.last_report})
+    removeSeries(*family, rank);
+  for (const auto& [op, totals] : last.ops)
+    for (Family<Counter>* family : {&f.comm_bytes, &f.comm_ops, &f.comm_seconds})
+      removeSeries(*family, opLabels(last, node, op));
 }
 
 std::string NodeMetrics::exposition() const {

@@ -17,6 +17,7 @@ std::string toJson(const RankReport& report) {
   for (const auto& [name, totals] : report.ops)
     ops[name] = {{"count", totals.count}, {"bytes", totals.bytes}, {"seconds", totals.seconds}};
   nlohmann::json json = {{"rank", report.rank},
+                         {"member", report.member},
                          {"node", report.node},
                          {"device", report.device},
                          {"emulated", report.emulated},
@@ -40,7 +41,12 @@ std::string toJson(const RankReport& report) {
                          {"memory_budget", report.memory_budget},
                          {"link", report.link},
                          {"ops", ops},
-                         {"time", report.unix_time}};
+                         {"time", report.unix_time},
+                         {"generation", report.generation},
+                         {"recoveries_total", report.recoveries_total},
+                         {"agree_s", report.last_agree_seconds},
+                         {"rebuild_s", report.last_rebuild_seconds},
+                         {"lost", report.lost}};
   if (report.test_accuracy) json["test_accuracy"] = *report.test_accuracy;
   return json.dump();
 }
@@ -78,8 +84,16 @@ RankReport rankReportFromJson(const std::string& text) {
                           totals.at("seconds").get<double>()};
     report.unix_time = json.at("time").get<double>();
     if (json.contains("test_accuracy")) report.test_accuracy = json["test_accuracy"].get<double>();
-    CHORUS_CHECK_CONFIG(report.rank >= 0 && report.share >= 0, "a rank report with rank ",
-                        report.rank, " and share ", report.share);
+    report.member = json.value("member", report.rank);
+    report.generation = json.value("generation", 0);
+    report.recoveries_total = json.value("recoveries_total", std::uint64_t{0});
+    report.last_agree_seconds = json.value("agree_s", 0.0);
+    report.last_rebuild_seconds = json.value("rebuild_s", 0.0);
+    report.lost = json.value("lost", std::vector<int>{});
+    CHORUS_CHECK_CONFIG(
+        report.rank >= 0 && report.member >= 0 && report.share >= 0 && report.generation >= 0,
+        "a rank report with rank ", report.rank, ", member ", report.member, ", share ",
+        report.share, " and generation ", report.generation);
     return report;
   } catch (const nlohmann::json::exception& error) {
     CHORUS_THROW(ConfigError, "a malformed rank report (", error.what(), ")");

@@ -34,6 +34,39 @@ LoggedStep parseStep(const nlohmann::json& line) {
   return step;
 }
 
+LoggedRecovery parseRecovery(const nlohmann::json& line) {
+  LoggedRecovery recovery;
+  recovery.generation = line.at("generation").get<int>();
+  recovery.redo_step = line.at("redo_step").get<std::int64_t>();
+  recovery.members = line.value("members", std::vector<int>{});
+  recovery.lost = line.at("lost").get<std::vector<int>>();
+  recovery.reason = line.value("reason", std::string());
+  recovery.agree_seconds = line.value("agree_s", 0.0);
+  recovery.rebuild_seconds = line.value("rebuild_s", 0.0);
+  return recovery;
+}
+
+std::string joined(const std::vector<int>& values) {
+  std::string text;
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text;
+}
+
+std::string lostText(const LoggedRecovery& recovery) {
+  return std::string(recovery.lost.size() == 1 ? "lost rank " : "lost ranks ") +
+         joined(recovery.lost);
+}
+
+// The launch rank of `rank` in `step`: its place in the members of the last recovery at or
+// before the step; itself before any.
+size_t launchRank(const std::vector<LoggedRecovery>& recoveries, std::int64_t step, size_t rank) {
+  size_t launch = rank;
+  for (const LoggedRecovery& recovery : recoveries)
+    if (recovery.redo_step <= step && rank < recovery.members.size())
+      launch = static_cast<size_t>(recovery.members[rank]);
+  return launch;
+}
+
 std::string fixed(double value, int digits) {
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", digits, value);
@@ -46,21 +79,35 @@ size_t rankCount(const std::vector<LoggedStep>& steps) {
   return ranks;
 }
 
-// One line per rank of `field` (shares or compute times, scaled).
-std::vector<PlotSeries> perRank(const std::vector<LoggedStep>& steps,
-                                std::vector<double> LoggedStep::*field, double scale) {
-  std::vector<PlotSeries> lines(rankCount(steps));
+// One line per launch rank of `field` (shares or compute times, scaled).
+std::vector<PlotSeries> perRank(const RunLog& log, std::vector<double> LoggedStep::*field,
+                                double scale) {
+  std::vector<PlotSeries> lines(rankCount(log.steps));
   for (size_t rank = 0; rank < lines.size(); ++rank)
     lines[rank].name = "rank " + std::to_string(rank);
-  for (const LoggedStep& step : steps)
-    for (size_t rank = 0; rank < (step.*field).size() && rank < lines.size(); ++rank) {
-      lines[rank].xs.push_back(static_cast<double>(step.step));
-      lines[rank].ys.push_back((step.*field)[rank] * scale);
+  for (const LoggedStep& step : log.steps)
+    for (size_t rank = 0; rank < (step.*field).size(); ++rank) {
+      const size_t launch = launchRank(log.recoveries, step.step, rank);
+      if (launch >= lines.size()) continue;
+      lines[launch].xs.push_back(static_cast<double>(step.step));
+      lines[launch].ys.push_back((step.*field)[rank] * scale);
     }
   return lines;
 }
 
-std::string summary(const std::vector<LoggedStep>& steps) {
+std::string recoveriesRow(const std::vector<LoggedRecovery>& recoveries) {
+  if (recoveries.empty()) return "";
+  std::string cell;
+  for (const LoggedRecovery& r : recoveries)
+    cell += (cell.empty() ? "" : "<br>") + std::string("step ") + std::to_string(r.redo_step) +
+            ": " + lostText(r) + " (" + escapeXml(r.reason) + "), generation " +
+            std::to_string(r.generation) + ", agree " + fixed(r.agree_seconds, 3) + " s, rebuild " +
+            fixed(r.rebuild_seconds, 3) + " s";
+  return "<tr><th>recoveries</th><td id=\"summary-recoveries\">" + cell + "</td></tr>\n";
+}
+
+std::string summary(const RunLog& log) {
+  const std::vector<LoggedStep>& steps = log.steps;
   double seconds = 0, best_accuracy = -1, ideal = 0;
   int rebalances = 0, skipped = 0, evaluations = 0;
   for (const LoggedStep& step : steps) {
@@ -103,16 +150,17 @@ std::string summary(const std::vector<LoggedStep>& steps) {
        << "</td></tr>\n"
        << "<tr><th>final shares</th><td>" << shares.str() << "</td></tr>\n"
        << "<tr><th>balancer changes</th><td>" << rebalances << "</td></tr>\n"
-       << "<tr><th>skipped steps</th><td>" << skipped << "</td></tr>\n</table>\n";
+       << "<tr><th>skipped steps</th><td>" << skipped << "</td></tr>\n"
+       << recoveriesRow(log.recoveries) << "</table>\n";
   return html.str();
 }
 
 }  // namespace
 
-std::vector<LoggedStep> readRunLog(const std::string& path) {
+RunLog readRunLog(const std::string& path) {
   std::ifstream in(path);
   if (!in) CHORUS_THROW(ConfigError, "chorus report: cannot read ", path);
-  std::vector<LoggedStep> steps;
+  RunLog log;
   std::string text;
   int number = 0;
   while (std::getline(in, text)) {
@@ -120,16 +168,19 @@ std::vector<LoggedStep> readRunLog(const std::string& path) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       const nlohmann::json line = nlohmann::json::parse(text);
-      // Events between steps (an elastic recovery) are not steps.
-      if (line.is_object() && line.contains("event")) continue;
-      steps.push_back(parseStep(line));
+      if (line.is_object() && line.contains("event")) {
+        // Events between steps: an elastic recovery; later kinds are skipped.
+        if (line.at("event") == "recovery") log.recoveries.push_back(parseRecovery(line));
+        continue;
+      }
+      log.steps.push_back(parseStep(line));
     } catch (const nlohmann::json::exception& error) {
       CHORUS_THROW(ConfigError, "chorus report: ", path, " line ", number,
-                   " is not a step of a --log-json log (", error.what(), ")");
+                   " is not a step or event of a --log-json log (", error.what(), ")");
     }
   }
-  CHORUS_CHECK_CONFIG(!steps.empty(), "chorus report: ", path, " holds no step");
-  return steps;
+  CHORUS_CHECK_CONFIG(!log.steps.empty(), "chorus report: ", path, " holds no step");
+  return log;
 }
 
 double idealSamplesPerSecond(const LoggedStep& step) {
@@ -139,7 +190,8 @@ double idealSamplesPerSecond(const LoggedStep& step) {
   return ideal;
 }
 
-std::string renderRunReport(const std::vector<LoggedStep>& steps, const std::string& source) {
+std::string renderRunReport(const RunLog& log, const std::string& source) {
+  const std::vector<LoggedStep>& steps = log.steps;
   PlotSeries loss{"training loss", {}, {}}, test_loss{"test loss", {}, {}, true};
   PlotSeries accuracy{"test accuracy", {}, {}};
   PlotSeries throughput{"samples/s", {}, {}}, ideal{"ideal (sum of share / compute)", {}, {}, true};
@@ -166,8 +218,11 @@ std::string renderRunReport(const std::vector<LoggedStep>& steps, const std::str
        << "margin:20px;color:#222}h1{font-size:20px}.plots{display:flex;flex-wrap:wrap;gap:16px}"
        << ".summary th{text-align:left;padding-right:16px}svg{background:#fff;border:1px solid "
        << "#ddd}</style></head>\n<body>\n<h1>chorus report: " << escapeXml(source) << "</h1>\n"
-       << summary(steps) << "<div class=\"plots\">\n";
+       << summary(log) << "<div class=\"plots\">\n";
   PlotOptions options;
+  for (const LoggedRecovery& recovery : log.recoveries)
+    options.markers.push_back(
+        {static_cast<double>(recovery.redo_step), "recovery: " + lostText(recovery)});
   options.title = "Loss";
   options.y_label = "loss";
   html << svgLinePlot({loss, test_loss}, options);
@@ -179,12 +234,12 @@ std::string renderRunReport(const std::vector<LoggedStep>& steps, const std::str
   html << svgLinePlot({throughput, ideal}, options);
   options.title = "Share of the global batch per rank";
   options.y_label = "samples";
-  html << svgLinePlot(perRank(steps, &LoggedStep::shares, 1), options);
+  html << svgLinePlot(perRank(log, &LoggedStep::shares, 1), options);
   options.title = "Compute per rank";
   options.y_label = "ms per step";
-  html << svgLinePlot(perRank(steps, &LoggedStep::compute_seconds, 1000), options);
+  html << svgLinePlot(perRank(log, &LoggedStep::compute_seconds, 1000), options);
   options.title = "Wait for the all-reduce per rank";
-  html << svgLinePlot(perRank(steps, &LoggedStep::wait_seconds, 1000), options);
+  html << svgLinePlot(perRank(log, &LoggedStep::wait_seconds, 1000), options);
   html << "</div>\n<p>Memory is not in the --log-json log; the live metrics "
        << "(chorus_memory_*_bytes) carry it.</p>\n</body></html>\n";
   return html.str();

@@ -61,6 +61,12 @@ std::string svgLinePlot(const std::vector<PlotSeries>& series, const PlotOptions
       y0 = std::min(y0, line.ys[i]);
       y1 = std::max(y1, line.ys[i]);
     }
+  if (x0 <= x1)
+    for (const PlotMarker& marker : options.markers)
+      if (std::isfinite(marker.x)) {
+        x0 = std::min(x0, marker.x);
+        x1 = std::max(x1, marker.x);
+      }
   const int w = options.width, h = options.height;
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" width=\"" << w << "\" height=\""
@@ -115,6 +121,16 @@ std::string svgLinePlot(const std::vector<PlotSeries>& series, const PlotOptions
         << color << "\"/><text x=\"" << legend_x + 14 << "\" y=\"" << h - 6 << "\">"
         << escapeXml(line.name) << "</text>\n";
     legend_x += 24 + 7.0 * static_cast<double>(line.name.size());
+  }
+  for (const PlotMarker& marker : options.markers) {
+    if (!std::isfinite(marker.x)) continue;
+    svg << "<line class=\"marker\" data-marker=\"" << escapeXml(marker.name) << "\" x1=\""
+        << sx(marker.x) << "\" x2=\"" << sx(marker.x) << "\" y1=\"" << kTop << "\" y2=\""
+        << kTop + ph << "\" stroke=\"#666\" stroke-dasharray=\"2,2\"/>\n<line x1=\"" << legend_x
+        << "\" x2=\"" << legend_x + 10 << "\" y1=\"" << h - 8 << "\" y2=\"" << h - 8
+        << "\" stroke=\"#666\" stroke-dasharray=\"2,2\"/><text x=\"" << legend_x + 14 << "\" y=\""
+        << h - 6 << "\">" << escapeXml(marker.name) << "</text>\n";
+    legend_x += 24 + 7.0 * static_cast<double>(marker.name.size());
   }
   svg << "</g>\n</svg>\n";
   return svg.str();

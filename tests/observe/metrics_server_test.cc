@@ -73,6 +73,7 @@ TEST(NodeMonitor, ReportsSentOnTheChannelReachTheExpositionAndTheState) {
   MetricsSender sender(monitor.socketPath());
   RankReport report;
   report.rank = 2;
+  report.member = 2;
   report.node = 1;
   report.device = "cpu@0.25";
   report.step = 1;

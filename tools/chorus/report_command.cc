@@ -23,12 +23,12 @@ void addReportCommand(CLI::App& app, Action& action) {
   report->add_option("--out", args->out, "Where to write the HTML (default report.html)");
   report->callback([&action, args] {
     action = [args] {
-      const auto steps = observe::readRunLog(args->log);
-      const std::string html = observe::renderRunReport(steps, args->log);
+      const observe::RunLog log = observe::readRunLog(args->log);
+      const std::string html = observe::renderRunReport(log, args->log);
       std::ofstream out(args->out, std::ios::trunc);
       if (!out || !(out << html) || !out.flush())
         CHORUS_THROW(ConfigError, "chorus report: cannot write ", args->out);
-      std::cout << "chorus report: " << steps.size() << " steps of " << args->log << " -> "
+      std::cout << "chorus report: " << log.steps.size() << " steps of " << args->log << " -> "
                 << args->out << std::endl;
       return kExitOk;
     };

@@ -285,10 +285,13 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
       job, package.plan, [&worker] { return worker->rank() == 0; }, args.log_json);
   runtime::TrainerHooks hooks;
   hooks.at_point = fault.hook(worker->member());
-  hooks.on_recovery = [&](const runtime::RecoveryRecord& record) { report.recovery(record); };
   std::unique_ptr<TrainMetrics> metrics;
   if (!args.metrics_socket.empty())
     metrics = std::make_unique<TrainMetrics>(args.metrics_socket, worker, job.train.global_batch);
+  hooks.on_recovery = [&](const runtime::RecoveryRecord& record) {
+    report.recovery(record);
+    if (metrics) metrics->recovery(record);
+  };
   hooks.on_step = [&](const runtime::StepRecord& record) {
     report.step(record);
     if (metrics) metrics->step(record);

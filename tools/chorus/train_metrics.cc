@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -49,6 +50,7 @@ void TrainMetrics::step(const runtime::StepRecord& record) {
   if (!record.rebalance.empty()) ++rebalances_;
   observe::RankReport report;
   report.rank = rank;
+  report.member = worker_->member();
   report.node = identity.node_rank;
   report.device = identity.device.toString();
   report.emulated = identity.device.emulated();
@@ -82,8 +84,23 @@ void TrainMetrics::step(const runtime::StepRecord& record) {
     for (const auto& [op, stats] : world->stats())
       report.ops[op] = {stats.count, stats.bytes, stats.seconds};
   }
+  report.generation = generation_;
+  report.recoveries_total = recoveries_;
+  report.last_agree_seconds = agree_seconds_;
+  report.last_rebuild_seconds = rebuild_seconds_;
+  report.lost = lost_;
   report.unix_time = observe::unixNow();
   sender_.send(observe::toJson(report));
+}
+
+void TrainMetrics::recovery(const runtime::RecoveryRecord& record) {
+  generation_ = record.generation;
+  ++recoveries_;
+  agree_seconds_ = record.agree_seconds;
+  rebuild_seconds_ = record.rebuild_seconds;
+  for (int member : record.lost)
+    if (std::find(lost_.begin(), lost_.end(), member) == lost_.end()) lost_.push_back(member);
+  std::sort(lost_.begin(), lost_.end());
 }
 
 std::unique_ptr<observe::NodeMonitor> startTrainMonitor(int port, int node_rank) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chorus/observe/metrics_channel.h"
 #include "chorus/observe/node_monitor.h"
@@ -28,6 +29,10 @@ class TrainMetrics {
                std::int64_t global_batch);
   // Sends the report of the step `record` describes.
   void step(const runtime::StepRecord& record);
+  // Takes an elastic recovery (TrainerHooks::on_recovery): the reports of the steps after it
+  // carry its generation and times, the recoveries so far and every launch rank lost so far.
+  // Sends nothing itself.
+  void recovery(const runtime::RecoveryRecord& record);
 
  private:
   observe::MetricsSender sender_;
@@ -35,6 +40,11 @@ class TrainMetrics {
   std::int64_t global_batch_;
   std::uint64_t skipped_ = 0;
   std::uint64_t rebalances_ = 0;
+  int generation_ = 0;
+  std::uint64_t recoveries_ = 0;
+  double agree_seconds_ = 0;
+  double rebuild_seconds_ = 0;
+  std::vector<int> lost_;  // ascending, cumulative
 };
 
 }  // namespace chorus::cli

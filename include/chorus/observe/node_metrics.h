@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "chorus/observe/rank_report.h"
@@ -30,8 +31,14 @@ class NodeMetrics {
   NodeMetrics& operator=(const NodeMetrics&) = delete;
 
   // Takes one report: gauges are set to its figures, counters advance by how much its running
-  // totals grew since the rank's previous report. The job-wide figures (loss, learning rate,
-  // samples/s) come from the node's lowest rank.
+  // totals grew since the rank's previous report. Ranks are told apart by their launch rank
+  // (RankReport::member), the `rank` label. The job-wide figures (loss, learning rate,
+  // samples/s, the elastic generation and recoveries) come from the node's lowest rank.
+  //
+  // Elastic recovery: the launch ranks in a report's `lost` list are lost for good. The series
+  // of a lost rank of this node are removed from the exposition (Prometheus marks them stale,
+  // so a dashboard stops showing its last figures as current), and a later report of a lost
+  // rank is ignored: a worker left out of the job cannot rejoin it (docs/elastic.md).
   void update(const RankReport& report);
   // The Prometheus text exposition format (version 0.0.4) of every metric.
   std::string exposition() const;
@@ -41,12 +48,15 @@ class NodeMetrics {
  private:
   struct Families;  // node_metrics.cc
 
+  // Removes every series of the rank whose last report is `last`.
+  void removeRankLocked(const RankReport& last);
+
   const int node_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
   mutable std::mutex mutex_;
-  std::map<int, RankReport> last_;  // by rank
-  int lowest_rank_ = -1;
+  std::map<int, RankReport> last_;  // by launch rank (RankReport::member), live ranks only
+  std::set<int> lost_;              // launch ranks lost from the job
   long reports_ = 0;
 };
 

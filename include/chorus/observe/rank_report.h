@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace chorus::observe {
 
@@ -22,7 +23,8 @@ struct OpTotals {
 // One rank after one step. Value type. Counters are running totals since the worker started (the
 // agent turns them into Prometheus counters); the rest describe the step just finished.
 struct RankReport {
-  int rank = 0;
+  int rank = 0;    // the rank in the current generation's world
+  int member = 0;  // the launch rank: names the worker for good, through elastic recoveries
   int node = 0;
   std::string device;     // the device spec, e.g. "cpu@0.5/512MiB"
   bool emulated = false;  // speed < 1: the figures include padding (DESIGN: always labelled)
@@ -50,12 +52,21 @@ struct RankReport {
   std::string link;  // the transport of the rank's collectives: "shm", "gloo", "nccl"
   std::map<std::string, OpTotals> ops;
   double unix_time = 0;  // when the report was made (seconds since the epoch)
+  // Elastic recovery (docs/elastic.md): the generation the step ran in (0 before any recovery),
+  // the recoveries this worker took part in, the agreement and rebuild times of the last one,
+  // and the launch ranks lost so far (cumulative, ascending).
+  int generation = 0;
+  std::uint64_t recoveries_total = 0;
+  double last_agree_seconds = 0;
+  double last_rebuild_seconds = 0;
+  std::vector<int> lost;
 
   // Busy fraction of the step: compute / step time, in [0, 1].
   double utilization() const;
 };
 
-// The JSON form of a report (one datagram). fromJson throws ConfigError on a malformed report.
+// The JSON form of a report (one datagram). fromJson throws ConfigError on a malformed report;
+// it takes reports of older workers without `member` (then the rank) or the elastic fields (0).
 std::string toJson(const RankReport& report);
 RankReport rankReportFromJson(const std::string& text);
 

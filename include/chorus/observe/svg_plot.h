@@ -16,6 +16,13 @@ struct PlotSeries {
   bool dashed = false;  // e.g. an ideal next to the measured line
 };
 
+// A vertical line across the plot at `x` (an event such as an elastic recovery), with a legend
+// entry `name`. Value type.
+struct PlotMarker {
+  double x = 0;
+  std::string name;
+};
+
 struct PlotOptions {
   std::string title;
   std::string x_label = "step";
@@ -25,9 +32,12 @@ struct PlotOptions {
   int height = 260;
   // Start the y axis at 0 (throughputs, shares). Default: true.
   bool y_from_zero = true;
+  // Drawn where there is data (the x axis stretches to take them in). Default: none.
+  std::vector<PlotMarker> markers;
 };
 
-// An <svg> element with axes, the lines and a legend; "no data" when every series is empty.
+// An <svg> element with axes, the lines, the markers (dashed grey <line class="marker">
+// elements with data-marker) and a legend; "no data" when every series is empty.
 std::string svgLinePlot(const std::vector<PlotSeries>& series, const PlotOptions& options);
 
 // `text` with &, <, >, " escaped for HTML and SVG.
