@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "chorus/comm/communicator.h"
@@ -28,23 +29,22 @@ TEST(CommunicatorAbort, ReleasesARankWaitingForAPeerThatNeverComes) {
   waiting = Communicator::create(store, 0, 2, shmOptions());
   peer.join();
   std::string message;
-  double waited = 0;
+  std::atomic<bool> ended{false};
   std::thread blocked([&] {
     at::Tensor tensor = at::ones({1024});
-    Stopwatch clock;
     try {
       waiting->allReduce(tensor).wait();  // rank 1 never enters it
     } catch (const CommError& error) {
       message = error.what();
     }
-    waited = clock.seconds();
+    ended.store(true);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(ended.load());  // it waits for rank 1, as long as its 10-minute deadline allows
   Stopwatch since_abort;
   waiting->abort("rank 1 missed 3 heartbeats");
   blocked.join();
   EXPECT_LT(since_abort.seconds(), 5.0);  // bounded by the transport's 5 ms checks, on any host
-  EXPECT_GE(waited, 0.1);
   EXPECT_NE(message.find("aborted"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 1 missed 3 heartbeats"), std::string::npos) << message;
   EXPECT_TRUE(waiting->broken());

@@ -152,11 +152,14 @@ TEST(ElasticMultiproc, ASecondFailureDuringRecovery) {
   expectSameModel(run, reference("cpu,cpu,cpu,cpu"));
 }
 
-TEST(ElasticMultiproc, AHungWorkerIsLeftOutByTheHeartbeatAndRefusedWhenItComesBack) {
-  // The stopped worker is continued once the survivors have recovered (or after a minute, so
-  // that a failed recovery cannot hang the test).
+// A worker stopped by `fault` (SIGSTOP) is continued once the survivors have recovered (or
+// after a minute, so that a failed recovery cannot hang the test): it is left out and stops,
+// without writing to the log its successors write.
+void expectHungWorkerLeftOut(const std::string& name, const std::string& fault,
+                             const std::vector<int>& members, const std::vector<int>& lost) {
   std::atomic<bool> done{false};
-  const std::string log = ::testing::TempDir() + "/hung.jsonl";
+  const std::string log = ::testing::TempDir() + "/" + name + ".jsonl";
+  std::remove(log.c_str());  // an earlier run's recovery must not count
   std::thread resume([&] {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (!done.load() && std::chrono::steady_clock::now() < until) {
@@ -167,16 +170,29 @@ TEST(ElasticMultiproc, AHungWorkerIsLeftOutByTheHeartbeatAndRefusedWhenItComesBa
     }
     runCommand("pkill -CONT -f '" + std::string(CHORUS_BINARY) + " train --worker'");
   });
-  const ElasticRun run = runElastic("hung", "cpu,cpu,cpu", "1:forward:5:STOP");
+  const ElasticRun run = runElastic(name, "cpu,cpu,cpu", fault);
   done.store(true);
   resume.join();
-  expectRecovered(run, {0, 2}, {1});
+  expectRecovered(run, members, lost);
   EXPECT_NE(run.recoveries.at(0).at("reason").get<std::string>().find("missed 3 heartbeats"),
             std::string::npos)
       << run.recoveries.at(0).dump();
   EXPECT_NE(run.run.output.find("was left out of the job"), std::string::npos) << run.run.output;
   expectEveryStepOnce(run);
+  for (const nlohmann::json& step : run.steps)
+    if (step.at("step").get<int>() > run.recoveries.at(0).at("redo_step").get<int>())
+      EXPECT_EQ(step.value("generation", 0), 1) << step.dump();
   expectSameModel(run, reference("cpu,cpu,cpu"));
+}
+
+TEST(ElasticMultiproc, AHungWorkerIsLeftOutByTheHeartbeatAndRefusedWhenItComesBack) {
+  expectHungWorkerLeftOut("hung", "1:forward:5:STOP", {0, 2}, {1});
+}
+
+TEST(ElasticMultiproc, AHungRankZeroComesBackWithoutTouchingTheLog) {
+  // Stopped after every rank's figures of step 6 arrived: when continued it could finish that
+  // step of its old generation, and must not log it.
+  expectHungWorkerLeftOut("hung_rank0", "0:optimizer:5:STOP", {1, 2}, {0});
 }
 
 TEST(ElasticMultiproc, BelowMinDevicesTheSurvivorsCheckpointAndStop) {

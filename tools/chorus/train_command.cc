@@ -281,8 +281,12 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
   const runtime::JobConfig& job = package.job;
   runtime::Trainer trainer(job, package.plan, worker);
   if (!args.resume.empty()) trainer.resume(args.resume);
+  // Rank 0 writes; under elastic recovery, only while its generation is the job's (a stopped
+  // and continued worker must not write over its successors' log).
   TrainReport report(
-      job, package.plan, [&worker] { return worker->rank() == 0; }, args.log_json);
+      job, package.plan,
+      [&worker, &trainer] { return worker->rank() == 0 && !trainer.superseded(); },
+      args.log_json); }, args.log_json);
   runtime::TrainerHooks hooks;
   hooks.at_point = fault.hook(worker->member());
   std::unique_ptr<TrainMetrics> metrics;

@@ -62,7 +62,9 @@ TrainReport::TrainReport(const runtime::JobConfig& job, const plan::Plan& plan,
   writing_ = is_writer_();
   if (!writing_) return;
   if (!json_path.empty()) {
-    json_.open(json_path, std::ios::trunc);
+    // Appended to (the front end emptied it): a writer that takes over after an elastic recovery
+    // appends too, and neither overwrites the other's lines.
+    json_.open(json_path, std::ios::app);
     if (!json_) CHORUS_THROW(ConfigError, "--log-json: cannot write ", json_path);
   }
   std::cout << "chorus train: " << job_.model.kind << " on " << job_.data.dataset << ", "
@@ -104,7 +106,7 @@ void TrainReport::progressLine(const runtime::StepRecord& record) const {
 
 void TrainReport::step(const runtime::StepRecord& record) {
   last_ = record;
-  if (!writing_) return;
+  if (!writing_ || !is_writer_()) return;
   if (record.skipped)
     std::printf("step %lld skipped: gradients overflowed on some rank; loss scales now %s\n",
                 static_cast<long long>(record.step + 1), scalesText(record.loss_scales).c_str());

@@ -16,6 +16,8 @@ namespace {
 constexpr std::chrono::milliseconds kPoll{2};
 // The agent's exit reports are looked at every this many watch intervals.
 constexpr int kExitCheckEvery = 5;
+// Peers' heartbeat counters are read this many times per heartbeat period.
+constexpr int kReadsPerBeat = 4;
 
 std::string genKey(int generation, const std::string& what) {
   return "gen/" + std::to_string(generation) + "/" + what;
@@ -123,18 +125,23 @@ ElasticMembership::ElasticMembership(std::shared_ptr<Worker> worker, ElasticOpti
   monitor_ = std::thread([this, monitor_store] {
     HeartbeatWatch watch(options_.heartbeat, options_.misses);
     auto next_beat = HeartbeatWatch::Clock::now();
-    auto last_beat = next_beat;
+    auto next_read = next_beat;
+    auto last_read = next_beat;
     for (int round = 0; !stopping_.load(); ++round) {
       try {
         const auto now = HeartbeatWatch::Clock::now();
-        if (now >= next_beat) {
+        if (now >= next_read) {
           // A monitor that did not run for a while (a descheduled or stopped process) saw no
           // beats either: it starts watching afresh rather than blame its peers.
-          if (now - last_beat > 2 * options_.heartbeat)
+          if (now - last_read > 2 * options_.heartbeat)
             watch = {options_.heartbeat, options_.misses};
-          beat(*monitor_store, watch);
-          last_beat = now;
-          next_beat = now + options_.heartbeat;
+          // Its own beat once a period; its peers' read kReadsPerBeat times a period, so that a
+          // stopped peer is seen at most a fraction of a period late.
+          const bool own = now >= next_beat;
+          beat(*monitor_store, watch, own);
+          if (own) next_beat = now + options_.heartbeat;
+          last_read = now;
+          next_read = now + options_.heartbeat / kReadsPerBeat;
         }
         watchLosses(*monitor_store);
         if (round % kExitCheckEvery == 0) {
@@ -168,8 +175,14 @@ Generation ElasticMembership::current() const {
   return current_;
 }
 
-void ElasticMembership::beat(comm::Store& store, HeartbeatWatch& watch) {
-  store.add("beat/" + std::to_string(worker_->member()), 1);
+bool ElasticMembership::superseded() const {
+  const Generation generation = current();
+  return store_->check({genKey(generation.number + 1, "open")}) ||
+         store_->check({memberKey(generation.number, "lost", worker_->member())});
+}
+
+void ElasticMembership::beat(comm::Store& store, HeartbeatWatch& watch, bool own) {
+  if (own) store.add("beat/" + std::to_string(worker_->member()), 1);
   const Generation generation = current();
   const auto now = HeartbeatWatch::Clock::now();
   for (int member : generation.members)

@@ -188,6 +188,10 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
 
 std::int64_t Trainer::nextStep() const { return state_->next_step; }
 
+bool Trainer::superseded() const {
+  return state_->membership && state_->membership->superseded();
+}
+
 parallel::StagePosition Trainer::position() const { return state_->engine->position(); }
 
 const std::vector<int>& Trainer::cuts() const { return state_->engine->cuts(); }

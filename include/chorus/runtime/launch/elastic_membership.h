@@ -108,6 +108,10 @@ class ElasticMembership {
   ElasticMembership& operator=(const ElasticMembership&) = delete;
 
   Generation current() const;
+  // Asks the store (one round trip) whether the job has gone past this worker's generation: the
+  // next one was opened, or this worker was declared lost. A worker that was stopped and
+  // continued may otherwise finish a step of its old generation and act on it (write the log).
+  bool superseded() const;
   // True once agree() found this worker left out: it must stop, not agree again.
   bool leftOut() const { return left_out_.load(); }
 
@@ -126,7 +130,8 @@ class ElasticMembership {
 
  private:
   void monitor();
-  void beat(comm::Store& store, HeartbeatWatch& watch);
+  // Bumps this worker's beat when `own`, reads its peers' and declares the overdue ones lost.
+  void beat(comm::Store& store, HeartbeatWatch& watch, bool own);
   void watchLosses(comm::Store& store);
   void declareLost(comm::Store& store, int generation, int member, const std::string& why);
   void abortWorld(const std::string& why);

@@ -165,6 +165,9 @@ class Trainer {
   void resume(const std::string& checkpoint_dir);
   // The step the next step() runs.
   std::int64_t nextStep() const;
+  // elastic.enabled: whether the job has gone on without this worker's generation (it was lost
+  // and came back, or a recovery is under way); asks the store. False without elastic.
+  bool superseded() const;
 
   // The plan as it runs now. This rank's (replica, stage): (rank, 0) for data parallelism.
   parallel::StagePosition position() const;
