@@ -179,9 +179,11 @@ void expectHungWorkerLeftOut(const std::string& name, const std::string& fault,
       << run.recoveries.at(0).dump();
   EXPECT_NE(run.run.output.find("was left out of the job"), std::string::npos) << run.run.output;
   expectEveryStepOnce(run);
-  for (const nlohmann::json& step : run.steps)
-    if (step.at("step").get<int>() > run.recoveries.at(0).at("redo_step").get<int>())
+  for (const nlohmann::json& step : run.steps) {
+    if (step.at("step").get<int>() >= run.recoveries.at(0).at("redo_step").get<int>()) {
       EXPECT_EQ(step.value("generation", 0), 1) << step.dump();
+    }
+  }
   expectSameModel(run, reference("cpu,cpu,cpu"));
 }
 

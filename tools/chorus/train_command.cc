@@ -286,7 +286,7 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
   TrainReport report(
       job, package.plan,
       [&worker, &trainer] { return worker->rank() == 0 && !trainer.superseded(); },
-      args.log_json); }, args.log_json);
+      args.log_json);
   runtime::TrainerHooks hooks;
   hooks.at_point = fault.hook(worker->member());
   std::unique_ptr<TrainMetrics> metrics;
