@@ -285,8 +285,7 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
   // and continued worker must not write over its successors' log).
   TrainReport report(
       job, package.plan,
-      [&worker, &trainer] { return worker->rank() == 0 && !trainer.superseded(); },
-      args.log_json);
+      [&worker, &trainer] { return worker->rank() == 0 && !trainer.superseded(); }, args.log_json);
   runtime::TrainerHooks hooks;
   hooks.at_point = fault.hook(worker->member());
   std::unique_ptr<TrainMetrics> metrics;

@@ -188,9 +188,7 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
 
 std::int64_t Trainer::nextStep() const { return state_->next_step; }
 
-bool Trainer::superseded() const {
-  return state_->membership && state_->membership->superseded();
-}
+bool Trainer::superseded() const { return state_->membership && state_->membership->superseded(); }
 
 parallel::StagePosition Trainer::position() const { return state_->engine->position(); }
 
