@@ -30,10 +30,17 @@ std::string broadcastBytes(comm::Communicator& world, const std::string& bytes, 
   return std::string(static_cast<const char*>(data.data_ptr()), data.numel());
 }
 
-// The old ranks (indices into `previous`) of the members of `next`.
-std::vector<int> keptRanks(const Generation& previous, const Generation& next) {
+// The ranks of the members of `next` in the engine's world (`engine_members`: the members the
+// engine and the plan were built for, which a failed attempt leaves unchanged).
+std::vector<int> keptRanks(const std::vector<int>& engine_members, const Generation& next) {
   std::vector<int> kept;
-  for (int member : next.members) kept.push_back(previous.rankOf(member));
+  for (int member : next.members) {
+    const auto found = std::find(engine_members.begin(), engine_members.end(), member);
+    if (found == engine_members.end())
+      CHORUS_THROW(CommError, "elastic: rank ", member, " of generation ", next.number,
+                   " is not one this worker trained with");
+    kept.push_back(static_cast<int>(found - engine_members.begin()));
+  }
   return kept;
 }
 
@@ -72,11 +79,10 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   TrainingContext& c = *s.context;
   ElasticMembership& membership = *s.membership;
   Stopwatch clock;
-  const Generation previous = membership.current();
   const Generation next = membership.agree(s.next_step, failure);
   const double agree_seconds = clock.seconds();
   if (hooks.at_point) hooks.at_point(s.next_step, "recovery");
-  const std::vector<int> kept = keptRanks(previous, next);
+  const std::vector<int> kept = keptRanks(s.engine_members, next);
   std::string handover;
   if (next.source == c.worker->member()) handover = s.engine->handover(kept);
   const LocalCarry carry = s.engine->localCarry();
@@ -86,6 +92,7 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   s.engine.reset();  // its reducer's hooks go before the new one's are set
   s.engine = makeDataParallelEngine(c, s.plan);
   s.engine->adopt(handover, carry);
+  s.engine_members = next.members;
   s.next_step = next.step;
   resetCheckpointWriter(s, next.number);
   RecoveryRecord record;

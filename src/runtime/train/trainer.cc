@@ -93,6 +93,7 @@ Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     options.misses = static_cast<int>(c.job.elastic.heartbeat_misses);
     options.agreement_timeout = std::chrono::milliseconds(c.worker->identity().timeout_ms);
     s.membership = std::make_unique<ElasticMembership>(c.worker, options);
+    s.engine_members = s.membership->current().members;
   }
   if (!c.job.checkpoint.dir.empty()) {
     CheckpointOptions options;

@@ -71,6 +71,8 @@ struct Trainer::State {
   std::unique_ptr<StepEngine> engine;
   // elastic.enabled: this worker's membership (heartbeat, agreement); else null.
   std::unique_ptr<ElasticMembership> membership;
+  // The launch ranks of the world the engine and the plan were built for, in rank order.
+  std::vector<int> engine_members;
   // Background checkpoints of an earlier generation, left to end on their own.
   std::vector<std::future<std::string>> abandoned_checkpoints;
   std::int64_t next_step = 0;
