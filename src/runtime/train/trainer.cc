@@ -92,6 +92,9 @@ Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     options.heartbeat = std::chrono::milliseconds(c.job.elastic.heartbeat_ms);
     options.misses = static_cast<int>(c.job.elastic.heartbeat_misses);
     options.agreement_timeout = std::chrono::milliseconds(c.worker->identity().timeout_ms);
+    // Every rank starts watching its peers' heartbeats at the same moment: a rank whose engine
+    // took longer to build (a memory calibration, say) must not look hung to the others.
+    c.worker->world()->barrier().wait();
     s.membership = std::make_unique<ElasticMembership>(c.worker, options);
     s.engine_members = s.membership->current().members;
   }
