@@ -122,46 +122,48 @@ ElasticMembership::ElasticMembership(std::shared_ptr<Worker> worker, ElasticOpti
   // Its own connection: the training thread's may be held by a blocking call for long.
   auto monitor_store =
       std::make_shared<comm::PrefixStore>("elastic", worker_->openStoreConnection());
-  monitor_ = std::thread([this, monitor_store] {
-    HeartbeatWatch watch(options_.heartbeat, options_.misses);
-    auto next_beat = HeartbeatWatch::Clock::now();
-    auto next_read = next_beat;
-    auto last_read = next_beat;
-    for (int round = 0; !stopping_.load(); ++round) {
-      try {
-        const auto now = HeartbeatWatch::Clock::now();
-        if (now >= next_read) {
-          // A monitor that did not run for a while (a descheduled or stopped process) saw no
-          // beats either: it starts watching afresh rather than blame its peers.
-          if (now - last_read > 2 * options_.heartbeat)
-            watch = {options_.heartbeat, options_.misses};
-          // Its own beat once a period; its peers' read kReadsPerBeat times a period, so that a
-          // stopped peer is seen at most a fraction of a period late.
-          const bool own = now >= next_beat;
-          beat(*monitor_store, watch, own);
-          if (own) next_beat = now + options_.heartbeat;
-          last_read = now;
-          next_read = now + options_.heartbeat / kReadsPerBeat;
-        }
-        watchLosses(*monitor_store);
-        if (round % kExitCheckEvery == 0) {
-          const Generation generation = current();
-          for (int member : generation.members) {
-            if (member == worker_->member()) continue;
-            const std::string exited = peek(*monitor_store, "exited/" + std::to_string(member));
-            if (!exited.empty() &&
-                peek(*monitor_store, memberKey(generation.number, "lost", member)).empty())
-              declareLost(*monitor_store, generation.number, member, exited + " (agent)");
-          }
-        }
-      } catch (const std::exception& error) {
-        // The store is gone (the job ends) or unreachable: the transport's deadlines still hold.
-        if (!stopping_.load()) logDebug("elastic monitor: ", error.what());
+  monitor_ = std::thread([this, monitor_store] { monitor(*monitor_store); });
+}
+
+void ElasticMembership::monitor(comm::Store& store) {
+  HeartbeatWatch watch(options_.heartbeat, options_.misses);
+  auto next_beat = HeartbeatWatch::Clock::now();
+  auto next_read = next_beat;
+  auto last_read = next_beat;
+  for (int round = 0; !stopping_.load(); ++round) {
+    try {
+      const auto now = HeartbeatWatch::Clock::now();
+      if (now >= next_read) {
+        // A monitor that did not run for a while (a descheduled or stopped process) saw no
+        // beats either: it starts watching afresh rather than blame its peers.
+        if (now - last_read > 2 * options_.heartbeat) watch = {options_.heartbeat, options_.misses};
+        // Its own beat once a period; its peers' read kReadsPerBeat times a period, so that a
+        // stopped peer is seen at most a fraction of a period late.
+        const bool own = now >= next_beat;
+        beat(store, watch, own);
+        if (own) next_beat = now + options_.heartbeat;
+        last_read = now;
+        next_read = now + options_.heartbeat / kReadsPerBeat;
       }
-      std::unique_lock<std::mutex> lock(wake_mutex_);
-      wake_.wait_for(lock, options_.watch_interval, [this] { return stopping_.load(); });
+      watchLosses(store);
+      if (round % kExitCheckEvery == 0) watchExits(store);
+    } catch (const std::exception& error) {
+      // The store is gone (the job ends) or unreachable: the transport's deadlines still hold.
+      if (!stopping_.load()) logDebug("elastic monitor: ", error.what());
     }
-  });
+    std::unique_lock<std::mutex> lock(wake_mutex_);
+    wake_.wait_for(lock, options_.watch_interval, [this] { return stopping_.load(); });
+  }
+}
+
+void ElasticMembership::watchExits(comm::Store& store) {
+  const Generation generation = current();
+  for (int member : generation.members) {
+    if (member == worker_->member()) continue;
+    const std::string exited = peek(store, "exited/" + std::to_string(member));
+    if (!exited.empty() && peek(store, memberKey(generation.number, "lost", member)).empty())
+      declareLost(store, generation.number, member, exited + " (agent)");
+  }
 }
 
 ElasticMembership::~ElasticMembership() {

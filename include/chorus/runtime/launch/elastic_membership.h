@@ -129,7 +129,10 @@ class ElasticMembership {
   void regroup(const Generation& next);
 
  private:
-  void monitor();
+  // The monitor thread's loop, on its own store connection.
+  void monitor(comm::Store& store);
+  // Declares lost the members whose process the agent reported ended.
+  void watchExits(comm::Store& store);
   // Bumps this worker's beat when `own`, reads its peers' and declares the overdue ones lost.
   void beat(comm::Store& store, HeartbeatWatch& watch, bool own);
   void watchLosses(comm::Store& store);
