@@ -81,7 +81,6 @@ void DataParallelEngine::adopt(const std::string& bytes, const LocalCarry& carry
   torch::serialize::InputArchive optimizer_archive;
   archive.read(kOptimizer, optimizer_archive);
   optimizer->load(optimizer_archive);
-  // The optimizer's state tensors live where the loaded ones were made: the worker's device.
   skipped_steps = header.at("skipped_steps").get<std::int64_t>();
   balancer->importState(balancerStateFromJson(header.at("balancer")));
   if (!fixed_shares.empty()) fixed_shares = header.at("shares").get<std::vector<std::int64_t>>();
