@@ -1,6 +1,7 @@
 #include "chorus/plan/survivors.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "chorus/core/error.h"
@@ -24,39 +25,102 @@ std::vector<int> renumbering(const std::vector<int>& kept, std::size_t ranks) {
   return index;
 }
 
-}  // namespace
-
-std::vector<std::int64_t> survivorShares(const std::vector<std::int64_t>& shares,
-                                         const std::vector<int>& kept) {
-  checkKept(kept, shares.size());
-  const std::int64_t batch = std::accumulate(shares.begin(), shares.end(), std::int64_t{0});
-  std::vector<double> weight;
-  for (int rank : kept) weight.push_back(static_cast<double>(shares[rank]));
+// `batch` split in proportion to `weight` (all equal when they sum to nothing): largest remainder
+// first, equal remainders to the lower index.
+std::vector<std::int64_t> splitInProportion(std::int64_t batch, std::vector<double> weight) {
   double total = std::accumulate(weight.begin(), weight.end(), 0.0);
   if (total <= 0) {
     std::fill(weight.begin(), weight.end(), 1.0);
     total = static_cast<double>(weight.size());
   }
-  std::vector<std::int64_t> result(kept.size());
+  std::vector<std::int64_t> result(weight.size());
   std::vector<std::pair<double, std::size_t>> remainders;
   std::int64_t given = 0;
-  for (std::size_t i = 0; i < kept.size(); ++i) {
+  for (std::size_t i = 0; i < weight.size(); ++i) {
     const double exact = static_cast<double>(batch) * weight[i] / total;
     result[i] = static_cast<std::int64_t>(exact);
     given += result[i];
     remainders.push_back({exact - static_cast<double>(result[i]), i});
   }
-  // Largest remainder first; equal remainders to the lower rank (stable order).
   std::stable_sort(remainders.begin(), remainders.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t k = 0; given < batch; ++k, ++given) ++result[remainders[k % kept.size()].second];
+  for (std::size_t k = 0; given < batch; ++k, ++given)
+    ++result[remainders[k % weight.size()].second];
   return result;
+}
+
+// Rank -> its replica, for a plan of one-stage replicas.
+std::map<int, const ReplicaPlan*> replicaOfRank(const Plan& plan) {
+  std::map<int, const ReplicaPlan*> replica_of_rank;
+  for (const ReplicaPlan& replica : plan.replicas) {
+    CHORUS_CHECK_CONFIG(replica.stages.size() == 1, "survivors: a replica of ",
+                        replica.stages.size(), " stages; only one-stage replicas regroup");
+    replica_of_rank[replica.stages.front().rank] = &replica;
+  }
+  return replica_of_rank;
+}
+
+// `rank`'s entries of `plan`, as rank `index` of the next plan with `share` samples.
+void addRank(Plan& next, const Plan& plan, const std::map<int, const ReplicaPlan*>& replicas,
+             int rank, std::int64_t share) {
+  CHORUS_CHECK_CONFIG(rank >= 0 && rank < static_cast<int>(plan.ranks.size()) &&
+                          replicas.count(rank) > 0,
+                      "survivors: rank ", rank, " is not in a plan of ", plan.ranks.size());
+  next.ranks.push_back(plan.ranks.at(rank));
+  ReplicaPlan replica = *replicas.at(rank);
+  StagePlan& stage = replica.stages.front();
+  const bool one_pass = stage.micro_batch >= replica.share;
+  replica.share = static_cast<int>(share);
+  stage.rank = static_cast<int>(next.ranks.size()) - 1;
+  if (one_pass) stage.micro_batch = std::max(1, replica.share);
+  next.replicas.push_back(replica);
+}
+
+}  // namespace
+
+Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& launch,
+                 const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares) {
+  checkKept(kept, current.ranks.size());
+  CHORUS_CHECK_CONFIG(shares.size() == kept.size() + joiner_slots.size(), "survivors: ",
+                      shares.size(), " shares for ", kept.size() + joiner_slots.size(), " ranks");
+  const auto current_replicas = replicaOfRank(current);
+  const auto launch_replicas = replicaOfRank(launch);
+  Plan next = current;
+  next.ranks.clear();
+  next.replicas.clear();
+  std::size_t index = 0;
+  for (int rank : kept) addRank(next, current, current_replicas, rank, shares[index++]);
+  for (int slot : joiner_slots) addRank(next, launch, launch_replicas, slot, shares[index++]);
+  return next;
+}
+
+std::vector<std::int64_t> survivorShares(const std::vector<std::int64_t>& shares,
+                                         const std::vector<int>& kept) {
+  return regroupShares(shares, kept, std::vector<std::int64_t>(kept.size(), 1), {});
+}
+
+std::vector<std::int64_t> regroupShares(const std::vector<std::int64_t>& shares,
+                                        const std::vector<int>& kept,
+                                        const std::vector<std::int64_t>& kept_planned,
+                                        const std::vector<std::int64_t>& joiner_planned) {
+  checkKept(kept, shares.size());
+  CHORUS_CHECK_CONFIG(kept_planned.size() == kept.size(), "survivors: ", kept_planned.size(),
+                      " planned shares for ", kept.size(), " survivors");
+  const std::int64_t batch = std::accumulate(shares.begin(), shares.end(), std::int64_t{0});
+  std::vector<double> weight;
+  for (int rank : kept) weight.push_back(static_cast<double>(shares[rank]));
+  const double now = std::accumulate(weight.begin(), weight.end(), 0.0);
+  const double planned = static_cast<double>(
+      std::accumulate(kept_planned.begin(), kept_planned.end(), std::int64_t{0}));
+  const double scale = now > 0 && planned > 0 ? now / planned : 1.0;
+  for (std::int64_t share : joiner_planned) weight.push_back(static_cast<double>(share) * scale);
+  return splitInProportion(batch, weight);
 }
 
 BalancerState survivorBalancerState(const BalancerState& state, const std::vector<int>& kept,
                                     const std::vector<std::int64_t>& shares) {
   checkKept(kept, state.shares.size());
-  CHORUS_CHECK_CONFIG(shares.size() == kept.size(), "survivors: ", shares.size(), " shares for ",
+  CHORUS_CHECK_CONFIG(shares.size() >= kept.size(), "survivors: ", shares.size(), " shares for ",
                       kept.size(), " survivors");
   const std::vector<int> index = renumbering(kept, state.shares.size());
   BalancerState next = state;
@@ -86,6 +150,7 @@ BalancerState survivorBalancerState(const BalancerState& state, const std::vecto
   if (!state.fixed_seconds.empty()) {
     next.fixed_seconds.clear();
     for (int rank : kept) next.fixed_seconds.push_back(state.fixed_seconds.at(rank));
+    next.fixed_seconds.resize(shares.size(), 0.0);  // joiners: nothing remembered yet
   }
   next.small_gain_updates = 0;
   next.small_gain_direction.clear();

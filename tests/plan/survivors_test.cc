@@ -1,5 +1,6 @@
 // What survivors carry over when data-parallel ranks are lost: the batch split over them in
-// proportion to their shares, and the balancer's knowledge of them kept and renumbered.
+// proportion to their shares, a share for each worker that joins, and the balancer's knowledge of
+// them kept and renumbered.
 #include "chorus/plan/survivors.h"
 
 #include <gtest/gtest.h>
@@ -83,6 +84,100 @@ TEST(SurvivorBalancerState, TheBalancerTakesIt) {
   LoadBalancer survivors(options, 2, 60, {});
   survivors.importState(survivorBalancerState(before, {0, 2}, shares));
   EXPECT_EQ(survivors.shares(), shares);
+}
+
+TEST(RegroupShares, AReplacedWorkerBringsBackTheLaunchShares) {
+  // Launch [10, 20, 40, 50]; rank 1 lost: the survivors held [12, 48, 60] of 120. Its replacement
+  // counts as 20 x 120/100 = 24: [12, 48, 60, 24] of 144 is [10, 40, 50, 20] of 120.
+  const auto after_loss = survivorShares({10, 20, 40, 50}, {0, 2, 3});
+  EXPECT_EQ(after_loss, (std::vector<std::int64_t>{12, 48, 60}));
+  EXPECT_EQ(regroupShares(after_loss, {0, 1, 2}, {10, 40, 50}, {20}),
+            (std::vector<std::int64_t>{10, 40, 50, 20}));
+}
+
+TEST(RegroupShares, WithoutJoinersItIsSurvivorShares) {
+  EXPECT_EQ(regroupShares({30, 20, 14}, {0, 2}, {5, 9}, {}), survivorShares({30, 20, 14}, {0, 2}));
+}
+
+TEST(RegroupShares, JoinersScaleWithWhatTheSurvivorsRunNow) {
+  // The survivors run twice their planned shares (the lost ranks' samples went to them): a
+  // joiner planned at 16 counts as 32. The batch of 64 over [40, 24, 32] is 26.7 : 16 : 21.3.
+  const auto shares = regroupShares({40, 24}, {0, 1}, {20, 12}, {16});
+  EXPECT_EQ(shares, (std::vector<std::int64_t>{27, 16, 21}));
+  EXPECT_EQ(sum(shares), 64);
+  // Two joiners, batch of 64 over weights [40, 24, 32, 32].
+  const auto two = regroupShares({40, 24}, {0, 1}, {20, 12}, {16, 16});
+  EXPECT_EQ(sum(two), 64);
+  EXPECT_EQ(two, (std::vector<std::int64_t>{20, 12, 16, 16}));
+}
+
+TEST(RegroupShares, SizesThatDifferAreRefused) {
+  EXPECT_THROW(regroupShares({4, 4}, {0, 1}, {4}, {4}), ConfigError);
+}
+
+TEST(SurvivorBalancerState, JoinersComeAfterTheSurvivorsWithNothingObserved) {
+  BalancerState state;
+  state.shares = {30, 34};
+  state.observation_rank = {0, 1};
+  state.observation_samples = {30, 34};
+  state.observation_seconds = {0.3, 0.2};
+  state.fixed_seconds = {0.01, 0.02};
+  const BalancerState next = survivorBalancerState(state, {1}, {40, 24});
+  EXPECT_EQ(next.shares, (std::vector<std::int64_t>{40, 24}));
+  EXPECT_EQ(next.observation_rank, (std::vector<int>{0}));
+  EXPECT_EQ(next.fixed_seconds, (std::vector<double>{0.02, 0.0}));
+  BalancerOptions options;
+  LoadBalancer balancer(options, 2, 64, {});
+  balancer.importState(next);
+  EXPECT_EQ(balancer.shares(), next.shares);
+}
+
+// A one-stage data-parallel plan of `shares`, rank r on device r; rank 1 accumulates in
+// micro-batches of 4, the others run their share in one pass.
+Plan dataParallelPlan(const std::vector<int>& shares) {
+  Plan plan;
+  plan.global_batch = 0;
+  for (std::size_t r = 0; r < shares.size(); ++r) {
+    RankPlan rank;
+    rank.device = static_cast<int>(r);
+    rank.device_type = "cpu" + std::to_string(r);
+    plan.ranks.push_back(rank);
+    ReplicaPlan replica;
+    replica.share = shares[r];
+    StagePlan stage;
+    stage.last_layer = 3;
+    stage.rank = static_cast<int>(r);
+    stage.micro_batch = r == 1 ? 4 : shares[r];
+    replica.stages.push_back(stage);
+    plan.replicas.push_back(replica);
+    plan.global_batch += shares[r];
+  }
+  return plan;
+}
+
+TEST(RegroupPlan, SurvivorsThenJoinersTakeTheirLaunchEntries) {
+  const Plan launch = dataParallelPlan({10, 20, 40, 50});
+  const Plan survivors = regroupPlan(launch, {0, 2, 3}, launch, {}, {12, 48, 60});
+  ASSERT_EQ(survivors.ranks.size(), 3u);
+  EXPECT_EQ(survivors.ranks[1].device_type, "cpu2");
+  EXPECT_EQ(survivors.replicas[1].share, 48);
+  EXPECT_EQ(survivors.replicas[1].stages[0].rank, 1);
+  EXPECT_EQ(survivors.replicas[1].stages[0].micro_batch, 48);  // one pass stays one pass
+  // Launch rank 1's replacement joins: it takes launch rank 1's entry, as rank 3.
+  const Plan joined = regroupPlan(survivors, {0, 1, 2}, launch, {1}, {10, 40, 50, 20});
+  ASSERT_EQ(joined.ranks.size(), 4u);
+  EXPECT_EQ(joined.ranks[3].device_type, "cpu1");
+  EXPECT_EQ(joined.replicas[3].share, 20);
+  EXPECT_EQ(joined.replicas[3].stages[0].rank, 3);
+  EXPECT_EQ(joined.replicas[3].stages[0].micro_batch, 4);  // it accumulated, and still does
+  EXPECT_EQ(joined.replicas[0].share, 10);
+  EXPECT_EQ(joined.global_batch, 120);
+}
+
+TEST(RegroupPlan, WrongSizesAndSlotsAreRefused) {
+  const Plan launch = dataParallelPlan({10, 20});
+  EXPECT_THROW(regroupPlan(launch, {0}, launch, {}, {10, 20}), ConfigError);
+  EXPECT_THROW(regroupPlan(launch, {0}, launch, {5}, {10, 20}), ConfigError);
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
-// What a data-parallel group carries over when some of its ranks are lost (elastic recovery):
-// the lost ranks' samples handed to the survivors, and the load balancer's knowledge of the
-// survivors kept. Pure functions of their arguments, so every survivor computes the same.
+// What a data-parallel group carries over when its membership changes (elastic recovery): the
+// lost ranks' samples handed to the survivors, a share for each worker that joins, and the load
+// balancer's knowledge of the survivors kept. Pure functions of their arguments, so every member
+// computes the same.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "chorus/plan/balancer.h"
+#include "chorus/plan/plan.h"
 
 namespace chorus::plan {
 
@@ -18,11 +20,35 @@ namespace chorus::plan {
 std::vector<std::int64_t> survivorShares(const std::vector<std::int64_t>& shares,
                                          const std::vector<int>& kept);
 
+// The shares of the survivors `kept` and of the workers that join them, in that order. A joiner
+// counts as if its device ran now as it was planned at launch relative to the survivors:
+// `joiner_planned[j]` (its slot's share in the launch plan) times the survivors' current shares
+// over their planned ones (`kept_planned`, one per kept rank). The global batch is then split in
+// proportion as survivorShares does; with no joiner the result is survivorShares'. When every
+// lost worker is replaced and the balancer has not moved, the launch plan's shares come back.
+// Throws ConfigError for an invalid `kept` or sizes that differ.
+std::vector<std::int64_t> regroupShares(const std::vector<std::int64_t>& shares,
+                                        const std::vector<int>& kept,
+                                        const std::vector<std::int64_t>& kept_planned,
+                                        const std::vector<std::int64_t>& joiner_planned);
+
 // `state` restricted to the survivors `kept` (old rank indices, ascending), renumbered in that
 // order, with `shares` (one per survivor) as the new shares: the survivors' speed observations,
 // held observations and fixed costs stay, the lost ranks' go; a pending small move is dropped
-// (it was a move among the old ranks), and the change history is kept.
+// (it was a move among the old ranks), and the change history is kept. `shares` may hold more
+// entries than `kept`: the ranks after the survivors are workers that join, with no observation
+// (the balancer profiles them in from their first steps) and no remembered fixed cost.
 BalancerState survivorBalancerState(const BalancerState& state, const std::vector<int>& kept,
                                     const std::vector<std::int64_t>& shares);
+
+// The one-stage data-parallel plan of the next generation: the kept ranks' entries of `current`
+// (old rank indices, ascending) and, after them, each joiner's launch rank's entry of `launch`
+// (`joiner_slots`: the launch rank each joiner runs in place of), ranks renumbered in that order,
+// each replica with its share of `shares` (one per kept rank, then one per joiner). A replica
+// that ran its share in one pass still does (its micro-batch follows the share); a memory limit
+// stays. Throws ConfigError for a plan of pipeline replicas, ranks out of range or sizes that
+// differ.
+Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& launch,
+                 const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares);
 
 }  // namespace chorus::plan
