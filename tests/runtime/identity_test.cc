@@ -118,6 +118,33 @@ TEST(Identity, RejectsInconsistentOrIncompleteIdentities) {
                ConfigError);
 }
 
+// A replacement worker (chorus run --max-restarts) has a member id beyond the launch world size.
+TEST(Identity, AReplacementHasAMemberIdBeyondTheWorldSizeAndNamesTheRankItReplaces) {
+  const Environment replacement{{"CHORUS_RANK", "5"},
+                                {"CHORUS_WORLD_SIZE", "3"},
+                                {"CHORUS_LOCAL_RANK", "1"},
+                                {"CHORUS_LOCAL_WORLD_SIZE", "3"},
+                                {"CHORUS_ELASTIC_REPLACES", "1"},
+                                {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                                {"CHORUS_SECRET_FD", "3"}};
+  const WorkerIdentity identity = identityFromEnvironment(replacement);
+  EXPECT_EQ(identity.rank, 5);
+  EXPECT_EQ(identity.world_size, 3);
+  EXPECT_EQ(identity.local_rank, 1);
+  EXPECT_EQ(identity.replaces, 1);
+  EXPECT_EQ(identityFromEnvironment({}).replaces, -1);
+  // Not a replacement: the rank must still lie inside the world.
+  Environment plain = replacement;
+  plain.erase("CHORUS_ELASTIC_REPLACES");
+  EXPECT_THROW(identityFromEnvironment(plain), ConfigError);
+  // It replaces an earlier member, never itself or a later one, and never a negative rank.
+  for (const char* bad : {"5", "6", "-1", "x"}) {
+    Environment wrong = replacement;
+    wrong["CHORUS_ELASTIC_REPLACES"] = bad;
+    EXPECT_THROW(identityFromEnvironment(wrong), ConfigError) << bad;
+  }
+}
+
 TEST(Identity, TakesTheSecretFromAnInheritedDescriptorOrAFile) {
   EXPECT_EQ(identityFromEnvironment({{"CHORUS_RANK", "0"},
                                      {"CHORUS_WORLD_SIZE", "2"},

@@ -10,6 +10,9 @@
 //   test_worker identity          prints this worker's identity
 //   test_worker elastic R1,R2,... (chorus run --elastic) ranks R1, R2, ... die by SIGKILL; the
 //                                 others print what the agent posted in the store of each loss
+//   test_worker restart R1,R2,... K (chorus run --elastic --max-restarts) ranks R1, R2, ... and
+//                                 then their replacements die by SIGKILL, the first K lives of
+//                                 each; each replacement first prints whom it replaces
 #include <ATen/ATen.h>
 
 #include <unistd.h>
@@ -202,17 +205,48 @@ int runIntruder(chorus::runtime::Worker& worker) {
   return 1;
 }
 
+// "1,3" -> {1, 3}.
+std::vector<int> rankList(const std::string& list) {
+  std::vector<int> ranks;
+  std::istringstream items(list);
+  for (std::string rank; std::getline(items, rank, ',');) ranks.push_back(std::stoi(rank));
+  return ranks;
+}
+
 // Waits for no collective: the survivors of an elastic job learn of each loss from the store alone.
 int runElastic(chorus::runtime::Worker& worker, const std::string& lost_list) {
-  std::vector<int> lost;
-  std::istringstream ranks(lost_list);
-  for (std::string rank; std::getline(ranks, rank, ',');) lost.push_back(std::stoi(rank));
+  const std::vector<int> lost = rankList(lost_list);
   if (std::find(lost.begin(), lost.end(), worker.rank()) != lost.end()) std::raise(SIGKILL);
   for (int rank : lost) {
     const std::string key = chorus::runtime::elasticExitKey(rank);
     std::cout << "rank " << worker.rank() << " saw " << key << ": "
               << worker.store()->getString(key, std::chrono::seconds(30)) << std::endl;
   }
+  return 0;
+}
+
+// Ranks `victims` and their lines of replacements (a line keeps its node and local rank): the
+// first `deaths` lives of each die by SIGKILL, a later one exits 0. A replacement says whom it
+// replaces and whether the agent had posted that loss before starting it (a check, not a wait).
+int runRestart(chorus::runtime::Worker& worker, const std::string& victims, int deaths) {
+  const chorus::runtime::WorkerIdentity& id = worker.identity();
+  const std::vector<int> first_lives = rankList(victims);
+  if (id.replaces < 0 &&
+      std::find(first_lives.begin(), first_lives.end(), id.rank) == first_lives.end())
+    return 0;
+  if (id.replaces >= 0) {
+    const std::string key = chorus::runtime::elasticExitKey(id.replaces);
+    const bool posted = worker.store()->check({key});
+    std::cout << "rank " << id.rank << " replaces " << id.replaces << ": world " << id.world_size
+              << " local " << id.local_rank << " device " << id.device.toString() << "; " << key
+              << (posted
+                      ? " already set: " + worker.store()->getString(key, std::chrono::seconds(1))
+                      : std::string(" not set"))
+              << std::endl;
+  }
+  const std::string line =
+      "test/restart/lives/" + std::to_string(id.node_rank) + "/" + std::to_string(id.local_rank);
+  if (worker.store()->add(line, 1) <= deaths) std::raise(SIGKILL);
   return 0;
 }
 
@@ -223,9 +257,12 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "identity";
     const int which = argc > 2 ? std::stoi(argv[2]) : 0;
     chorus::runtime::InitOptions init;
-    init.connect = mode != "elastic";  // a world communicator would wait for the lost ranks
+    // A world communicator would wait for the lost ranks.
+    init.connect = mode != "elastic" && mode != "restart";
     auto worker = chorus::init(init);
     if (mode == "elastic") return runElastic(*worker, argc > 2 ? argv[2] : "");
+    if (mode == "restart")
+      return runRestart(*worker, argc > 2 ? argv[2] : "", argc > 3 ? std::stoi(argv[3]) : 1);
     if (mode == "collectives") return runCollectives(*worker);
     if (mode == "absent") return runAbsent(*worker, which);
     if (mode == "crash") return runCrash(*worker, which);

@@ -32,6 +32,12 @@ void addRunCommand(CLI::App& app, Action& action) {
   run->add_flag("--elastic", options->elastic,
                 "Elastic job: a failed worker does not stop the others; the agent posts its loss "
                 "to the job's store (elastic/exited/RANK) and the survivors go on");
+  run->add_option("--max-restarts", options->max_restarts,
+                  "Needs --elastic: start a replacement for a failed worker, at most N times on "
+                  "this node, under a new rank (CHORUS_RANK) that names the one it replaces in "
+                  "CHORUS_ELASTIC_REPLACES")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   run->add_option("--timeout", *timeout_s, "Workers' communication deadline, seconds")
       ->check(secondsIn(kMinTimeoutSeconds, kMaxTimeoutSeconds))
       ->capture_default_str();

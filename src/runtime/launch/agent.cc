@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <csignal>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/tcp_store.h"
@@ -33,6 +35,10 @@ void validateOptions(const AgentOptions& options) {
                       options.comm_timeout.count(), " ms");
   CHORUS_CHECK_CONFIG(options.grace.count() >= 0,
                       "chorus run: the grace before SIGKILL must not be negative");
+  CHORUS_CHECK_CONFIG(options.max_restarts >= 0, "chorus run: --max-restarts must not be negative");
+  CHORUS_CHECK_CONFIG(options.max_restarts == 0 || options.elastic,
+                      "chorus run: --max-restarts needs --elastic (without it the first failure "
+                      "stops every worker)");
   if (options.nnodes > 1) {
     CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
                         "chorus run: a job of several nodes needs --rdzv-endpoint HOST:PORT");
@@ -52,6 +58,14 @@ struct StoreConnection {
 // A worker's own store connection and its elastic monitor's (Worker::openStoreConnection).
 constexpr int kConnectionsPerWorker = 2;
 
+// The store server's connection limit: each worker's and each agent's connections, and room for
+// replacements (a lost worker's sockets close when it dies, but its replacement may connect first).
+int storeConnectionLimit(int workers, int agents, long long replacements) {
+  const long long limit =
+      kConnectionsPerWorker * (workers + replacements) + agents + comm::kStoreConnectionMargin;
+  return static_cast<int>(std::min<long long>(limit, std::numeric_limits<int>::max()));
+}
+
 StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret,
                              int local_workers) {
   StoreConnection connection;
@@ -66,8 +80,7 @@ StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret&
     // One connection per worker and per agent. With several nodes the job's size is known only
     // once the agents met (runAgent tightens the limit then); until then no worker exists.
     if (options.nnodes == 1)
-      server.max_connections =
-          kConnectionsPerWorker * local_workers + 1 + comm::kStoreConnectionMargin;
+      server.max_connections = storeConnectionLimit(local_workers, 1, options.max_restarts);
     connection.server = std::make_unique<comm::TcpStoreServer>(server);
     port = connection.server->port();
   }
@@ -154,39 +167,100 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
   return workers;
 }
 
-// Elastic jobs: tells the survivors of each lost worker through the job's store, as soon as it is
-// reaped. A store that cannot be reached (node 0 gone) must not end the supervision of the others.
-std::function<void(const WorkerExit&)> announceLosses(comm::Store& store) {
-  return [&store](const WorkerExit& exit) {
+// Elastic jobs: what the agent does when one of its workers ends on its own. It tells the
+// survivors of each lost worker through the job's store as soon as it is reaped, and then, while
+// restarts remain (AgentOptions::max_restarts), starts a replacement under a new member id. A
+// store that cannot be reached (node 0 gone) must not end the supervision of the others, nor
+// must a replacement that cannot start. Lives on the supervisor's run() thread (its on_exit).
+class ElasticLosses {
+ public:
+  ElasticLosses(comm::Store& store, int world_size, int max_restarts)
+      : store_(store), world_size_(world_size), max_restarts_(max_restarts) {}
+  ElasticLosses(const ElasticLosses&) = delete;
+  ElasticLosses& operator=(const ElasticLosses&) = delete;
+
+  // Where replacements start, and the launches they copy. REQUIRES: before the first onExit().
+  void attach(Supervisor& supervisor, const std::vector<WorkerLaunch>& launches) {
+    supervisor_ = &supervisor;
+    for (const WorkerLaunch& launch : launches) launches_.emplace(launch.rank, launch);
+  }
+
+  // SupervisorOptions::on_exit.
+  void onExit(const WorkerExit& exit) {
     if (exit.success() || exit.stopped) return;
+    announce(exit);
+    if (restarts_ < max_restarts_) restart(exit);
+  }
+
+  // Ranks whose worker was lost and replaced.
+  const std::set<int>& replaced() const { return replaced_; }
+
+ private:
+  void announce(const WorkerExit& exit) {
     const std::string description = exit.describe();
     try {
-      store.setString(elasticExitKey(exit.rank), description);
+      store_.setString(elasticExitKey(exit.rank), description);
     } catch (const std::exception& error) {
       logWarn("chorus run: cannot post the loss of rank ", exit.rank,
               " to the job's store: ", error.what());
     }
     logWarn("chorus run: lost ", description, ": elastic, the others go on");
-  };
-}
+  }
 
-// The exit code of an elastic job's node once all its workers ended on their own (runAgent).
-int elasticResult(const SupervisorOutcome& outcome) {
-  const std::size_t workers = outcome.exits.size();
-  const auto succeeded = static_cast<std::size_t>(
-      std::count_if(outcome.exits.begin(), outcome.exits.end(),
-                    [](const WorkerExit& exit) { return exit.success(); }));
+  void restart(const WorkerExit& exit) {
+    WorkerLaunch launch = launches_.at(exit.rank);
+    try {
+      launch.rank = world_size_ + static_cast<int>(store_.add(kElasticJoinedKey, 1)) - 1;
+    } catch (const std::exception& error) {
+      logWarn("chorus run: cannot restart rank ", exit.rank,
+              ": no member id from the job's store: ", error.what());
+      return;
+    }
+    launch.env[env::kRank] = std::to_string(launch.rank);
+    launch.env[env::kElasticReplaces] = std::to_string(exit.rank);
+    ++restarts_;
+    logWarn("chorus run: restarting rank ", exit.rank, " as rank ", launch.rank, " (restart ",
+            restarts_, " of ", max_restarts_, ")");
+    try {
+      if (!supervisor_->add(launch)) return;  // the agent is stopping every worker
+    } catch (const std::exception& error) {
+      logError("chorus run: cannot restart rank ", exit.rank, ": ", error.what());
+      return;
+    }
+    replaced_.insert(exit.rank);
+    launches_.emplace(launch.rank, std::move(launch));
+  }
+
+  comm::Store& store_;
+  const int world_size_;  // the job's launch world size: member ids of replacements start here
+  const int max_restarts_;
+  Supervisor* supervisor_ = nullptr;
+  std::map<int, WorkerLaunch> launches_;  // by rank, replacements included
+  std::set<int> replaced_;
+  int restarts_ = 0;
+};
+
+// The exit code of an elastic job's node once all its workers ended on their own (runAgent): each
+// local worker counts by its last life, the last replacement of a lost one.
+int elasticResult(const SupervisorOutcome& outcome, const std::set<int>& replaced) {
+  std::vector<WorkerExit> last_lives;
+  for (const WorkerExit& exit : outcome.exits)
+    if (replaced.count(exit.rank) == 0) last_lives.push_back(exit);
+  const std::size_t workers = last_lives.size();
+  const auto succeeded = static_cast<std::size_t>(std::count_if(
+      last_lives.begin(), last_lives.end(), [](const WorkerExit& exit) { return exit.success(); }));
   if (succeeded == workers) return 0;
   if (succeeded > 0) {
     logInfo("chorus run: ", workers - succeeded, " of ", workers,
             " workers on this node were lost; the others finished");
     return 0;
   }
-  logError("chorus run: every worker failed; the last: ", outcome.exits.back().describe());
+  logError("chorus run: every worker failed; the last: ", last_lives.back().describe());
   return 3;
 }
 
-int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::Store& store) {
+int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::Store& store,
+           const std::set<int>& replaced) {
   if (outcome.first_failure && !options.elastic) {
     const std::string message =
         detail::concat(outcome.first_failure->describe(), " on node ", options.node_rank);
@@ -205,7 +279,7 @@ int report(const AgentOptions& options, const SupervisorOutcome& outcome, comm::
     logWarn("chorus run: interrupted by signal ", outcome.interrupt_signal, "; workers stopped");
     return 128 + outcome.interrupt_signal;
   }
-  return options.elastic ? elasticResult(outcome) : 0;
+  return options.elastic ? elasticResult(outcome, replaced) : 0;
 }
 
 // Node 0 hands the job to every worker; a job that cannot be prepared stops the other nodes too.
@@ -234,8 +308,9 @@ int runAgent(const AgentOptions& options) {
   const NodeSlot slot =
       joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);
   if (store.server)
-    store.server->setMaxConnections(kConnectionsPerWorker * slot.world_size + options.nnodes +
-                                    comm::kStoreConnectionMargin);
+    store.server->setMaxConnections(
+        storeConnectionLimit(slot.world_size, options.nnodes,
+                             static_cast<long long>(options.nnodes) * options.max_restarts));
   if (options.prepare_job && options.node_rank == 0) publishJob(options, slot, *store.client);
   logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
           "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
@@ -245,16 +320,20 @@ int runAgent(const AgentOptions& options) {
   supervision.prefix_output = options.prefix_output;
   supervision.log_dir = options.log_dir;
   supervision.grace = options.grace;
+  ElasticLosses losses(*store.client, slot.world_size, options.max_restarts);
   if (options.elastic) {
     supervision.stop_on_failure = false;
-    supervision.on_exit = announceLosses(*store.client);
+    supervision.on_exit = [&losses](const WorkerExit& exit) { losses.onExit(exit); };
   }
   Supervisor supervisor(supervision);
-  supervisor.start(describeWorkers(options, devices, found.front().cores, slot, store, secret));
+  const std::vector<WorkerLaunch> launches =
+      describeWorkers(options, devices, found.front().cores, slot, store, secret);
+  losses.attach(supervisor, launches);
+  supervisor.start(launches);
   std::function<std::optional<std::string>()> remote_failure;
   if (options.nnodes > 1) remote_failure = [&] { return jobFailure(*store.client); };
   const SupervisorOutcome outcome = supervisor.run(remote_failure);
-  const int code = report(options, outcome, *store.client);
+  const int code = report(options, outcome, *store.client, losses.replaced());
   reportNodeDone(*store.client, options.node_rank);
   if (store.server && options.nnodes > 1) {
     // Elastic: the other nodes' survivors may go on for days and still need the store.

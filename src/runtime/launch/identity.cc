@@ -89,7 +89,12 @@ void readRanks(const Environment& environment, WorkerIdentity& identity) {
 }
 
 void validate(const WorkerIdentity& identity) {
-  if (identity.world_size < 1 || identity.rank >= identity.world_size)
+  // A replacement's rank is a member id drawn after the launch ranks: beyond the world size.
+  if (identity.replaces >= 0 && identity.replaces >= identity.rank)
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kElasticReplaces, "=", identity.replaces,
+                 " names no earlier rank than this worker's own, ", identity.rank);
+  const bool rank_in_world = identity.rank < identity.world_size || identity.replaces >= 0;
+  if (identity.world_size < 1 || !rank_in_world)
     CHORUS_THROW(ConfigError, "worker identity: rank ", identity.rank, " is outside world size ",
                  identity.world_size, " (launcher: ", identity.launcher, ")");
   if (identity.local_rank >= identity.local_world_size)
@@ -153,6 +158,7 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.cpu_transport = readString(environment, env::kCpuTransport, identity.cpu_transport);
   identity.log_level = readString(environment, env::kLogLevel, identity.log_level);
   identity.emulation_offset = readFraction(environment, env::kEmulationOffset, 0);
+  identity.replaces = readInt(environment, env::kElasticReplaces, -1);
   validate(identity);
   return identity;
 }

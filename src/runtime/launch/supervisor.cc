@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
-#include <set>
 #include <utility>
 
 #include "chorus/core/clock.h"
@@ -106,11 +105,7 @@ Supervisor::~Supervisor() { killAll(); }
 void Supervisor::start(const std::vector<WorkerLaunch>& launches) {
   if (started_) CHORUS_THROW(LaunchError, "Supervisor::start() called twice");
   started_ = true;
-  std::set<int> ranks;
-  for (const WorkerLaunch& launch : launches) {
-    CHORUS_CHECK_CONFIG(!launch.argv.empty(), "rank ", launch.rank, ": empty command line");
-    CHORUS_CHECK_CONFIG(ranks.insert(launch.rank).second, "rank ", launch.rank, " given twice");
-  }
+  for (const WorkerLaunch& launch : launches) reserveRank(launch);
   if (!options_.log_dir.empty()) {
     std::error_code error;
     std::filesystem::create_directories(options_.log_dir, error);
@@ -118,18 +113,31 @@ void Supervisor::start(const std::vector<WorkerLaunch>& launches) {
       CHORUS_THROW(LaunchError, "cannot create log directory '", options_.log_dir,
                    "': ", error.message());
   }
-  const Environment base_env = processEnvironment();
+  base_env_ = processEnvironment();
   try {
-    for (const WorkerLaunch& launch : launches) workers_.push_back(spawn(launch, base_env));
+    for (const WorkerLaunch& launch : launches) workers_.push_back(spawn(launch));
   } catch (...) {
     killAll();
     throw;
   }
 }
 
-std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch,
-                                                      const Environment& base_env) {
-  Environment env = base_env;
+bool Supervisor::add(const WorkerLaunch& launch) {
+  if (!started_ || (ran_ && !run_state_))
+    CHORUS_THROW(LaunchError, "Supervisor::add() must follow start() and precede run()'s return");
+  if (run_state_ && (run_state_->stopping || mustStop(run_state_->outcome))) return false;
+  reserveRank(launch);
+  workers_.push_back(spawn(launch));
+  return true;
+}
+
+void Supervisor::reserveRank(const WorkerLaunch& launch) {
+  CHORUS_CHECK_CONFIG(!launch.argv.empty(), "rank ", launch.rank, ": empty command line");
+  CHORUS_CHECK_CONFIG(ranks_.insert(launch.rank).second, "rank ", launch.rank, " given twice");
+}
+
+std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch) {
+  Environment env = base_env_;
   for (const auto& [key, value] : launch.env) env[key] = value;
   UniqueFd secret_read;
   if (!launch.secret.empty()) {
@@ -173,6 +181,12 @@ SupervisorOutcome Supervisor::run(const ExternalCheck& external_check) {
   if (!started_ || ran_) CHORUS_THROW(LaunchError, "Supervisor::run() must follow start(), once");
   ran_ = true;
   RunState state;
+  run_state_ = &state;
+  // Cleared however run() ends: add() must not reach a finished run's state.
+  struct Detach {
+    RunState*& state;
+    ~Detach() { state = nullptr; }
+  } detach{run_state_};
   Clock::time_point next_check = Clock::now() + options_.poll_interval;
   for (;;) {
     reapExited(state);
@@ -199,7 +213,9 @@ SupervisorOutcome Supervisor::run(const ExternalCheck& external_check) {
 }
 
 void Supervisor::reapExited(RunState& state) {
-  for (auto& worker : workers_) {
+  // By index: on_exit may add() workers, and those are looked at in the same pass.
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    Worker* worker = workers_[i].get();
     if (!worker->running) continue;
     siginfo_t info{};
     // WNOWAIT leaves the zombie in place: it pins the group id while we clear the group below.

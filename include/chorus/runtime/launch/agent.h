@@ -71,6 +71,18 @@ struct AgentOptions {
   // SIGKILL never reports done: stop node 0's agent with SIGINT/SIGTERM then). Give every node's
   // agent the same setting. Default: false (the first failure stops every worker of the job).
   bool elastic = false;
+  // Elastic jobs: how many times, over the whole run, this node's agent starts a replacement for a
+  // worker that failed on its own (exited non-zero or was killed by a signal; not one the agent
+  // stopped), like torchrun's --max-restarts. The loss is announced first (elasticExitKey), then
+  // the replacement starts with the lost worker's command, environment, device and secret, but a
+  // new rank, a member id never used before in the job: world_size + n - 1 for the job's n-th
+  // replacement, drawn from kElasticJoinedKey (so it may be >= CHORUS_WORLD_SIZE, which stays the
+  // launch world size); CHORUS_RANK is that id and CHORUS_ELASTIC_REPLACES (env::kElasticReplaces)
+  // the rank of the worker it replaces. Logged as "chorus run: restarting rank 2 as rank 4
+  // (restart 1 of 3)"; output prefixes and log files use the new rank. A replacement that fails
+  // is lost and replaced in turn while restarts remain. REQUIRES: >= 0, and 0 unless `elastic`.
+  // Default: 0 (a lost worker is not replaced).
+  int max_restarts = 0;
 
   // Keeps freed memory in the process instead of returning it to the OS. By default glibc serves
   // every block over 128 KiB (up to 32 MiB as it adapts) with its own mmap() and gives it back on
@@ -88,13 +100,20 @@ struct AgentOptions {
 // by signal 9 (SIGKILL)" or "rank 2 (pid 1234) exited with code 3".
 std::string elasticExitKey(int rank);
 
+// The store counter from which an elastic job's agents draw the member id of each replacement
+// worker (AgentOptions::max_restarts): the job's n-th replacement, on whichever node, gets
+// world_size + n - 1, so member ids are unique across the job and never reused.
+constexpr const char* kElasticJoinedKey = "elastic/joined";
+
 // Runs the job's part on this node and returns the exit code for `chorus run`: 0 when every
 // worker of every node succeeded, 3 when a worker failed, 128 + signal when interrupted (SIGINT or
 // SIGTERM). Elastic jobs: 0 when at least one worker of this node exited 0 and every other one
 // exited 0 or was lost (the survivors finished the job); 3 when none of this node's workers
-// exited 0 (logged as "chorus run: every worker failed; the last: ..."). Each node's agent decides
-// from its own workers only, so a node whose workers were all lost exits 3 even when other nodes'
-// workers finished the job. Throws ConfigError / CommError / LaunchError when the job cannot start.
+// exited 0 (logged as "chorus run: every worker failed; the last: ..."). A worker that was
+// replaced (AgentOptions::max_restarts) counts as its last replacement ended. Each node's agent
+// decides from its own workers only, so a node whose workers were all lost exits 3 even when
+// other nodes' workers finished the job. Throws ConfigError / CommError / LaunchError when the job
+// cannot start.
 int runAgent(const AgentOptions& options);
 
 }  // namespace chorus::runtime

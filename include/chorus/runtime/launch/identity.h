@@ -40,6 +40,8 @@ constexpr const char* kHostId = "CHORUS_HOST_ID";
 constexpr const char* kTimeoutMs = "CHORUS_TIMEOUT_MS";
 constexpr const char* kCpuTransport = "CHORUS_CPU_TRANSPORT";
 constexpr const char* kLogLevel = "CHORUS_LOG_LEVEL";
+// Set for a replacement worker of an elastic job: the rank of the lost worker it replaces.
+constexpr const char* kElasticReplaces = "CHORUS_ELASTIC_REPLACES";
 // Where an emulated CPU worker computes within a step (device::staggerOffsets); set by the agent.
 constexpr const char* kEmulationOffset = "CHORUS_EMULATION_OFFSET";
 }  // namespace env
@@ -65,6 +67,10 @@ struct WorkerIdentity {
   // SpeedEmulator::setStepOffset for an emulated CPU device; Default: 0 (compute, then pad).
   double emulation_offset = 0;
   std::string launcher = "none";  // "chorus", "mpirun", "srun", "torchrun" or "none"
+  // A replacement worker of an elastic job (AgentOptions::max_restarts): the rank of the lost
+  // worker it replaces, < rank; then `rank` is a member id that may be >= world_size (the launch
+  // world size). Default: -1 (not a replacement).
+  int replaces = -1;
 
   bool hasStore() const { return !store_host.empty(); }
 };

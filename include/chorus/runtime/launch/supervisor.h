@@ -7,8 +7,9 @@
 // the agent's external check (e.g. "another node's agent reported a failure") says so: then every
 // remaining worker gets SIGTERM, then SIGKILL after a grace period, so a dead worker never leaves
 // its peers hanging in a collective. In an elastic job the survivors detect the lost peer
-// themselves and go on; the agent learns of each exit as it is reaped (SupervisorOptions::on_exit)
-// and tells them through the job's store. Plain POSIX; Linux-specific only in PR_SET_PDEATHSIG.
+// themselves and go on; the agent learns of each exit as it is reaped (SupervisorOptions::on_exit),
+// tells them through the job's store, and may start a replacement (Supervisor::add). Plain POSIX;
+// Linux-specific only in PR_SET_PDEATHSIG.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,7 @@ namespace chorus::runtime {
 // How to start one worker.
 struct WorkerLaunch {
   // Global rank; names the worker in output prefixes, log files and messages. Unique per
-  // Supervisor.
+  // Supervisor, over every worker it ever started (start() and add()).
   int rank = 0;
   // Program and arguments. REQUIRES: not empty. A program without '/' is looked up in the PATH of
   // the worker's environment (below).
@@ -83,9 +85,9 @@ struct SupervisorOptions {
   // Default: none. Called on the run() thread for each worker's end as soon as it is reaped (run()
   // wakes on SIGCHLD, so within milliseconds of the exit), before run() looks at the next one,
   // with the same WorkerExit that SupervisorOutcome::exits records. Workers the supervisor stopped
-  // are reported too (`stopped` is set). It should return quickly: output is not copied meanwhile.
-  // If it throws, the exception propagates out of run() and the workers are left to the
-  // destructor.
+  // are reported too (`stopped` is set). It may start a replacement with Supervisor::add(). It
+  // should return quickly: output is not copied meanwhile. If it throws, the exception propagates
+  // out of run() and the workers are left to the destructor.
   std::function<void(const WorkerExit&)> on_exit;
 };
 
@@ -108,7 +110,8 @@ struct SupervisorOutcome {
 // Returns a message (why the job must stop) or nothing (carry on).
 using ExternalCheck = std::function<std::optional<std::string>()>;
 
-// Owns the worker processes of one agent: starts them, copies their output, reaps them, and never
+// Owns the worker processes of one agent: starts them (all at once with start(), then one at a
+// time with add(), e.g. a replacement for a lost one), copies their output, reaps them, and never
 // leaves one behind: each worker runs in a process group of its own (signals reach the whole tree
 // it started), a group is SIGKILLed as soon as its worker (the leader) ends, and the destructor
 // SIGKILLs and reaps whatever still runs. If the agent itself is SIGKILLed, PR_SET_PDEATHSIG kills
@@ -136,6 +139,19 @@ class Supervisor {
   // a worker ends, so call it from the agent's main thread.
   void start(const std::vector<WorkerLaunch>& workers);
 
+  // Starts one more worker, typically a replacement for one that ended, from
+  // SupervisorOptions::on_exit. Before run() it always starts it. During run() it starts it
+  // unless run() is stopping the workers or is about to (SIGINT/SIGTERM, the external check, or a
+  // failure with stop_on_failure): then it starts nothing and returns false. A worker added during
+  // run() is supervised like the others: output copied, its end reported to on_exit and recorded
+  // in SupervisorOutcome::exits, and run() waits for it. Uses the environment start() read.
+  // Throws ConfigError for an empty argv or a rank this Supervisor was given before, and
+  // LaunchError when the worker cannot be started (as start()); the other workers are left
+  // running either way. REQUIRES: start() was called and run() has not returned; called from the
+  // thread running run() (e.g. in on_exit) or, before run(), the thread that called start(): a
+  // thread that outlives the worker.
+  bool add(const WorkerLaunch& worker);
+
   // Blocks until all workers exited, or one failed (only with stop_on_failure), or the agent got
   // SIGINT/SIGTERM, or `external_check` (called every poll_interval, may be empty) returned a
   // message. In the last three cases every remaining worker's group gets SIGTERM, then SIGKILL
@@ -147,7 +163,8 @@ class Supervisor {
   // are left to the destructor. REQUIRES: start() was called; called once.
   SupervisorOutcome run(const ExternalCheck& external_check = {});
 
-  // Process ids of the started workers, in start order; each is also its worker's process group id.
+  // Process ids of the started workers (start() and add()), in start order; each is also its
+  // worker's process group id.
   std::vector<pid_t> pids() const;
 
  private:
@@ -155,7 +172,8 @@ class Supervisor {
   struct RunState;  // the state of one run(): outcome so far, signal relay, stop progress
   using Environment = std::map<std::string, std::string>;
 
-  std::unique_ptr<Worker> spawn(const WorkerLaunch& launch, const Environment& base_env);
+  void reserveRank(const WorkerLaunch& launch);
+  std::unique_ptr<Worker> spawn(const WorkerLaunch& launch);
   void reapExited(RunState& state);
   void pollOnce(RunState& state, std::chrono::milliseconds timeout);
   void readOutput(Worker& worker, bool err_stream);
@@ -170,6 +188,9 @@ class Supervisor {
 
   SupervisorOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::set<int> ranks_;            // of every worker started, so that add() never reuses one
+  Environment base_env_;           // the agent's environment, read once by start()
+  RunState* run_state_ = nullptr;  // while run() is active
   bool started_ = false;
   bool ran_ = false;
 };
