@@ -200,6 +200,10 @@ const std::vector<JobRow>& jobRows() {
       {{"JOB-53", "ConfigError",
         "config key 'elastic.min_devices': 3 is more than the job's 2 devices"},
        {"elastic.enabled=true", "elastic.min_devices=3"}},
+      {{"JOB-54", "ConfigError", "config key 'elastic.max_restarts': must be at least 0"},
+       {"elastic.enabled=true", "elastic.max_restarts=-1"}},
+      {{"JOB-55", "ConfigError", "config key 'elastic.max_restarts': needs elastic.enabled = true"},
+       {"elastic.max_restarts=1"}},
   };
   return rows;
 }

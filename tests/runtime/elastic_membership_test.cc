@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <thread>
 
 #include "chorus/comm/store/memory_store.h"
@@ -67,22 +68,31 @@ TEST(HeartbeatWatch, AMemberIsOverdueAfterItsMissedBeats) {
 
 // Workers as threads over one MemoryStore, each with its membership and world communicator.
 struct ThreadWorkers {
-  explicit ThreadWorkers(int size) : store(std::make_shared<comm::MemoryStore>()), workers(size) {
+  explicit ThreadWorkers(int size)
+      : size(size), store(std::make_shared<comm::MemoryStore>()), workers(size) {
     std::vector<std::thread> threads;
     for (int rank = 0; rank < size; ++rank)
-      threads.emplace_back([this, rank, size] {
-        InitOptions init;
-        init.store = store;
-        init.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
-                                       {"CHORUS_WORLD_SIZE", std::to_string(size)},
-                                       {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                       {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
-                                       {"CHORUS_LOG_LEVEL", "warn"},
-                                       {"CHORUS_TIMEOUT_MS", "20000"}};
-        workers[rank] = chorus::runtime::init(init);
-      });
+      threads.emplace_back([this, rank] { workers[rank] = start(rank, {}); });
     for (auto& thread : threads) thread.join();
   }
+  // Worker `rank`; with `replaces`, a replacement of that launch rank (it joins no world yet).
+  std::shared_ptr<Worker> start(int rank, std::optional<int> replaces) {
+    InitOptions init;
+    init.store = store;
+    init.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
+                                   {"CHORUS_WORLD_SIZE", std::to_string(size)},
+                                   {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                                   {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
+                                   {"CHORUS_LOG_LEVEL", "warn"},
+                                   {"CHORUS_TIMEOUT_MS", "20000"}};
+    if (replaces) {  // on the device of the rank it replaces, as the agent starts it
+      (*init.environment)["CHORUS_ELASTIC_REPLACES"] = std::to_string(*replaces);
+      (*init.environment)["CHORUS_LOCAL_RANK"] = std::to_string(*replaces);
+      (*init.environment)["CHORUS_LOCAL_WORLD_SIZE"] = std::to_string(size);
+    }
+    return chorus::runtime::init(init);
+  }
+  int size;
   std::shared_ptr<comm::MemoryStore> store;
   std::vector<std::shared_ptr<Worker>> workers;
 };
@@ -179,6 +189,78 @@ TEST(ElasticMembership, TheAgentsExitReportDeclaresAMemberLost) {
     EXPECT_EQ(generation.members, (std::vector<int>{0, 1}));
     EXPECT_NE(generation.reason.find("SIGKILL"), std::string::npos) << generation.reason;
   }
+}
+
+// Waits (20 s at most) until `worker`'s world communicator was aborted by its monitor.
+void awaitBroken(const Worker& worker) {
+  const auto start = Clock::now();
+  while (!worker.world()->broken() && Clock::now() - start < std::chrono::seconds(20))
+    std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_TRUE(worker.world()->broken());
+}
+
+TEST(ElasticMembership, AReplacementIsAdmittedIntoTheNextGenerationAndJoinsItsWorld) {
+  ThreadWorkers job(2);
+  std::vector<std::unique_ptr<ElasticMembership>> members;
+  for (int rank = 0; rank < 2; ++rank)
+    members.push_back(std::make_unique<ElasticMembership>(job.workers[rank], fastOptions()));
+  // The agent starts member 2 in place of launch rank 1 (as if rank 1 had been lost and come
+  // back: the membership does not care).
+  comm::PrefixStore("elastic", job.store).add("joined", 1);
+  std::shared_ptr<Worker> joiner = job.start(2, 1);
+  EXPECT_EQ(joiner->world(), nullptr);
+  Generation joined;
+  std::thread join([&] {
+    auto membership = ElasticMembership::join(joiner, fastOptions(), 1);
+    joined = membership->current();
+    membership->regroup(joined);
+  });
+  // The members' monitors see the request and abort their worlds; they agree with the joiner.
+  std::vector<Generation> agreed(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&, i] {
+      awaitBroken(*job.workers[i]);
+      agreed[i] = members[i]->agree(/*next_step=*/5, CommError("aborted", __FILE__, __LINE__));
+      members[i]->regroup(agreed[i]);
+    });
+  for (auto& thread : threads) thread.join();
+  join.join();
+  for (const Generation& generation : {agreed[0], agreed[1], joined}) {
+    EXPECT_EQ(generation.number, 1);
+    EXPECT_EQ(generation.members, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(generation.joined, (std::map<int, int>{{2, 1}}));
+    EXPECT_TRUE(generation.lost.empty());
+    EXPECT_EQ(generation.source, 0);
+    EXPECT_EQ(generation.step, 5);
+    EXPECT_NE(generation.reason.find("rank 2 joins in place of rank 1"), std::string::npos)
+        << generation.reason;
+  }
+  EXPECT_EQ(joiner->rank(), 2);
+  EXPECT_EQ(joiner->worldSize(), 3);
+  std::vector<std::thread> reduce;
+  std::vector<float> sums(3);
+  const std::vector<std::shared_ptr<Worker>> world{job.workers[0], job.workers[1], joiner};
+  for (int i = 0; i < 3; ++i)
+    reduce.emplace_back([&, i] {
+      at::Tensor tensor = at::ones({2});
+      world[i]->world()->allReduce(tensor).wait();
+      sums[i] = tensor[0].item<float>();
+    });
+  for (auto& thread : reduce) thread.join();
+  EXPECT_EQ(sums, (std::vector<float>{3, 3, 3}));
+}
+
+TEST(DecideGeneration, JoinersThatArrivedComeAfterTheMembersAndAreNeverTheSource) {
+  const Generation next =
+      decideGeneration(2, {0, 2}, {{0, 4}, {2, 4}, {5, -1}}, {}, "join", {{5, 1}, {6, 3}});
+  EXPECT_EQ(next.members, (std::vector<int>{0, 2, 5}));  // 6 did not arrive
+  EXPECT_EQ(next.joined, (std::map<int, int>{{5, 1}}));
+  EXPECT_EQ(next.source, 0);
+  EXPECT_EQ(next.step, 4);
+  EXPECT_EQ(Generation::fromJson(next.toJson()).joined, next.joined);
+  // Joiners alone carry no state.
+  EXPECT_THROW(decideGeneration(3, {0}, {{5, -1}}, {0}, "x", {{5, 1}}), CommError);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Elastic recovery of `chorus train` with real worker processes (docs/elastic.md): a worker
 // killed during the forward pass, during the bucketed gradient all-reduce, just before the
 // optimizer step (rank 0, the log's writer), during the recovery itself (a second failure), and
-// a hung worker (SIGSTOP) that is left out and refused when it comes back. Each run must finish
+// a hung worker (SIGSTOP) that is left out and refused when it comes back, and a killed worker
+// that the agent replaces (elastic.max_restarts), whose replacement joins. Each run must finish
 // with exit code 0, log every step exactly once, and end with the parameters of an uninterrupted
 // run (fixed shares, fp32: the reduction order is the only difference).
 #include <gtest/gtest.h>
@@ -211,6 +212,38 @@ TEST(ElasticMultiproc, BelowMinDevicesTheSurvivorsCheckpointAndStop) {
   EXPECT_NE(run.run.output.find("fewer than elastic.min_devices = 2"), std::string::npos)
       << run.run.output;
   EXPECT_NE(run.run.output.find("checkpoint written"), std::string::npos) << run.run.output;
+}
+
+TEST(ElasticMultiproc, AKilledWorkerIsReplacedAndItsReplacementTakesItsShare) {
+  // Uneven fixed shares, so that the replacement's share shows it took rank 1's place; rank 0 is
+  // slow (400 ms a step), so that the job outlasts the replacement's start.
+  const std::string extra = "--set balancer.shares=[20,40,60] --set elastic.max_restarts=1";
+  const ElasticRun run =
+      runElastic("restart", "cpu,cpu,cpu", "1:forward:2:KILL,0:forward:0:SLOW400", extra);
+  EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
+  ASSERT_EQ(run.recoveries.size(), 2u) << run.run.output;
+  const nlohmann::json& loss = run.recoveries.at(0);
+  EXPECT_EQ(loss.at("lost").get<std::vector<int>>(), (std::vector<int>{1})) << loss.dump();
+  EXPECT_EQ(loss.at("shares").get<std::vector<int>>(), (std::vector<int>{30, 90}));
+  // The agent started rank 3 in place of rank 1: it joined at a step boundary with the share
+  // rank 1 had, and every step from there on ran on three ranks.
+  const nlohmann::json& join = run.recoveries.at(1);
+  EXPECT_EQ(join.at("joined").get<std::vector<int>>(), (std::vector<int>{3})) << join.dump();
+  EXPECT_EQ(join.at("members").get<std::vector<int>>(), (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(join.at("shares").get<std::vector<int>>(), (std::vector<int>{20, 60, 40}));
+  EXPECT_NE(join.at("reason").get<std::string>().find("rank 3 joins in place of rank 1"),
+            std::string::npos)
+      << join.dump();
+  const int joined_at = join.at("redo_step").get<int>();
+  EXPECT_LE(joined_at, kSteps) << run.run.output;
+  expectEveryStepOnce(run);
+  for (const nlohmann::json& step : run.steps)
+    if (step.at("step").get<int>() >= joined_at)
+      EXPECT_EQ(step.at("shares").get<std::vector<int>>(), (std::vector<int>{20, 60, 40}))
+          << step.dump();
+  EXPECT_NE(run.run.output.find("restarting rank 1 as rank 3"), std::string::npos)
+      << run.run.output;
+  expectSameModel(run, reference("cpu,cpu,cpu", extra));
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
@@ -21,11 +23,19 @@ std::vector<std::string> split(const std::string& text, char separator) {
   return parts;
 }
 
-int signalOf(const std::string& name, const std::string& fault) {
-  if (name == "KILL") return SIGKILL;
-  if (name == "STOP") return SIGSTOP;
-  CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': the signal '", name,
-               "' is unknown; expected KILL or STOP");
+// Fills `parsed`'s signal or slowness from FAULT.
+void parseAction(const std::string& name, const std::string& fault, FaultInjection::Fault& parsed) {
+  if (name == "KILL") {
+    parsed.signal = SIGKILL;
+  } else if (name == "STOP") {
+    parsed.signal = SIGSTOP;
+  } else if (name.rfind("SLOW", 0) == 0 && name.size() > 4 &&
+             name.find_first_not_of("0123456789", 4) == std::string::npos && name.size() <= 10) {
+    parsed.slow_ms = std::stoi(name.substr(4));
+  } else {
+    CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': the fault '", name,
+                 "' is unknown; expected KILL, STOP or SLOW<ms>");
+  }
 }
 
 }  // namespace
@@ -35,7 +45,7 @@ FaultInjection FaultInjection::parse(const std::string& text) {
   for (const std::string& fault : split(text, ',')) {
     const std::vector<std::string> parts = split(fault, ':');
     if (parts.size() != 4)
-      CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': expected RANK:POINT:STEP:SIGNAL");
+      CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': expected RANK:POINT:STEP:FAULT");
     Fault parsed;
     try {
       parsed.rank = std::stoi(parts[0]);
@@ -48,7 +58,7 @@ FaultInjection FaultInjection::parse(const std::string& text) {
         parsed.point != "recovery")
       CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': the point '", parsed.point,
                    "' is unknown; expected forward, reduce, optimizer or recovery");
-    parsed.signal = signalOf(parts[3], fault);
+    parseAction(parts[3], fault, parsed);
     injection.faults_.push_back(parsed);
   }
   return injection;
@@ -66,7 +76,10 @@ std::function<void(std::int64_t, const char*)> FaultInjection::hook(int rank) co
   if (mine->empty()) return nullptr;
   return [mine](std::int64_t step, const char* point) {
     for (Fault& fault : *mine) {
-      if (fault.signal == 0 || fault.step != step || fault.point != point) continue;
+      if (fault.point != point) continue;
+      if (fault.slow_ms > 0 && step >= fault.step)
+        std::this_thread::sleep_for(std::chrono::milliseconds(fault.slow_ms));
+      if (fault.signal == 0 || fault.step != step) continue;
       const int signal = fault.signal;
       fault.signal = 0;  // once: a stopped worker that is continued goes on
       logWarn("fault injection: signal ", signal, " at ", point, " of step ", step, " (pid ",

@@ -1,13 +1,15 @@
 // Fault injection for tests of elastic recovery, with real processes: the environment variable
-// CHORUS_FAULT (read once at a worker's start-up) names a worker, a point of a step and a signal,
-// and that worker sends the signal to itself there, once:
+// CHORUS_FAULT (read once at a worker's start-up) names a worker, a point of a step and a fault,
+// and that worker injects the fault there:
 //
-//   CHORUS_FAULT="RANK:POINT:STEP:SIGNAL[,RANK:POINT:STEP:SIGNAL...]"
+//   CHORUS_FAULT="RANK:POINT:STEP:FAULT[,RANK:POINT:STEP:FAULT...]"
 //
 // RANK is the launch rank, POINT one of TrainerHooks::at_point's points ("forward", "reduce",
-// "optimizer", "recovery"), STEP the 0-based step, SIGNAL "KILL" (a crash) or "STOP" (a hung
-// worker; a test sends SIGCONT later). The training code is not changed for it: the CLI connects it
-// to the trainer's test hook. Value type.
+// "optimizer", "recovery"), STEP the 0-based step, FAULT "KILL" (the worker sends itself SIGKILL
+// there, once: a crash), "STOP" (SIGSTOP, once: a hung worker; a test sends SIGCONT later) or
+// "SLOW<ms>" (it sleeps that long there in that step and every later one: a straggler, or a job
+// slow enough for a replacement worker to join while it runs). The training code is not changed
+// for it: the CLI connects it to the trainer's test hook. Value type.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@ class FaultInjection {
     std::string point;
     std::int64_t step = -1;
     int signal = 0;
+    int slow_ms = 0;  // SLOW<ms>: sleeps at every step from `step` on
   };
 
   // Parses `text` (CHORUS_FAULT's syntax). Throws ConfigError naming the bad part.

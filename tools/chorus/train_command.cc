@@ -241,6 +241,7 @@ int runFrontEnd(const TrainArgs& args) {
   agent.cpu_transport = job.comm.cpu_transport;
   // A lost worker is the survivors' to recover from (docs/elastic.md), not a reason to stop.
   agent.elastic = job.elastic.enabled;
+  agent.max_restarts = static_cast<int>(job.elastic.max_restarts);
   agent.nnodes = args.nnodes;
   agent.node_rank = args.node_rank;
   agent.rdzv_endpoint = args.rdzv_endpoint;
@@ -280,7 +281,9 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
           std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
   const runtime::JobConfig& job = package.job;
   runtime::Trainer trainer(job, package.plan, worker);
-  if (!args.resume.empty()) trainer.resume(args.resume);
+  // A replacement worker took the members' state when it joined: the checkpoint the job started
+  // from is long behind.
+  if (!args.resume.empty() && worker->identity().replaces < 0) trainer.resume(args.resume);
   // Rank 0 writes; under elastic recovery, only while its generation is the job's (a stopped
   // and continued worker must not write over its successors' log).
   TrainReport report(
@@ -366,8 +369,8 @@ void addTrainCommand(CLI::App& app, Action& action) {
                     "File with the job secret, mode 600 (required for several nodes)");
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
-  train->callback([&action, args, train] {
-    action = [args, train] { return args->worker ? runWorker(*args) : runFrontEnd(*args); };
+  train->callback([&action, args] {
+    action = [args] { return args->worker ? runWorker(*args) : runFrontEnd(*args); };
   });
 }
 

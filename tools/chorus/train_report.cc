@@ -129,10 +129,19 @@ void TrainReport::recovery(const runtime::RecoveryRecord& record) {
   generation_ = record.generation;
   if (!writing_ && is_writer_()) takeOver();
   if (!writing_) return;
-  std::printf("recovered: generation %d, lost rank %s (%s); %zu ranks go on from step %lld\n",
-              record.generation, joined({record.lost.begin(), record.lost.end()}).c_str(),
-              record.reason.c_str(), record.members.size(),
-              static_cast<long long>(record.step + 1));
+  if (record.joined.empty())
+    std::printf("recovered: generation %d, lost rank %s (%s); %zu ranks go on from step %lld\n",
+                record.generation, joined({record.lost.begin(), record.lost.end()}).c_str(),
+                record.reason.c_str(), record.members.size(),
+                static_cast<long long>(record.step + 1));
+  else
+    std::printf(
+        "regrouped: generation %d, lost rank %s, joined rank %s (%s); %zu ranks go on from step "
+        "%lld\n",
+        record.generation,
+        record.lost.empty() ? "none" : joined({record.lost.begin(), record.lost.end()}).c_str(),
+        joined({record.joined.begin(), record.joined.end()}).c_str(), record.reason.c_str(),
+        record.members.size(), static_cast<long long>(record.step + 1));
   std::fflush(stdout);
   if (!json_.is_open()) return;
   nlohmann::json line = {{"event", "recovery"},
@@ -140,6 +149,7 @@ void TrainReport::recovery(const runtime::RecoveryRecord& record) {
                          {"generation", record.generation},
                          {"members", record.members},
                          {"lost", record.lost},
+                         {"joined", record.joined},
                          {"reason", record.reason},
                          {"redo_step", record.step + 1},
                          {"source", record.source},

@@ -1,5 +1,6 @@
-// The job's [elastic] section: whether survivors recover from a lost worker, and how a loss is
-// detected; and what recovery cannot do yet, refused here rather than ignored.
+// The job's [elastic] section: whether survivors recover from a lost worker, how a loss is
+// detected, and how often a lost worker is replaced; and what recovery cannot do yet, refused here
+// rather than ignored.
 #include <string>
 
 #include "chorus/core/error.h"
@@ -13,12 +14,14 @@ ElasticSection readElastic(const Config& config) {
   elastic.min_devices = config.getInt("elastic.min_devices", elastic.min_devices);
   elastic.heartbeat_ms = config.getInt("elastic.heartbeat_ms", elastic.heartbeat_ms);
   elastic.heartbeat_misses = config.getInt("elastic.heartbeat_misses", elastic.heartbeat_misses);
+  elastic.max_restarts = config.getInt("elastic.max_restarts", elastic.max_restarts);
   require(elastic.min_devices >= 1, "elastic.min_devices", "must be at least 1");
   // Below 50 ms a busy store or a descheduled monitor thread would look like a lost worker.
   require(elastic.heartbeat_ms >= 50, "elastic.heartbeat_ms", "must be at least 50");
   require(elastic.heartbeat_misses >= 1, "elastic.heartbeat_misses", "must be at least 1");
-  for (const char* key :
-       {"elastic.min_devices", "elastic.heartbeat_ms", "elastic.heartbeat_misses"})
+  require(elastic.max_restarts >= 0, "elastic.max_restarts", "must be at least 0");
+  for (const char* key : {"elastic.min_devices", "elastic.heartbeat_ms", "elastic.heartbeat_misses",
+                          "elastic.max_restarts"})
     require(elastic.enabled || !config.has(key), key, "needs elastic.enabled = true");
   return elastic;
 }

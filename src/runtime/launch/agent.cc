@@ -217,7 +217,9 @@ class ElasticLosses {
       return;
     }
     launch.env[env::kRank] = std::to_string(launch.rank);
-    launch.env[env::kElasticReplaces] = std::to_string(exit.rank);
+    // The launch rank whose device and place in the plan it takes: a replacement of a replacement
+    // keeps the one its predecessor had.
+    launch.env.emplace(env::kElasticReplaces, std::to_string(exit.rank));
     ++restarts_;
     logWarn("chorus run: restarting rank ", exit.rank, " as rank ", launch.rank, " (restart ",
             restarts_, " of ", max_restarts_, ")");

@@ -42,11 +42,27 @@ std::string setFirst(comm::Store& store, const std::string& key, const std::stri
   return comm::toString(store.compareSet(key, {}, comm::toBytes(value)));
 }
 
+// The agents' count of the replacements they started (kElasticJoinedKey, "elastic/joined", in the
+// job's store; AgentOptions::max_restarts): their member ids are the launch world size and up, with
+// gaps where a start failed.
+constexpr const char* kJoinedCounter = "joined";
+
+std::string joinKey(int member) { return "join/" + std::to_string(member); }
+
+// Whether the agent reported `member`'s process ended, or the members refused it.
+bool ended(comm::Store& store, int member) {
+  return store.check({"exited/" + std::to_string(member)}) ||
+         store.check({"refused/" + std::to_string(member)});
+}
+
 }  // namespace
 
 std::string Generation::toJson() const {
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const auto& [member, replaces] : joined) pairs.push_back({member, replaces});
   return nlohmann::json{{"generation", number}, {"members", members}, {"source", source},
-                        {"step", step},         {"lost", lost},       {"reason", reason}}
+                        {"step", step},         {"lost", lost},       {"joined", pairs},
+                        {"reason", reason}}
       .dump();
 }
 
@@ -58,6 +74,8 @@ Generation Generation::fromJson(const std::string& text) {
   generation.source = json.at("source").get<int>();
   generation.step = json.at("step").get<std::int64_t>();
   generation.lost = json.at("lost").get<std::vector<int>>();
+  for (const auto& pair : json.at("joined"))
+    generation.joined[pair.at(0).get<int>()] = pair.at(1).get<int>();
   generation.reason = json.at("reason").get<std::string>();
   return generation;
 }
@@ -69,7 +87,8 @@ int Generation::rankOf(int member) const {
 
 Generation decideGeneration(int number, const std::vector<int>& previous,
                             const std::map<int, std::int64_t>& arrived,
-                            const std::vector<int>& lost, const std::string& reason) {
+                            const std::vector<int>& lost, const std::string& reason,
+                            const std::map<int, int>& joiners) {
   Generation next;
   next.number = number;
   next.reason = reason;
@@ -79,9 +98,15 @@ Generation decideGeneration(int number, const std::vector<int>& previous,
     else
       next.lost.push_back(member);
   }
-  std::sort(next.members.begin(), next.members.end());
   if (next.members.empty())
     CHORUS_THROW(CommError, "elastic: no member of generation ", number - 1, " is left");
+  for (const auto& [member, replaces] : joiners) {
+    if (!arrived.count(member) || contains(lost, member) || contains(next.members, member))
+      continue;
+    next.members.push_back(member);
+    next.joined[member] = replaces;
+  }
+  std::sort(next.members.begin(), next.members.end());
   next.step = -1;
   for (int member : next.members)
     if (arrived.at(member) > next.step) {
@@ -112,13 +137,36 @@ std::vector<int> HeartbeatWatch::overdue(Clock::time_point now) const {
 void HeartbeatWatch::forget(int member) { seen_.erase(member); }
 
 ElasticMembership::ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options)
+    : ElasticMembership(std::move(worker), options, /*start_monitor=*/true) {}
+
+ElasticMembership::ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options,
+                                     bool start_monitor)
     : worker_(std::move(worker)),
       options_(options),
+      launch_size_(worker_->worldSize()),
       store_(std::make_shared<comm::PrefixStore>("elastic", worker_->store())) {
   current_.number = 0;
-  for (int member = 0; member < worker_->worldSize(); ++member) current_.members.push_back(member);
+  for (int member = 0; member < launch_size_; ++member) current_.members.push_back(member);
   current_.source = 0;
   world_ = worker_->world();
+  if (start_monitor) startMonitor();
+}
+
+std::unique_ptr<ElasticMembership> ElasticMembership::join(std::shared_ptr<Worker> worker,
+                                                           ElasticOptions options, int replaces) {
+  std::unique_ptr<ElasticMembership> membership(
+      new ElasticMembership(std::move(worker), options, /*start_monitor=*/false));
+  const Generation admitted = membership->awaitAdmission(replaces);
+  {
+    std::lock_guard<std::mutex> lock(membership->mutex_);
+    membership->current_ = admitted;
+    membership->world_.reset();
+  }
+  membership->startMonitor();
+  return membership;
+}
+
+void ElasticMembership::startMonitor() {
   // Its own connection: the training thread's may be held by a blocking call for long.
   auto monitor_store =
       std::make_shared<comm::PrefixStore>("elastic", worker_->openStoreConnection());
@@ -146,7 +194,10 @@ void ElasticMembership::monitor(comm::Store& store) {
         next_read = now + options_.heartbeat / kReadsPerBeat;
       }
       watchLosses(store);
-      if (round % kExitCheckEvery == 0) watchExits(store);
+      if (round % kExitCheckEvery == 0) {
+        watchExits(store);
+        watchJoins(store);
+      }
     } catch (const std::exception& error) {
       // The store is gone (the job ends) or unreachable: the transport's deadlines still hold.
       if (!stopping_.load()) logDebug("elastic monitor: ", error.what());
@@ -208,6 +259,65 @@ void ElasticMembership::watchLosses(comm::Store& store) {
   if (!me.empty()) abortWorld("elastic: this worker was declared lost: " + me);
 }
 
+void ElasticMembership::watchJoins(comm::Store& store) {
+  const Generation generation = current();
+  const auto requests = static_cast<int>(store.add(kJoinedCounter, 0));
+  for (int member = launch_size_; member < launch_size_ + requests; ++member) {
+    if (generation.rankOf(member) >= 0) continue;
+    const std::string replaces = peek(store, joinKey(member));
+    if (replaces.empty() || store.check({memberKey(generation.number + 1, "joiner", member)}) ||
+        store.check({"admitted/" + std::to_string(member)}) || ended(store, member))
+      continue;
+    store.setString(memberKey(generation.number + 1, "joiner", member), replaces);
+    const std::string why = detail::concat("rank ", member, " joins in place of rank ", replaces);
+    setFirst(store, genKey(generation.number + 1, "open"), why);
+    abortWorld("elastic: " + why);
+  }
+}
+
+std::map<int, int> ElasticMembership::admitted(comm::Store& store, int number) {
+  std::map<int, int> joiners;
+  const auto requests = static_cast<int>(store.add(kJoinedCounter, 0));
+  for (int member = launch_size_; member < launch_size_ + requests; ++member) {
+    const std::string replaces = peek(store, memberKey(number, "joiner", member));
+    if (!replaces.empty() && !ended(store, member)) joiners[member] = std::stoi(replaces);
+  }
+  return joiners;
+}
+
+Generation ElasticMembership::awaitAdmission(int replaces) {
+  const int me = worker_->member();
+  comm::Store& store = *store_;
+  store.setString(joinKey(me), std::to_string(replaces));
+  // Members abort what they do when they see the request, but a Gloo collective ends only at its
+  // deadline: the wait is two agreement timeouts from the last generation that formed.
+  const auto patience = 2 * options_.agreement_timeout;
+  Deadline deadline = Deadline::after(patience);
+  for (int number = 1;;) {
+    if (const std::string why = peek(store, "refused/" + std::to_string(me)); !why.empty())
+      refuse(why);
+    if (const std::string decision = peek(store, genKey(number, "decision")); !decision.empty()) {
+      Generation generation = Generation::fromJson(decision);
+      if (generation.rankOf(me) >= 0) {
+        store.setString("admitted/" + std::to_string(me), std::to_string(number));
+        return generation;
+      }
+      ++number;
+      deadline = Deadline::after(patience);
+      continue;
+    }
+    if (store.check({memberKey(number, "joiner", me)}) &&
+        !store.check({memberKey(number, "arrived", me)}))
+      store.setString(memberKey(number, "arrived", me), "-1");
+    if (deadline.expired())
+      CHORUS_THROW(TimeoutError, "elastic: rank ", me, " asked to join the job in place of rank ",
+                   replaces, ", but no generation admitted it within ",
+                   std::chrono::duration<double>(patience).count(),
+                   " s (are the job's workers running?)");
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
 void ElasticMembership::declareLost(comm::Store& store, int generation, int member,
                                     const std::string& why) {
   if (member == worker_->member()) return;
@@ -264,10 +374,14 @@ Generation ElasticMembership::agree(std::int64_t next_step, const std::exception
   const std::string decision_key = genKey(number, "decision");
   while (!store.check({decision_key})) {
     const std::vector<int> lost = lostMembers(store, previous);
+    const std::map<int, int> joiners = admitted(store, number);
+    std::vector<int> expected;
+    for (int member : previous.members)
+      if (!contains(lost, member)) expected.push_back(member);
+    for (const auto& joiner : joiners) expected.push_back(joiner.first);
     std::map<int, std::int64_t> arrived;
     std::vector<int> absent;
-    for (int member : previous.members) {
-      if (contains(lost, member)) continue;
+    for (int member : expected) {
       const std::string step = peek(store, memberKey(number, "arrived", member));
       if (step.empty())
         absent.push_back(member);
@@ -276,14 +390,19 @@ Generation ElasticMembership::agree(std::int64_t next_step, const std::exception
     }
     if (absent.empty()) {
       setFirst(store, decision_key,
-               decideGeneration(number, previous.members, arrived, lost, reason).toJson());
+               decideGeneration(number, previous.members, arrived, lost, reason, joiners).toJson());
       break;
     }
     if (deadline.expired())
-      for (int member : absent)
-        declareLost(store, previous.number, member,
-                    detail::concat("rank ", member, " did not reach the agreement within ",
-                                   options_.agreement_timeout.count(), " ms"));
+      for (int member : absent) {
+        const std::string why =
+            detail::concat("rank ", member, " did not reach the agreement within ",
+                           options_.agreement_timeout.count(), " ms");
+        if (joiners.count(member))
+          store.setString("refused/" + std::to_string(member), why);
+        else
+          declareLost(store, previous.number, member, why);
+      }
     std::this_thread::sleep_for(kPoll);
   }
   const Generation next = Generation::fromJson(peek(store, decision_key));

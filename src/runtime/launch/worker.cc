@@ -119,7 +119,9 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
     worker->store_ = std::make_shared<comm::TcpStore>(client);
     worker->store_client_ = std::make_shared<const comm::TcpStoreOptions>(client);
   }
-  if (options.connect)
+  // A replacement of a lost worker has no place in the launch world: it joins a later generation's
+  // (ElasticMembership::join).
+  if (options.connect && identity.replaces < 0)
     worker->world_ = comm::Communicator::create(worker->store_, identity.rank, identity.world_size,
                                                 worker->worldOptions());
   return worker;

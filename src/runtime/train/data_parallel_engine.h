@@ -54,7 +54,8 @@ struct DataParallelEngine final : StepEngine {
   device::EmulationTotals emulationTotals() const override { return emulator->totals(); }
   std::int64_t skippedSteps() const override { return skipped_steps; }
   // Elastic recovery (data_parallel_handover.cc).
-  std::string handover(const std::vector<int>& kept) override;
+  std::string handover(const std::vector<int>& kept,
+                       const std::vector<std::int64_t>& next_shares) override;
   LocalCarry localCarry() const override;
   void adopt(const std::string& handover, const LocalCarry& carry) override;
 
@@ -115,9 +116,6 @@ struct DataParallelEngine final : StepEngine {
   // Local SGD (comm.sync_every > 1): samples this rank took since the last parameter average.
   std::int64_t samples_since_average = 0;
 };
-
-// The survivors' shares a handover (DataParallelEngine::handover) carries.
-std::vector<std::int64_t> handoverShares(const std::string& handover);
 
 // ZeRO's part of a checkpoint (data_parallel_zero.cc): this rank's optimizer slice into its rank
 // archive, and its "zero" entry of trainer.json (the stage, every rank's slice bounds, the flat

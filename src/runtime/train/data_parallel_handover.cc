@@ -1,7 +1,7 @@
-// The data-parallel engine's part of elastic recovery: the survivor the new generation starts
-// from hands over what every replica shares (the model, the optimizer state, the skipped steps)
-// and what the survivors' shares become (the lost ranks' samples spread over the survivors, the
-// balancer's knowledge of the survivors kept); each rank keeps its own loss scale and codec memory.
+// The data-parallel engine's part of elastic recovery: the member the new generation starts from
+// hands over what every replica shares (the model, the optimizer state, the skipped steps) and
+// the members' shares and balancer state (its knowledge of the survivors kept, nothing yet of a
+// joiner); each rank keeps its own loss scale and codec memory.
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -34,8 +34,8 @@ std::string tensorText(const at::Tensor& tensor) {
 
 }  // namespace
 
-std::string DataParallelEngine::handover(const std::vector<int>& kept) {
-  const std::vector<std::int64_t> next_shares = plan::survivorShares(shares(), kept);
+std::string DataParallelEngine::handover(const std::vector<int>& kept,
+                                         const std::vector<std::int64_t>& next_shares) {
   const nlohmann::json header = {{"shares", next_shares},
                                  {"balancer", balancerStateToJson(plan::survivorBalancerState(
                                                   balancer->exportState(), kept, next_shares))},
@@ -86,17 +86,6 @@ void DataParallelEngine::adopt(const std::string& bytes, const LocalCarry& carry
   if (!fixed_shares.empty()) fixed_shares = header.at("shares").get<std::vector<std::int64_t>>();
   if (scaler && carry.loss_scale) scaler->loadState(*carry.loss_scale);
   if (codec && !carry.codec.empty()) codec->loadState(carry.codec);
-}
-
-// The shares of the survivors `kept` that the handover's source planned (elastic_recovery.cc
-// builds the new generation's plan from them before the engine exists).
-std::vector<std::int64_t> handoverShares(const std::string& bytes) {
-  auto archive = archiveOf(bytes);
-  at::Tensor header_text;
-  archive.read(kHeader, header_text);
-  return nlohmann::json::parse(tensorText(header_text))
-      .at("shares")
-      .get<std::vector<std::int64_t>>();
 }
 
 }  // namespace chorus::runtime

@@ -1,18 +1,23 @@
 // Elastic recovery of the executor (docs/elastic.md): after a collective failed because a worker
-// was lost, the survivors agree on the next generation, the survivor that got furthest hands its
-// state to the others over the new world communicator, every survivor rebuilds its step engine
-// for the survivors' plan (the lost ranks' samples spread over them), and the loop redoes the
+// was lost (or was aborted because a worker joins), the members agree on the next generation, the
+// one that got furthest hands its state to the others over the new world communicator, every
+// member rebuilds its step engine for the next plan (the lost ranks' samples spread over the
+// survivors, a joiner's share planned as its device was at launch), and the loop redoes the
 // interrupted step: the parameters and the optimizer state change only after a step's reduction
 // completed on every rank, and the sampler's batches depend on the step alone, so the run goes on
-// along the trajectory of an uninterrupted one.
+// along the trajectory of an uninterrupted one. A joiner starts here too (joinRunningJob).
 #include <ATen/ATen.h>
 
 #include <algorithm>
+
+#include <nlohmann/json.hpp>
 
 #include "chorus/comm/store/prefix_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
+#include "chorus/plan/plan_json.h"
+#include "chorus/plan/survivors.h"
 #include "train/data_parallel_engine.h"
 #include "train/trainer_state.h"
 
@@ -30,46 +35,88 @@ std::string broadcastBytes(comm::Communicator& world, const std::string& bytes, 
   return std::string(static_cast<const char*>(data.data_ptr()), data.numel());
 }
 
-// The ranks of the members of `next` in the engine's world (`engine_members`: the members the
-// engine and the plan were built for, which a failed attempt leaves unchanged).
-std::vector<int> keptRanks(const std::vector<int>& engine_members, const Generation& next) {
+// How the engine's world becomes `next`: the ranks of the members kept (in the world the engine
+// was built for, `engine_members`, which a failed attempt leaves unchanged), then the launch rank
+// each joiner runs in place of. Joiners' member ids are newer than every member's, so they come
+// last in `next` too.
+struct Change {
   std::vector<int> kept;
+  std::vector<int> joiner_slots;
+};
+
+Change changeOf(const std::vector<int>& engine_members, const Generation& next) {
+  Change change;
   for (int member : next.members) {
     const auto found = std::find(engine_members.begin(), engine_members.end(), member);
-    if (found == engine_members.end())
+    if (found != engine_members.end() && change.joiner_slots.empty()) {
+      change.kept.push_back(static_cast<int>(found - engine_members.begin()));
+    } else if (next.joined.count(member) > 0) {
+      change.joiner_slots.push_back(next.joined.at(member));
+    } else {
       CHORUS_THROW(CommError, "elastic: rank ", member, " of generation ", next.number,
-                   " is not one this worker trained with");
-    kept.push_back(static_cast<int>(found - engine_members.begin()));
+                   " neither trained with this worker nor joined");
+    }
   }
-  return kept;
+  return change;
 }
 
-// The plan of the survivors: their ranks' plans, one replica each with its new share. A replica
-// that ran its share in one pass still does (its micro-batch grows with the share); a memory
-// limit stays.
-plan::Plan survivorPlan(const plan::Plan& plan, const std::vector<int>& kept,
-                        const std::vector<std::int64_t>& shares) {
-  std::map<int, const plan::ReplicaPlan*> replica_of_rank;
-  for (const plan::ReplicaPlan& replica : plan.replicas)
-    replica_of_rank[replica.stages.at(0).rank] = &replica;
-  plan::Plan next = plan;
-  next.ranks.clear();
-  next.replicas.clear();
-  for (std::size_t r = 0; r < kept.size(); ++r) {
-    next.ranks.push_back(plan.ranks.at(kept[r]));
-    plan::ReplicaPlan replica = *replica_of_rank.at(kept[r]);
-    plan::StagePlan& stage = replica.stages.at(0);
-    const bool one_pass = stage.micro_batch >= replica.share;
-    replica.share = static_cast<int>(shares[r]);
-    stage.rank = static_cast<int>(r);
-    if (one_pass) stage.micro_batch = std::max(1, replica.share);
-    next.replicas.push_back(replica);
-  }
-  return next;
+// The launch rank whose device `member` runs on.
+int slotOf(const Trainer::State& s, int member) {
+  const auto found = s.slots.find(member);
+  return found == s.slots.end() ? member : found->second;
 }
 
-std::string membersText(const std::vector<int>& members) {
-  return members.empty() ? "none" : joinInts(members);
+// The share `launch` planned for each launch rank of `slots`.
+std::vector<std::int64_t> plannedShares(const plan::Plan& launch, const std::vector<int>& slots) {
+  std::map<int, std::int64_t> share_of_rank;
+  for (const plan::ReplicaPlan& replica : launch.replicas)
+    share_of_rank[replica.stages.at(0).rank] = replica.share;
+  std::vector<std::int64_t> shares;
+  for (int slot : slots) shares.push_back(share_of_rank.at(slot));
+  return shares;
+}
+
+// What every member of `next` needs before it can build its engine, written by the source: the
+// next plan (the joiners' entries taken from the launch plan) and the launch rank each member
+// runs in place of. Also returns the next shares through `shares`.
+std::string regroupHeader(const Trainer::State& s, const Generation& next, const Change& change,
+                          std::vector<std::int64_t>& shares) {
+  std::vector<int> kept_slots;
+  for (int rank : change.kept) kept_slots.push_back(slotOf(s, s.engine_members.at(rank)));
+  shares =
+      plan::regroupShares(s.engine->shares(), change.kept, plannedShares(s.launch_plan, kept_slots),
+                          plannedShares(s.launch_plan, change.joiner_slots));
+  const plan::Plan next_plan =
+      plan::regroupPlan(s.plan, change.kept, s.launch_plan, change.joiner_slots, shares);
+  nlohmann::json slots = nlohmann::json::array();
+  for (int member : next.members) {
+    const auto joined = next.joined.find(member);
+    slots.push_back({member, joined != next.joined.end() ? joined->second : slotOf(s, member)});
+  }
+  return nlohmann::json{{"plan", plan::toJson(next_plan)}, {"slots", slots}}.dump();
+}
+
+// Every member's side of the regrouping once `next` formed: the source's header and handover
+// reach every member, and each builds its engine for the next plan. `carry` is this rank's own
+// state to keep (none for a joiner).
+void adoptGeneration(Trainer::State& s, const Generation& next, std::string header,
+                     std::string handover, const LocalCarry& carry) {
+  TrainingContext& c = *s.context;
+  comm::Communicator& world = *c.worker->world();
+  const int root = next.rankOf(next.source);
+  header = broadcastBytes(world, header, root);
+  handover = broadcastBytes(world, handover, root);
+  const nlohmann::json parsed = nlohmann::json::parse(header);
+  s.plan = plan::parsePlanJson(parsed.at("plan").dump(), "the elastic handover");
+  s.slots.clear();
+  for (const auto& pair : parsed.at("slots"))
+    s.slots[pair.at(0).get<int>()] = pair.at(1).get<int>();
+  s.engine.reset();  // its reducer's hooks go before the new one's are set
+  s.engine = makeDataParallelEngine(c, s.plan);
+  s.engine->adopt(handover, carry);
+  s.engine_members = next.members;
+  s.next_step = next.step;
+  resetCheckpointWriter(s, next.number);
 }
 
 // One attempt: agree, regroup, hand over, rebuild. Throws CommError when another member is lost
@@ -82,23 +129,21 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   const Generation next = membership.agree(s.next_step, failure);
   const double agree_seconds = clock.seconds();
   if (hooks.at_point) hooks.at_point(s.next_step, "recovery");
-  const std::vector<int> kept = keptRanks(s.engine_members, next);
-  std::string handover;
-  if (next.source == c.worker->member()) handover = s.engine->handover(kept);
+  const Change change = changeOf(s.engine_members, next);
+  std::string header, handover;
+  if (next.source == c.worker->member()) {
+    std::vector<std::int64_t> shares;
+    header = regroupHeader(s, next, change, shares);
+    handover = s.engine->handover(change.kept, shares);
+  }
   const LocalCarry carry = s.engine->localCarry();
   membership.regroup(next);
-  handover = broadcastBytes(*c.worker->world(), handover, next.rankOf(next.source));
-  s.plan = survivorPlan(s.plan, kept, handoverShares(handover));
-  s.engine.reset();  // its reducer's hooks go before the new one's are set
-  s.engine = makeDataParallelEngine(c, s.plan);
-  s.engine->adopt(handover, carry);
-  s.engine_members = next.members;
-  s.next_step = next.step;
-  resetCheckpointWriter(s, next.number);
+  adoptGeneration(s, next, std::move(header), std::move(handover), carry);
   RecoveryRecord record;
   record.generation = next.number;
   record.members = next.members;
   record.lost = next.lost;
+  for (const auto& joined : next.joined) record.joined.push_back(joined.first);
   record.reason = next.reason;
   record.step = next.step;
   record.source = next.source;
@@ -141,9 +186,11 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
   record.lost = lost;
   std::vector<int> shares(record.shares.begin(), record.shares.end());
   if (c.worker->rank() == 0)
-    logWarn("elastic: generation ", record.generation, ": lost rank ", membersText(record.lost),
-            " (", record.reason, "); ranks ", membersText(record.members), " go on from step ",
-            record.step, " with shares ", joinInts(shares), "; agreed in ", record.agree_seconds,
+    logWarn("elastic: generation ", record.generation, ":",
+            record.lost.empty() ? "" : " lost rank " + joinInts(record.lost),
+            record.joined.empty() ? "" : " joined rank " + joinInts(record.joined), " (",
+            record.reason, "); ranks ", joinInts(record.members), " go on from step ", record.step,
+            " with shares ", joinInts(shares), "; agreed in ", record.agree_seconds,
             " s, rebuilt in ", record.rebuild_seconds, " s");
   if (hooks.on_recovery) hooks.on_recovery(record);
   if (static_cast<std::int64_t>(record.members.size()) >= c.job.elastic.min_devices) return;
@@ -153,6 +200,23 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
       CommError, "elastic: ", record.members.size(),
       " devices left, fewer than elastic.min_devices = ", c.job.elastic.min_devices,
       s.last_checkpoint_path.empty() ? "" : "; checkpoint written: ", s.last_checkpoint_path);
+}
+
+void joinRunningJob(Trainer::State& s, const ElasticOptions& options) {
+  TrainingContext& c = *s.context;
+  const int replaces = c.worker->identity().replaces;
+  logInfo("elastic: rank ", c.worker->member(), " asks to join the job in place of rank ",
+          replaces);
+  Stopwatch clock;
+  s.membership = ElasticMembership::join(c.worker, options, replaces);
+  const Generation next = s.membership->current();
+  s.membership->regroup(next);
+  adoptGeneration(s, next, "", "", LocalCarry{});
+  std::vector<int> shares;
+  for (std::int64_t share : s.engine->shares()) shares.push_back(static_cast<int>(share));
+  logInfo("elastic: rank ", c.worker->member(), " joined generation ", next.number, " as rank ",
+          c.worker->rank(), " of ", c.worker->worldSize(), " at step ", next.step, " (shares ",
+          joinInts(shares), ") after ", clock.seconds(), " s");
 }
 
 void resetCheckpointWriter(Trainer::State& s, int generation) {

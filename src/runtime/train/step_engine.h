@@ -105,10 +105,13 @@ class StepEngine {
 
   // Elastic recovery (elastic_recovery.cc). The engine of the survivor whose state the new
   // generation starts from writes the handover: the model, the optimizer state, the steps skipped,
-  // and the next shares and balancer state of the survivors `kept` (old ranks, ascending).
-  // Not collective. Engines that cannot recover throw ConfigError.
-  virtual std::string handover(const std::vector<int>& kept) {
+  // and the balancer state of the survivors `kept` (old ranks, ascending) followed by any joiners,
+  // with `next_shares` (one per kept rank, then one per joiner). Not collective. Engines that
+  // cannot recover throw ConfigError.
+  virtual std::string handover(const std::vector<int>& kept,
+                               const std::vector<std::int64_t>& next_shares) {
     (void)kept;
+    (void)next_shares;
     CHORUS_THROW(ConfigError, "elastic recovery runs data parallelism only");
   }
   // This rank's own state to keep across the rebuild.

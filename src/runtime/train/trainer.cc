@@ -32,6 +32,30 @@ void checkPlanForWorld(const plan::Plan& plan, const Worker& worker) {
                       worker.identity().device.toString(), "'");
 }
 
+// A replacement worker (WorkerIdentity::replaces) takes the launch plan's entry of the rank it
+// replaces: it must run on that rank's device, in an elastic job.
+void checkPlanForJoiner(const JobConfig& job, const plan::Plan& plan, const Worker& worker) {
+  const int replaces = worker.identity().replaces;
+  CHORUS_CHECK_CONFIG(job.elastic.enabled, "trainer: rank ", worker.member(), " replaces rank ",
+                      replaces, ", but the job is not elastic");
+  CHORUS_CHECK_CONFIG(replaces < static_cast<int>(plan.ranks.size()), "trainer: rank ",
+                      worker.member(), " replaces rank ", replaces, " of a plan of ",
+                      plan.ranks.size(), " ranks");
+  const plan::RankPlan& slot = plan.ranks.at(replaces);
+  CHORUS_CHECK_CONFIG(slot.device_type == worker.identity().device.toString(), "trainer: rank ",
+                      replaces, " was planned for '", slot.device_type, "', but rank ",
+                      worker.member(), ", which replaces it, runs on '",
+                      worker.identity().device.toString(), "'");
+}
+
+ElasticOptions elasticOptions(const JobConfig& job, const Worker& worker) {
+  ElasticOptions options;
+  options.heartbeat = std::chrono::milliseconds(job.elastic.heartbeat_ms);
+  options.misses = static_cast<int>(job.elastic.heartbeat_misses);
+  options.agreement_timeout = std::chrono::milliseconds(worker.identity().timeout_ms);
+  return options;
+}
+
 // Elastic recovery runs one-stage replicas without ZeRO; a plan = "auto" job may have been given
 // another plan, which the job's own checks could not see.
 void checkElasticPlan(const JobConfig& job, const plan::Plan& plan) {
@@ -80,22 +104,27 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
 Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
-  checkPlanForWorld(plan, *worker);
+  const bool joining = worker->identity().replaces >= 0;
+  if (joining)
+    checkPlanForJoiner(job, plan, *worker);
+  else
+    checkPlanForWorld(plan, *worker);
   checkElasticPlan(job, plan);
-  s.context = startTraining(std::move(job), std::move(worker));
+  s.context = startTraining(std::move(job), std::move(worker), /*share_parameters=*/!joining);
   TrainingContext& c = *s.context;
   s.plan = plan;
-  s.engine =
-      plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
-  if (c.job.elastic.enabled) {
-    ElasticOptions options;
-    options.heartbeat = std::chrono::milliseconds(c.job.elastic.heartbeat_ms);
-    options.misses = static_cast<int>(c.job.elastic.heartbeat_misses);
-    options.agreement_timeout = std::chrono::milliseconds(c.worker->identity().timeout_ms);
+  s.launch_plan = plan;
+  if (joining) {
+    joinRunningJob(s, elasticOptions(c.job, *c.worker));
+  } else {
+    s.engine =
+        plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
+  }
+  if (c.job.elastic.enabled && !joining) {
     // Every rank starts watching its peers' heartbeats at the same moment: a rank whose engine
     // took longer to build (a memory calibration, say) must not look hung to the others.
     c.worker->world()->barrier().wait();
-    s.membership = std::make_unique<ElasticMembership>(c.worker, options);
+    s.membership = std::make_unique<ElasticMembership>(c.worker, elasticOptions(c.job, *c.worker));
     s.engine_members = s.membership->current().members;
   }
   if (!c.job.checkpoint.dir.empty()) {
@@ -104,6 +133,7 @@ Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     options.keep = static_cast<int>(c.job.checkpoint.keep);
     s.checkpoints = std::make_shared<CheckpointWriter>(options, c.worker->store(), c.worker->rank(),
                                                        c.worker->worldSize());
+    if (joining) resetCheckpointWriter(s, s.membership->current().number);
   }
 }
 

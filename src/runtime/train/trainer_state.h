@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 
 #include "chorus/data/dataset.h"
@@ -38,8 +39,10 @@ struct TrainingContext {
   std::unique_ptr<data::GlobalSampler> sampler;
   std::shared_ptr<model::ZooModel> model;
 };
-// Builds the context (collective: rank 0's parameters are broadcast).
-std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Worker> worker);
+// Builds the context. Collective when `share_parameters` (rank 0's parameters are broadcast); a
+// worker that joins a running job takes them from the members instead.
+std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Worker> worker,
+                                               bool share_parameters = true);
 
 // The optimizer of the job over `parameters`, and its learning rate at `step`.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerSection& options,
@@ -67,7 +70,12 @@ std::unique_ptr<StepEngine> makePipelineStageEngine(TrainingContext& context,
 // the step of the newest checkpoint written or resumed from.
 struct Trainer::State {
   std::unique_ptr<TrainingContext> context;
-  plan::Plan plan;  // as it runs now (elastic recovery replaces it with the survivors')
+  plan::Plan plan;  // as it runs now (elastic recovery replaces it with the next generation's)
+  // The plan the job was launched with, by launch rank: a worker that joins in place of a launch
+  // rank takes that rank's entry (elastic.max_restarts).
+  plan::Plan launch_plan;
+  // Members that joined -> the launch rank whose device each runs on (launch members: their own).
+  std::map<int, int> slots;
   std::unique_ptr<StepEngine> engine;
   // elastic.enabled: this worker's membership (heartbeat, agreement); else null.
   std::unique_ptr<ElasticMembership> membership;
@@ -95,6 +103,10 @@ void finishPendingCheckpoint(Trainer::State& s);
 // another member is lost meanwhile. Throws CommError when this worker was left out, or (after a
 // checkpoint, with checkpoint.dir) when fewer than elastic.min_devices are left.
 void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const TrainerHooks& hooks);
+// A worker that joins the running job (a replacement the agent started, WorkerIdentity::replaces):
+// waits until the members admit it, then takes the plan and the state from them, as a member does
+// after a loss, and sets next_step to the step they redo.
+void joinRunningJob(Trainer::State& s, const ElasticOptions& options);
 // A checkpoint writer for generation `generation`'s ranks (its own store keys). No-op without
 // checkpoint.dir.
 void resetCheckpointWriter(Trainer::State& s, int generation);

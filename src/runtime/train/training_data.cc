@@ -54,7 +54,8 @@ TrainingData makeTrainingData(const JobConfig& job, model::ModelConfig& model) {
   return data;
 }
 
-std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Worker> worker) {
+std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Worker> worker,
+                                               bool share_parameters) {
   auto context = std::make_unique<TrainingContext>();
   TrainingContext& start = *context;
   start.job = std::move(job);
@@ -71,6 +72,7 @@ std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Wo
   // a job draws the same masks every time it runs (and the recompute of activation checkpointing
   // can replay them); without this they depended on what ran in the process before.
   at::manual_seed(start.job.seed * 1000003ULL + static_cast<std::uint64_t>(start.worker->rank()));
+  if (!share_parameters) return context;
   torch::NoGradGuard no_grad;
   for (auto& parameter : start.model->parameters())
     start.worker->world()->broadcast(parameter, 0).wait();

@@ -178,6 +178,9 @@ struct ElasticSection {
   // stopped process, or a host cut off). Defaults: 1000 ms, 3.
   std::int64_t heartbeat_ms = 1000;
   std::int64_t heartbeat_misses = 3;
+  // How many times each node's agent starts a replacement for one of its workers that failed;
+  // the replacement joins the running job (docs/elastic.md). Default: 0 = never.
+  std::int64_t max_restarts = 0;
 };
 
 struct JobConfig {

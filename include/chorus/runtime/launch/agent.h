@@ -78,7 +78,8 @@ struct AgentOptions {
   // new rank, a member id never used before in the job: world_size + n - 1 for the job's n-th
   // replacement, drawn from kElasticJoinedKey (so it may be >= CHORUS_WORLD_SIZE, which stays the
   // launch world size); CHORUS_RANK is that id and CHORUS_ELASTIC_REPLACES (env::kElasticReplaces)
-  // the rank of the worker it replaces. Logged as "chorus run: restarting rank 2 as rank 4
+  // the launch rank it stands in for (the lost worker's, or the one a lost replacement stood in
+  // for). Logged as "chorus run: restarting rank 2 as rank 4
   // (restart 1 of 3)"; output prefixes and log files use the new rank. A replacement that fails
   // is lost and replaced in turn while restarts remain. REQUIRES: >= 0, and 0 unless `elastic`.
   // Default: 0 (a lost worker is not replaced).

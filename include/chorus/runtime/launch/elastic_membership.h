@@ -15,6 +15,13 @@
 //    or stopped process, a host cut off).
 // Whoever notices opens the next generation ("elastic/gen/<g+1>/open"); every monitor that sees
 // it aborts its world communicator, so survivors blocked in a collective come out at once.
+//
+// A worker also joins: a replacement the agent started for a lost one (`elastic.max_restarts`),
+// with a new member id (launch world size and up, never reused) and the launch rank whose device
+// it runs on. When it is ready it posts "elastic/join/<member>"; the first monitor that sees the
+// request admits it into the next generation ("elastic/gen/<g+1>/joiner/<member>") and opens that
+// generation as for a loss. The members redo the step they were in with the joiner among them:
+// it joins at that step's boundary.
 #pragma once
 
 #include <atomic>
@@ -55,7 +62,10 @@ struct Generation {
   int source = -1;
   std::int64_t step = 0;
   std::vector<int> lost;  // members of the previous generation left out
-  std::string reason;     // how the loss was noticed (the first report)
+  // Members that joined in this generation -> the launch rank whose device each runs on (whose
+  // place in the launch plan it takes).
+  std::map<int, int> joined;
+  std::string reason;  // how the change was noticed (the first report)
 
   std::string toJson() const;
   static Generation fromJson(const std::string& text);
@@ -64,12 +74,15 @@ struct Generation {
 };
 
 // Pure: who the next generation is, from the previous members, the ones that arrived at the
-// agreement (member -> its next step) and the ones declared lost. The members that arrived and
-// are not lost, in member order; the source is the lowest member among those with the highest
-// step. Throws CommError when no member is left.
+// agreement (member -> its next step) and the ones declared lost, and the workers admitted to
+// join (member -> the launch rank it replaces) that arrived (step -1: no state of their own). The
+// members that arrived and are not lost, and the joiners that arrived, in member order; the
+// source is the lowest member among those with the highest step. Throws CommError when no member
+// of the previous generation is left (a joiner has no state to start from).
 Generation decideGeneration(int number, const std::vector<int>& previous,
                             const std::map<int, std::int64_t>& arrived,
-                            const std::vector<int>& lost, const std::string& reason);
+                            const std::vector<int>& lost, const std::string& reason,
+                            const std::map<int, int>& joiners = {});
 
 // Pure: the heartbeat bookkeeping of one observer. Fed each member's beat counter as it is read,
 // with the time of reading (injected, so tests need no real clock); a member whose counter has
@@ -102,7 +115,15 @@ class HeartbeatWatch {
 // thread with its own store connection. Non-copyable.
 class ElasticMembership {
  public:
+  // A worker of the job as launched: a member of generation 0.
   ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options);
+  // A worker that joins the running job in place of launch rank `replaces`: asks to join and
+  // waits until a generation admits it (its members agreed with it among them), then watches its
+  // peers like any member. The caller regroup()s onto the returned current(). Throws CommError
+  // when the job refuses it (it came too late for an agreement) or TimeoutError when no
+  // generation admitted it within the agreement timeout after the members last changed.
+  static std::unique_ptr<ElasticMembership> join(std::shared_ptr<Worker> worker,
+                                                 ElasticOptions options, int replaces);
   ~ElasticMembership();
   ElasticMembership(const ElasticMembership&) = delete;
   ElasticMembership& operator=(const ElasticMembership&) = delete;
@@ -136,13 +157,24 @@ class ElasticMembership {
   // Bumps this worker's beat when `own`, reads its peers' and declares the overdue ones lost.
   void beat(comm::Store& store, HeartbeatWatch& watch, bool own);
   void watchLosses(comm::Store& store);
+  // Admits into the next generation the workers that asked to join, and opens it.
+  void watchJoins(comm::Store& store);
+  // The workers admitted into generation `number` (member -> the launch rank it replaces) that
+  // have not ended or been refused.
+  std::map<int, int> admitted(comm::Store& store, int number);
+  // The joiner's side of join(): waits for a generation that admits it and arrives there.
+  Generation awaitAdmission(int replaces);
   void declareLost(comm::Store& store, int generation, int member, const std::string& why);
   void abortWorld(const std::string& why);
   std::vector<int> lostMembers(comm::Store& store, const Generation& generation);
   [[noreturn]] void refuse(const std::string& why);
 
+  ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options, bool start_monitor);
+  void startMonitor();
+
   std::shared_ptr<Worker> worker_;
   ElasticOptions options_;
+  int launch_size_;                     // the launch world size: joiners' member ids start here
   std::shared_ptr<comm::Store> store_;  // the training thread's: "elastic/" in the job store
   mutable std::mutex mutex_;            // guards current_ and world_
   Generation current_;

@@ -40,7 +40,9 @@ constexpr const char* kHostId = "CHORUS_HOST_ID";
 constexpr const char* kTimeoutMs = "CHORUS_TIMEOUT_MS";
 constexpr const char* kCpuTransport = "CHORUS_CPU_TRANSPORT";
 constexpr const char* kLogLevel = "CHORUS_LOG_LEVEL";
-// Set for a replacement worker of an elastic job: the rank of the lost worker it replaces.
+// Set for a replacement worker of an elastic job: the launch rank whose device and place in the
+// launch plan it takes (the lost worker's rank, or, for a replacement of a replacement, the launch
+// rank its predecessor took).
 constexpr const char* kElasticReplaces = "CHORUS_ELASTIC_REPLACES";
 // Where an emulated CPU worker computes within a step (device::staggerOffsets); set by the agent.
 constexpr const char* kEmulationOffset = "CHORUS_EMULATION_OFFSET";
@@ -67,9 +69,9 @@ struct WorkerIdentity {
   // SpeedEmulator::setStepOffset for an emulated CPU device; Default: 0 (compute, then pad).
   double emulation_offset = 0;
   std::string launcher = "none";  // "chorus", "mpirun", "srun", "torchrun" or "none"
-  // A replacement worker of an elastic job (AgentOptions::max_restarts): the rank of the lost
-  // worker it replaces, < rank; then `rank` is a member id that may be >= world_size (the launch
-  // world size). Default: -1 (not a replacement).
+  // A replacement worker of an elastic job (AgentOptions::max_restarts): the launch rank it stands
+  // in for (env::kElasticReplaces), < rank; then `rank` is a member id that may be >= world_size
+  // (the launch world size). Default: -1 (not a replacement).
   int replaces = -1;
 
   bool hasStore() const { return !store_host.empty(); }

@@ -32,7 +32,8 @@ struct InitOptions {
   std::optional<Environment> environment;
   // Limit CPU workers to one intra-op thread (DESIGN.md: one thread per worker). Default: true.
   bool single_thread = true;
-  // Join the world communicator now. Default: true.
+  // Join the world communicator now (never for a replacement worker, WorkerIdentity::replaces,
+  // which joins a later generation's). Default: true.
   bool connect = true;
   // Use this store instead of the one the identity names (ranks as threads over one MemoryStore,
   // in tests). Default: none.
@@ -67,7 +68,8 @@ class Worker {
   // The libtorch device this worker computes on (cpu, or cuda:N).
   c10::Device device() const;
   std::shared_ptr<comm::Store> store() const { return store_; }
-  // The communicator of all ranks; null when InitOptions::connect was false.
+  // The communicator of all ranks; null when InitOptions::connect was false, and for a replacement
+  // worker until it joined.
   std::shared_ptr<comm::Communicator> world() const { return world_; }
   device::SpeedEmulator& emulator() const { return *emulator_; }
   // A new emulator at `speed` measuring compute the way this worker's device needs (thread CPU

@@ -79,11 +79,12 @@ struct TrainResult {
 // One elastic recovery as every survivor saw it (docs/elastic.md). Value type.
 struct RecoveryRecord {
   int generation = 0;
-  std::vector<int> members;          // launch ranks of the survivors; rank r is members[r]
-  std::vector<int> lost;             // launch ranks left out
-  std::string reason;                // how the loss was noticed (the first report)
-  std::int64_t step = 0;             // the step the survivors redo (or go on from)
-  int source = -1;                   // the survivor whose state they took
+  std::vector<int> members;  // launch ranks of the survivors; rank r is members[r]
+  std::vector<int> lost;     // launch ranks left out
+  std::vector<int> joined;   // members that joined (replacements of lost workers), by member id
+  std::string reason;        // how the loss was noticed (the first report)
+  std::int64_t step = 0;     // the step the survivors redo (or go on from)
+  int source = -1;           // the survivor whose state they took
   std::vector<std::int64_t> shares;  // the survivors' shares, by new rank
   double agree_seconds = 0;          // from this worker's failure to the agreed membership
   double rebuild_seconds = 0;        // communicator, state handover and engine
