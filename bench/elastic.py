@@ -8,10 +8,18 @@ chorus-kill (`chorus train`, 3 CPU workers, the MLP [64, 32], elastic.enabled, C
 victim is SIGCONTed once a step follows the recovery in the log) and chorus-hung-200
 (heartbeat_ms = 200); torch (bench/elastic_torch.py: the job in DDP under `torchrun
 --max-restarts 1`, checkpointing; the victim SIGKILLs itself at the same point of the same step).
+chorus-replace (only with --modes): the chorus-kill job with `elastic.max_restarts = 1`, uneven
+fixed shares `balancer.shares = [30, 40, 50]` and --replace-steps steps (default 1000, at the same
+3-5 ms a step, so that the job outlasts the replacement's start of 0.5-2 s; no rank is slowed):
+the agent starts a replacement for the victim, which joins the running job; the phases of the
+join are read from the log lines' time stamps and the JSON log, and every trial is checked (exit
+code 0, every step logged once, the replacement's launch share back: the step lines' shares
+after the join are the launch shares in member order, the replacement last).
 Each phase's definition is in docs/performance.md, "Elastic recovery"; min / median / max over
 trials go to stdout and, with every trial's figures, to the JSON.
 
     bench/elastic.py [--chorus build/chorus] [--trials 8] [--seed 1] [--out bench/results/...]
+                     [--modes chorus-kill,chorus-hung,chorus-hung-200,torch|chorus-replace]
 """
 import argparse
 import datetime
@@ -30,15 +38,23 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINTS = ["forward", "reduce", "optimizer"]
-MODES = ["chorus-kill", "chorus-hung", "chorus-hung-200", "torch"]
+MODES = ["chorus-kill", "chorus-hung", "chorus-hung-200", "torch", "chorus-replace"]
+DEFAULT_MODES = MODES[:4]  # chorus-replace runs a longer job: on request
 FAULT_LINE = re.compile(r"(\d\d):(\d\d):(\d\d)\.(\d{3}).*fault injection: signal (\d+) at (\w+) "
                         r"of step (\d+) \(pid (\d+)\)")
+TIME = r"(\d\d):(\d\d):(\d\d)\.(\d{3}) "
+RESTART_LINE = re.compile(TIME + r"chorus run: restarting rank (\d+) as rank (\d+)")
+ASK_LINE = re.compile(TIME + r"elastic: rank (\d+) asks to join the job in place of rank (\d+)")
+JOINED_LINE = re.compile(TIME + r"elastic: rank (\d+) joined generation (\d+) as rank (\d+) of "
+                         r"(\d+) at step (\d+) \(shares [^)]*\) after ([0-9.e+-]+) s")
 AGENT_STOP_LINE = re.compile(r"[IWE]\d{4} (\d\d):(\d\d):(\d\d)\.(\d{6}) .*closing signal SIGTERM")
 QUIET = "/work/QUIET"
 JOB = ("devices=cpu,cpu,cpu balance=off model.kind=mlp model.hidden=[64,32] data.dataset=synthetic "
        "data.size=4096 train.global_batch=120 train.eval_every=0 train.eval_samples=256 "
        "train.target_accuracy=0 optimizer.name=adamw optimizer.lr=0.003 elastic.enabled=true"
        ).split()
+REPLACE_SHARES = [30, 40, 50]  # uneven, so that the replacement's share shows
+REPLACE_JOB = ["elastic.max_restarts=1", "balancer.shares=[30,40,50]"]
 
 
 def make_trials(seed, count, first, last):
@@ -47,8 +63,9 @@ def make_trials(seed, count, first, last):
              "point": rng.choice(POINTS)} for i in range(count)]
 
 
-def chorus_command(args, log, heartbeat_ms=None):
-    settings = JOB + [f"train.steps={args.steps}"]
+def chorus_command(args, log, heartbeat_ms=None, replace=False):
+    settings = JOB + (REPLACE_JOB + [f"train.steps={args.replace_steps}"] if replace
+                      else [f"train.steps={args.steps}"])
     if heartbeat_ms is not None:
         settings.append(f"elastic.heartbeat_ms={heartbeat_ms}")
     return [args.chorus, "train"] + [w for kv in settings for w in ("--set", kv)] + [
@@ -97,6 +114,15 @@ def fault_of(text, near):
     h, m, s, ms = (int(g) for g in match.groups()[:4])
     return (clock_time(h, m, s, ms * 1000, near), int(match.group(8)), int(match.group(7)),
             match.group(6))
+
+
+def line_time(pattern, text, near):
+    """(unix time, the other groups) of the first line of `pattern` (TIME first), or None."""
+    match = pattern.search(text)
+    if match is None:
+        return None
+    h, m, s, ms = (int(g) for g in match.groups()[:4])
+    return clock_time(h, m, s, ms * 1000, near), match.groups()[4:]
 
 
 def agent_stop_time(text, near):
@@ -168,6 +194,48 @@ def chorus_figures(final, fault, total_steps, before=None):
     return figures
 
 
+def replace_figures(records, output, near, fault, victim):
+    """The join of the victim's replacement: its phases from the agent's and the replacement's log
+    lines and the JSON log, and whether it took its launch share back."""
+    restart, ask, joined = (line_time(p, output, near)
+                            for p in (RESTART_LINE, ASK_LINE, JOINED_LINE))
+    events = [(i, r) for i, r in enumerate(records) if r.get("event") == "recovery"]
+    loss = next((r for _, r in events if r["lost"]), None)
+    join_at = next((i for i, r in events if r["joined"]), None)
+    if fault is None or None in (restart, ask, joined, loss, join_at):
+        return {"error": "no " + next(name for name, x in (
+            ("fault line", fault), ("restarting line", restart), ("join request", ask),
+            ("joined line", joined), ("loss", loss), ("join", join_at)) if x is None)}
+    join = records[join_at]
+    member = int(restart[1][1])
+    steps = [r for r in records if "event" not in r]
+    after = [r for r in records[join_at:] if "event" not in r]
+    # Launch shares in member order: a survivor keeps its launch rank's, the replacement takes
+    # the victim's (it sorts last: member ids of replacements start at the launch world size).
+    expected = [REPLACE_SHARES[m if m < len(REPLACE_SHARES) else victim]
+                for m in sorted(join["members"])]
+    # The last step completed before the join request; the steps from it to the join are counted
+    # by number (a step line may be missing), and their lines by time.
+    before_ask = max((s["step"] for s in steps if s["time"] <= ask[0]), default=0)
+    kill = fault[0]
+    return {
+        "replacement": member, "joined": join["joined"], "join_generation": join["generation"],
+        "join_members": join["members"], "join_shares": join["shares"], "expected_shares": expected,
+        "final_shares": after[-1]["shares"] if after else None,
+        "shares_ok": bool(after) and join["shares"] == expected and
+                     all(s["shares"] == expected for s in after),
+        "joined_ok": join["joined"] == [member] and loss["lost"] == [victim],
+        "loss_redo_step": loss["redo_step"], "join_redo_step": join["redo_step"],
+        "first_step_with_replacement": after[0]["step"] if after else None,
+        "restart_s": restart[0] - kill, "startup_s": ask[0] - restart[0],
+        "admit_s": joined[0] - ask[0], "joined_after_s": float(joined[1][5]),
+        "join_agree_s": join["agree_s"], "join_rebuild_s": join["rebuild_s"],
+        "join_total_s": after[0]["time"] - kill if after else None,
+        "reduced_steps": join["redo_step"] - loss["redo_step"],
+        "ask_to_join_steps": join["redo_step"] - 1 - before_ask,
+        "ask_to_join_lines": sum(ask[0] < s["time"] < join["time"] for s in steps)}
+
+
 def torch_figures(records, total_steps, stopping):
     kill = next((r for r in records if r.get("event") == "kill"), None)
     starts = {r["attempt"]: r for r in records if r.get("event") == "start"}
@@ -204,9 +272,10 @@ def run_mode(args, mode, trial, workdir):
     if mode == "torch":
         command = torch_command(args, trial, log, name + ".pt")
     else:
-        signal_name = "KILL" if mode == "chorus-kill" else "STOP"
+        signal_name = "STOP" if mode.startswith("chorus-hung") else "KILL"
         env["CHORUS_FAULT"] = f"{trial['rank']}:{trial['point']}:{trial['kill_step']}:{signal_name}"
-        command = chorus_command(args, log, 200 if mode.endswith("200") else None)
+        command = chorus_command(args, log, 200 if mode.endswith("200") else None,
+                                 mode == "chorus-replace")
     for attempt in range(3):  # a run that overlapped the CI's quiet period is run again
         while os.path.exists(QUIET):
             time.sleep(10)
@@ -223,19 +292,36 @@ def run_mode(args, mode, trial, workdir):
     if mode == "torch":
         figures = torch_figures(records, args.steps, agent_stop_time(output, job["started"]))
     else:
-        figures = chorus_figures(records, fault_of(output, job["started"]), args.steps, before)
+        fault = fault_of(output, job["started"])
+        total = args.replace_steps if mode == "chorus-replace" else args.steps
+        figures = chorus_figures(records, fault, total, before)
         figures["left_out_refused"] = "was left out of the job" in output
+        if mode == "chorus-replace":
+            figures.update(replace_figures(records, output, job["started"], fault, trial["rank"]))
+            if figures.get("error") is None and (not figures["shares_ok"] or
+                                                 not figures["joined_ok"]):
+                figures["error"] = "wrong shares" if not figures["shares_ok"] else "wrong members"
     result = {"mode": mode, **trial, **job, "load_1m": load, "reruns": attempt, **figures,
               "bad_log_lines": bad_lines, "command": " ".join(command),
               "env": env.get("CHORUS_FAULT")}
-    if job["rc"] != 0 or "error" in figures or bad_lines:
+    if (job["rc"] != 0 or "error" in figures or bad_lines or figures.get("missing")
+            or figures.get("repeated")):
         result["output_tail"] = output[-3000:]
     return result
 
 
 PHASES = {"chorus": ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s"],
           "torch": ["detect_s", "restart_s", "import_s", "init_s", "first_step_s", "total_s",
-                    "catch_up_s", "replayed"]}
+                    "catch_up_s", "replayed"],
+          "chorus-replace": ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s", "restart_s",
+                             "startup_s", "admit_s", "join_agree_s", "join_rebuild_s",
+                             "join_total_s", "reduced_steps", "ask_to_join_steps",
+                             "ask_to_join_lines"]}
+COUNTS = {"replayed", "reduced_steps", "ask_to_join_steps", "ask_to_join_lines"}  # not seconds
+
+
+def phases(mode):
+    return PHASES[mode if mode in PHASES else "chorus"]
 
 
 def summarize(runs):
@@ -248,7 +334,9 @@ def summarize(runs):
                  "steps_missing": sum(len(r.get("missing", [])) for r in mine),
                  "steps_repeated": sum(len(r.get("repeated", [])) for r in mine),
                  "runs_with_bad_log_lines": sum(bool(r["bad_log_lines"]) for r in mine)}
-        for phase in PHASES["torch" if mode == "torch" else "chorus"]:
+        if mode == "chorus-replace":
+            entry["shares_wrong"] = sum(not r.get("shares_ok") for r in mine)
+        for phase in phases(mode):
             values = [r[phase] for r in mine if r.get(phase) is not None]
             if values:
                 entry[phase] = {"min": min(values), "median": statistics.median(values),
@@ -258,14 +346,14 @@ def summarize(runs):
 
 
 def report(summary):
-    """Per mode: the counts, then one line per phase: min / median / max (ms; "replayed": steps)."""
+    """Per mode: the counts, then one line per phase: min / median / max (ms; COUNTS: steps)."""
     lines = []
     for mode, entry in summary.items():
         lines.append(f"{mode}: " + ", ".join(f"{k} {v}" for k, v in entry.items()
                                               if not isinstance(v, dict)))
-        for phase in (p for p in PHASES["torch" if mode == "torch" else "chorus"] if p in entry):
-            scale = 1 if phase == "replayed" else 1000
-            lines.append(f"  {phase:13} " + " / ".join(f"{entry[phase][k] * scale:.0f}"
+        for phase in (p for p in phases(mode) if p in entry):
+            scale = 1 if phase in COUNTS else 1000
+            lines.append(f"  {phase:17} " + " / ".join(f"{entry[phase][k] * scale:.0f}"
                                                        for k in ("min", "median", "max")))
     return "\n".join(lines)
 
@@ -289,13 +377,16 @@ def main():
     parser.add_argument("--first-step", type=int, default=5, help="earliest kill step (from 0)")
     parser.add_argument("--last-step", type=int, default=34)
     parser.add_argument("--checkpoint-every", type=int, default=10)
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--replace-steps", type=int, default=1000, help="chorus-replace's steps")
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), help="of " + ",".join(MODES))
     parser.add_argument("--timeout", type=float, default=120, help="seconds per job")
     parser.add_argument("--out", default=os.path.join(
         ROOT, "bench", "results", f"elastic_{datetime.date.today().isoformat()}.json"))
     args = parser.parse_args()
     args.chorus = os.path.abspath(args.chorus)
     modes = args.modes.split(",")
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: {args.modes} (modes: {','.join(MODES)})")
     trials = make_trials(args.seed, args.trials, args.first_step, args.last_step)
     with open(args.chorus, "rb") as binary:
         chorus_sha256 = hashlib.sha256(binary.read()).hexdigest()
@@ -304,6 +395,7 @@ def main():
               "args": vars(args), "chorus_sha256": chorus_sha256,
               "commands": {"bench": " ".join(sys.argv),
                            "chorus": " ".join(chorus_command(args, "LOG")),
+                           "chorus-replace": " ".join(chorus_command(args, "LOG", replace=True)),
                            "torch": " ".join(torch_command(args, trials[0], "EVENTS", "CKPT"))},
               "runs": []}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
@@ -313,8 +405,10 @@ def main():
             for mode in order:
                 r = run_mode(args, mode, trial, workdir)
                 result["runs"].append(r)
-                print(f"trial {trial['trial']} {mode:16} rc={r['rc']} total={r.get('total_s')} "
-                      f"{r.get('error', '')}", flush=True)
+                joined = (f" join_total={r.get('join_total_s')} ask_to_join_steps="
+                          f"{r.get('ask_to_join_steps')}" if mode == "chorus-replace" else "")
+                print(f"trial {trial['trial']} {mode:16} rc={r['rc']} total={r.get('total_s')}"
+                      f"{joined} {r.get('error', '')}", flush=True)
             result["summary"] = summarize(result["runs"])  # saved after every trial
             result["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds")
