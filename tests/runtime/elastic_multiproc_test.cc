@@ -1,8 +1,9 @@
 // Elastic recovery of `chorus train` with real worker processes (docs/elastic.md): a worker
 // killed during the forward pass, during the bucketed gradient all-reduce, just before the
 // optimizer step (rank 0, the log's writer), during the recovery itself (a second failure), and
-// a hung worker (SIGSTOP) that is left out and refused when it comes back, and a killed worker
-// that the agent replaces (elastic.max_restarts), whose replacement joins. Each run must finish
+// a hung worker (SIGSTOP) that is left out and refused when it comes back, a killed worker
+// that the agent replaces (elastic.max_restarts), whose replacement joins, and a worker killed
+// while a background checkpoint is being written. Each run must finish
 // with exit code 0, log every step exactly once, and end with the parameters of an uninterrupted
 // run (fixed shares, fp32: the reduction order is the only difference).
 #include <gtest/gtest.h>
@@ -243,6 +244,27 @@ TEST(ElasticMultiproc, AKilledWorkerIsReplacedAndItsReplacementTakesItsShare) {
           << step.dump();
   EXPECT_NE(run.run.output.find("restarting rank 1 as rank 3"), std::string::npos)
       << run.run.output;
+  expectSameModel(run, reference("cpu,cpu,cpu", extra));
+}
+
+TEST(ElasticMultiproc, KilledWhileAnAsyncCheckpointIsBeingWritten) {
+  // Checkpoints every 4 steps in the background; rank 1 dies while the one after step 8 is being
+  // written. The survivors give that write up with its generation (not at the checkpoint
+  // deadline of 10 minutes) and write the later ones; what is published is complete.
+  const std::string extra = "--set checkpoint.every=4 --set checkpoint.async=true";
+  const auto start = std::chrono::steady_clock::now();
+  const ElasticRun run =
+      runElastic("async_checkpoint", "cpu,cpu,cpu", "1:checkpoint:7:KILL", extra);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
+  expectRecovered(run, {0, 2}, {1});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 9);
+  expectEveryStepOnce(run);
+  const std::string dir = ::testing::TempDir() + "/chorus_elastic_async_checkpoint";
+  const auto checkpoints = runtime::listCheckpoints(dir);
+  ASSERT_FALSE(checkpoints.empty());
+  EXPECT_EQ(checkpoints.front(), runtime::checkpointName(kSteps));
+  for (const std::string& name : checkpoints)
+    EXPECT_NO_THROW(runtime::verifyCheckpoint(dir + "/" + name)) << name;
   expectSameModel(run, reference("cpu,cpu,cpu", extra));
 }
 

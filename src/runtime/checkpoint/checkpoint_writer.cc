@@ -4,6 +4,7 @@
 
 #include "checkpoint/checkpoint_files.h"
 #include "chorus/comm/store/store.h"
+#include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
@@ -74,6 +75,28 @@ CheckpointWriter::CheckpointWriter(CheckpointOptions options, std::shared_ptr<co
   CHORUS_CHECK_CONFIG(options_.keep >= 1, "checkpoint: keep must be at least 1");
 }
 
+void CheckpointWriter::awaitKeys(const std::vector<std::string>& keys) {
+  if (!options_.cancelled) {
+    store_->wait(keys, options_.timeout);
+    return;
+  }
+  // In slices, so that a cancellation is seen; the store connection is free between them.
+  const Deadline deadline = Deadline::after(options_.timeout);
+  for (;;) {
+    if (options_.cancelled())
+      CHORUS_THROW(CommError, "checkpoint: given up while waiting for the other ranks (",
+                   keys.front(), "): the job's membership changed");
+    try {
+      // At least 1 ms: a timeout of 0 may mean "no deadline" to a store.
+      store_->wait(keys, std::max(std::chrono::milliseconds(1),
+                                  std::min(kCancelPoll, deadline.remaining())));
+      return;
+    } catch (const TimeoutError&) {
+      if (deadline.expired()) throw;
+    }
+  }
+}
+
 std::string CheckpointWriter::write(std::int64_t step, const std::vector<CheckpointFile>& files) {
   const std::string name = checkpointName(step);
   const std::string prefix = storePrefix(name);
@@ -90,7 +113,7 @@ std::string CheckpointWriter::write(std::int64_t step, const std::vector<Checkpo
     if (error) CHORUS_THROW(CheckpointError, "cannot create '", staging, "': ", error.message());
     store_->setString(prefix + "ready", "1");
   } else {
-    store_->wait({prefix + "ready"}, options_.timeout);
+    awaitKeys({prefix + "ready"});
   }
   std::vector<ManifestEntry> entries;
   for (const CheckpointFile& file : files) {
@@ -105,7 +128,7 @@ std::string CheckpointWriter::write(std::int64_t step, const std::vector<Checkpo
     publish(step, staging, final_dir);
     store_->setString(prefix + "done", final_dir);
   } else {
-    store_->wait({prefix + "done"}, options_.timeout);
+    awaitKeys({prefix + "done"});
   }
   return final_dir;
 }
@@ -116,7 +139,7 @@ void CheckpointWriter::publish(std::int64_t step, const std::string& staging,
   std::vector<std::string> keys;
   for (int rank = 0; rank < world_size_; ++rank)
     keys.push_back(prefix + "rank" + std::to_string(rank));
-  store_->wait(keys, options_.timeout);
+  awaitKeys(keys);
   nlohmann::json manifest = {{"format", 1}, {"step", step}, {"world_size", world_size_}};
   std::vector<ManifestEntry> all;
   for (const auto& key : keys) {

@@ -157,10 +157,14 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
 
 void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const TrainerHooks& hooks) {
   TrainingContext& c = *s.context;
-  // A background checkpoint of the old generation may wait for a lost rank until its deadline;
-  // it is left to finish (or fail) on its own, and the next one is written by the new generation.
+  // A background checkpoint of the old generation gives up once its world is aborted (a lost rank
+  // can never hand in its files); it ends on its own thread, and the new generation writes the
+  // next one. Those that ended are dropped.
   if (s.pending_checkpoint.valid())
     s.abandoned_checkpoints.push_back(std::move(s.pending_checkpoint));
+  std::erase_if(s.abandoned_checkpoints, [](const std::future<std::string>& write) {
+    return write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
   RecoveryRecord record;
   std::vector<int> lost;  // over every attempt
   for (;;) {
@@ -224,8 +228,12 @@ void resetCheckpointWriter(Trainer::State& s, int generation) {
   TrainingContext& c = *s.context;
   auto store = std::make_shared<comm::PrefixStore>(
       "elastic/gen/" + std::to_string(generation) + "/checkpoint", c.worker->store());
-  s.checkpoints = std::make_shared<CheckpointWriter>(s.checkpoints->options(), store,
-                                                     c.worker->rank(), c.worker->worldSize());
+  CheckpointOptions options = s.checkpoints->options();
+  // A write of this generation that a lost rank can never complete ends with the generation
+  // (its world is aborted as soon as the loss is known), not at the checkpoint deadline.
+  options.cancelled = [world = c.worker->world()] { return world->broken(); };
+  s.checkpoints =
+      std::make_shared<CheckpointWriter>(options, store, c.worker->rank(), c.worker->worldSize());
 }
 
 }  // namespace chorus::runtime

@@ -133,7 +133,7 @@ Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     options.keep = static_cast<int>(c.job.checkpoint.keep);
     s.checkpoints = std::make_shared<CheckpointWriter>(options, c.worker->store(), c.worker->rank(),
                                                        c.worker->worldSize());
-    if (joining) resetCheckpointWriter(s, s.membership->current().number);
+    if (s.membership) resetCheckpointWriter(s, s.membership->current().number);
   }
 }
 
@@ -168,8 +168,10 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   observe::TraceRecorder* trace = hooks.trace;
   const auto checkpoint = [&](bool final_or_requested) {
     const auto start = TraceClock::now();
-    if (writeCheckpointIfDue(s, final_or_requested) && trace != nullptr)
+    if (!writeCheckpointIfDue(s, final_or_requested)) return;
+    if (trace != nullptr)
       trace->span(observe::Track::kCompute, "checkpoint", "checkpoint", start, TraceClock::now());
+    if (hooks.at_point) hooks.at_point(s.next_step - 1, "checkpoint");
   };
   TrainerHooks inner = hooks;
   inner.on_step = nullptr;  // called below, after any evaluation joined the record

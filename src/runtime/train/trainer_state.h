@@ -107,8 +107,8 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
 // waits until the members admit it, then takes the plan and the state from them, as a member does
 // after a loss, and sets next_step to the step they redo.
 void joinRunningJob(Trainer::State& s, const ElasticOptions& options);
-// A checkpoint writer for generation `generation`'s ranks (its own store keys). No-op without
-// checkpoint.dir.
+// A checkpoint writer for generation `generation`'s ranks (its own store keys), which gives a write
+// up once that generation's world is aborted. No-op without checkpoint.dir.
 void resetCheckpointWriter(Trainer::State& s, int generation);
 
 }  // namespace chorus::runtime

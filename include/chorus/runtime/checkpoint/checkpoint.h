@@ -60,7 +60,15 @@ struct CheckpointOptions {
   // Test hook: called after each file is written and fsync'ed, with its path (fault tests kill
   // the process here). Default: none.
   std::function<void(const std::string& path)> after_file;
+  // Polled (from the writing thread) while a write waits for the other ranks: true gives the
+  // write up with CommError within kCancelPoll. Elastic jobs pass "this generation's world was
+  // aborted", so that a write a lost rank can never complete ends with its generation instead of
+  // at `timeout`, and frees the store connection it waits on. Default: none (never given up).
+  std::function<bool()> cancelled;
 };
+
+// How often CheckpointOptions::cancelled is polled while a write waits.
+constexpr std::chrono::milliseconds kCancelPoll{20};
 
 // "step-00000120".
 std::string checkpointName(std::int64_t step);
@@ -85,6 +93,8 @@ class CheckpointWriter {
 
  private:
   void publish(std::int64_t step, const std::string& staging, const std::string& final_dir);
+  // store_->wait(keys) within options_.timeout, giving up when options_.cancelled says so.
+  void awaitKeys(const std::vector<std::string>& keys);
 
   CheckpointOptions options_;
   std::shared_ptr<comm::Store> store_;
