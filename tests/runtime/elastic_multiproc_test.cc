@@ -222,19 +222,25 @@ TEST(ElasticMultiproc, AKilledWorkerIsReplacedAndItsReplacementTakesItsShare) {
   const ElasticRun run =
       runElastic("restart", "cpu,cpu,cpu", "1:forward:2:KILL,0:forward:0:SLOW400", extra);
   EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
-  ASSERT_EQ(run.recoveries.size(), 2u) << run.run.output;
-  const nlohmann::json& loss = run.recoveries.at(0);
+  // The loss and the join take one generation each, or one together when the replacement is
+  // ready before the survivors agreed on the loss (rank 0 may still be in its slow step).
+  ASSERT_GE(run.recoveries.size(), 1u) << run.run.output;
+  ASSERT_LE(run.recoveries.size(), 2u) << run.run.output;
+  const nlohmann::json& loss = run.recoveries.front();
   EXPECT_EQ(loss.at("lost").get<std::vector<int>>(), (std::vector<int>{1})) << loss.dump();
-  EXPECT_EQ(loss.at("shares").get<std::vector<int>>(), (std::vector<int>{30, 90}));
+  if (run.recoveries.size() == 2) {
+    EXPECT_EQ(loss.at("shares").get<std::vector<int>>(), (std::vector<int>{30, 90}));
+    EXPECT_TRUE(loss.at("joined").empty()) << loss.dump();
+  }
   // The agent started rank 3 in place of rank 1: it joined at a step boundary with the share
   // rank 1 had, and every step from there on ran on three ranks.
-  const nlohmann::json& join = run.recoveries.at(1);
+  const nlohmann::json& join = run.recoveries.back();
   EXPECT_EQ(join.at("joined").get<std::vector<int>>(), (std::vector<int>{3})) << join.dump();
   EXPECT_EQ(join.at("members").get<std::vector<int>>(), (std::vector<int>{0, 2, 3}));
   EXPECT_EQ(join.at("shares").get<std::vector<int>>(), (std::vector<int>{20, 60, 40}));
-  EXPECT_NE(join.at("reason").get<std::string>().find("rank 3 joins in place of rank 1"),
+  EXPECT_NE(run.run.output.find("rank 3 asks to join the job in place of rank 1"),
             std::string::npos)
-      << join.dump();
+      << run.run.output;
   const int joined_at = join.at("redo_step").get<int>();
   EXPECT_LE(joined_at, kSteps) << run.run.output;
   expectEveryStepOnce(run);

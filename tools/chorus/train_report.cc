@@ -106,7 +106,11 @@ void TrainReport::progressLine(const runtime::StepRecord& record) const {
 
 void TrainReport::step(const runtime::StepRecord& record) {
   last_ = record;
-  if (!writing_ || !is_writer_()) return;
+  if (!writing_) return;
+  if (!is_writer_()) {
+    held_ = record;
+    return;
+  }
   if (record.skipped)
     std::printf("step %lld skipped: gradients overflowed on some rank; loss scales now %s\n",
                 static_cast<long long>(record.step + 1), scalesText(record.loss_scales).c_str());
@@ -129,6 +133,9 @@ void TrainReport::recovery(const runtime::RecoveryRecord& record) {
   generation_ = record.generation;
   if (!writing_ && is_writer_()) takeOver();
   if (!writing_) return;
+  // The job completed every step before the one it redoes: a step held back is one of them.
+  if (held_ && held_->step < record.step) writeJson(*held_);
+  held_.reset();
   if (record.joined.empty())
     std::printf("recovered: generation %d, lost rank %s (%s); %zu ranks go on from step %lld\n",
                 record.generation, joined({record.lost.begin(), record.lost.end()}).c_str(),

@@ -1,7 +1,9 @@
 // What `chorus train` shows and records: a progress line every few steps and at evaluations, one
 // JSON object per step in --log-json, and a final summary. Only rank 0 writes: after an elastic
 // recovery that lost rank 0, the survivor that became rank 0 takes over (the log goes on in the
-// same file, the step the old writer may have missed first).
+// same file, the step the old writer may have missed first). A step the writer completed while
+// the job was already forming its next generation (a worker joining opens it at any moment) is
+// held until the recovery says whether the job counts it, and written then.
 #pragma once
 
 #include <fstream>
@@ -42,6 +44,9 @@ class TrainReport {
   std::ofstream json_;
   int generation_ = 0;
   std::optional<runtime::StepRecord> last_;
+  // A step completed while this worker was not the writer for sure (is_writer_ false): written at
+  // the next recovery if this worker writes then and the job went past that step.
+  std::optional<runtime::StepRecord> held_;
   Stopwatch clock_;
   std::int64_t target_step_ = -1;
 };

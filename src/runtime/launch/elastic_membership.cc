@@ -194,10 +194,10 @@ void ElasticMembership::monitor(comm::Store& store) {
         next_read = now + options_.heartbeat / kReadsPerBeat;
       }
       watchLosses(store);
-      if (round % kExitCheckEvery == 0) {
-        watchExits(store);
-        watchJoins(store);
-      }
+      // Every round: the steps a request waits through before the members take the joiner in
+      // are the steps of one watch interval.
+      watchJoins(store);
+      if (round % kExitCheckEvery == 0) watchExits(store);
     } catch (const std::exception& error) {
       // The store is gone (the job ends) or unreachable: the transport's deadlines still hold.
       if (!stopping_.load()) logDebug("elastic monitor: ", error.what());
