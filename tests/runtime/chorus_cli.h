@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,25 @@ inline TrainRun chorusTrain(const std::string& args, const std::string& name) {
   std::string line;
   while (std::getline(lines, line)) run.steps.push_back(nlohmann::json::parse(line));
   return run;
+}
+
+// Runs `chorus run <run_args> -- <worker_command>`.
+inline CommandResult chorusRun(const std::string& run_args, const std::string& worker_command) {
+  return runCommand(std::string(CHORUS_BINARY) + " run " + run_args + " -- " + worker_command);
+}
+
+// The test worker program (tests/worker/test_worker.cc) with `args`.
+inline std::string testWorker(const std::string& args) {
+  return std::string(CHORUS_TEST_WORKER) + " " + args;
+}
+
+// The pid in "rank 1 (pid 4711) was killed by signal 9 (SIGKILL)" (WorkerExit::describe()) after
+// `context`, or "" when `output` has no such line.
+inline std::string killedPid(const std::string& output, const std::string& context, int rank) {
+  std::smatch match;
+  const std::regex pattern(context + "rank " + std::to_string(rank) +
+                           " \\(pid ([0-9]+)\\) was killed by signal 9 \\(SIGKILL\\)");
+  return std::regex_search(output, match, pattern) ? match[1].str() : "";
 }
 
 }  // namespace chorus::testing

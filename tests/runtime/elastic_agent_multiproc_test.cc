@@ -87,23 +87,9 @@ TEST(SupervisorElastic, InterruptStillStopsEveryWorker) {
 }
 
 using RunResult = chorus::testing::CommandResult;
-
-RunResult chorusRun(const std::string& run_args, const std::string& worker_command) {
-  return chorus::testing::runCommand(std::string(CHORUS_BINARY) + " run " + run_args + " -- " +
-                                     worker_command);
-}
-
-std::string testWorker(const std::string& args) {
-  return std::string(CHORUS_TEST_WORKER) + " " + args;
-}
-
-// "rank 1 (pid 4711) was killed by signal 9 (SIGKILL)": the pid that WorkerExit::describe() named.
-std::string killedPid(const std::string& output, const std::string& context, int rank) {
-  std::smatch match;
-  const std::regex pattern(context + "rank " + std::to_string(rank) +
-                           " \\(pid ([0-9]+)\\) was killed by signal 9 \\(SIGKILL\\)");
-  return std::regex_search(output, match, pattern) ? match[1].str() : "";
-}
+using chorus::testing::chorusRun;
+using chorus::testing::killedPid;
+using chorus::testing::testWorker;
 
 // The survivors wait for the store key and print it: they finish only if the agent posted it.
 TEST(ElasticAgentMultiproc, LostRankIsPostedToTheStoreAndTheOthersFinish) {
