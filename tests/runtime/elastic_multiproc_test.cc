@@ -244,10 +244,12 @@ TEST(ElasticMultiproc, AKilledWorkerIsReplacedAndItsReplacementTakesItsShare) {
   const int joined_at = join.at("redo_step").get<int>();
   EXPECT_LE(joined_at, kSteps) << run.run.output;
   expectEveryStepOnce(run);
-  for (const nlohmann::json& step : run.steps)
-    if (step.at("step").get<int>() >= joined_at)
+  for (const nlohmann::json& step : run.steps) {
+    if (step.at("step").get<int>() >= joined_at) {
       EXPECT_EQ(step.at("shares").get<std::vector<int>>(), (std::vector<int>{20, 60, 40}))
           << step.dump();
+    }
+  }
   EXPECT_NE(run.run.output.find("restarting rank 1 as rank 3"), std::string::npos)
       << run.run.output;
   expectSameModel(run, reference("cpu,cpu,cpu", extra));
