@@ -63,9 +63,9 @@ std::map<int, const ReplicaPlan*> replicaOfRank(const Plan& plan) {
 // `rank`'s entries of `plan`, as rank `index` of the next plan with `share` samples.
 void addRank(Plan& next, const Plan& plan, const std::map<int, const ReplicaPlan*>& replicas,
              int rank, std::int64_t share) {
-  CHORUS_CHECK_CONFIG(rank >= 0 && rank < static_cast<int>(plan.ranks.size()) &&
-                          replicas.count(rank) > 0,
-                      "survivors: rank ", rank, " is not in a plan of ", plan.ranks.size());
+  CHORUS_CHECK_CONFIG(
+      rank >= 0 && rank < static_cast<int>(plan.ranks.size()) && replicas.count(rank) > 0,
+      "survivors: rank ", rank, " is not in a plan of ", plan.ranks.size());
   next.ranks.push_back(plan.ranks.at(rank));
   ReplicaPlan replica = *replicas.at(rank);
   StagePlan& stage = replica.stages.front();
@@ -81,8 +81,9 @@ void addRank(Plan& next, const Plan& plan, const std::map<int, const ReplicaPlan
 Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& launch,
                  const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares) {
   checkKept(kept, current.ranks.size());
-  CHORUS_CHECK_CONFIG(shares.size() == kept.size() + joiner_slots.size(), "survivors: ",
-                      shares.size(), " shares for ", kept.size() + joiner_slots.size(), " ranks");
+  CHORUS_CHECK_CONFIG(shares.size() == kept.size() + joiner_slots.size(),
+                      "survivors: ", shares.size(), " shares for ",
+                      kept.size() + joiner_slots.size(), " ranks");
   const auto current_replicas = replicaOfRank(current);
   const auto launch_replicas = replicaOfRank(launch);
   Plan next = current;

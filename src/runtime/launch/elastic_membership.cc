@@ -259,10 +259,16 @@ void ElasticMembership::watchLosses(comm::Store& store) {
   if (!me.empty()) abortWorld("elastic: this worker was declared lost: " + me);
 }
 
+std::vector<int> ElasticMembership::replacementIds(comm::Store& store) const {
+  const auto started = static_cast<int>(store.add(kJoinedCounter, 0));
+  std::vector<int> ids;
+  for (int member = launch_size_; member < launch_size_ + started; ++member) ids.push_back(member);
+  return ids;
+}
+
 void ElasticMembership::watchJoins(comm::Store& store) {
   const Generation generation = current();
-  const auto requests = static_cast<int>(store.add(kJoinedCounter, 0));
-  for (int member = launch_size_; member < launch_size_ + requests; ++member) {
+  for (int member : replacementIds(store)) {
     if (generation.rankOf(member) >= 0) continue;
     const std::string replaces = peek(store, joinKey(member));
     if (replaces.empty() || store.check({memberKey(generation.number + 1, "joiner", member)}) ||
@@ -277,8 +283,7 @@ void ElasticMembership::watchJoins(comm::Store& store) {
 
 std::map<int, int> ElasticMembership::admitted(comm::Store& store, int number) {
   std::map<int, int> joiners;
-  const auto requests = static_cast<int>(store.add(kJoinedCounter, 0));
-  for (int member = launch_size_; member < launch_size_ + requests; ++member) {
+  for (int member : replacementIds(store)) {
     const std::string replaces = peek(store, memberKey(number, "joiner", member));
     if (!replaces.empty() && !ended(store, member)) joiners[member] = std::stoi(replaces);
   }

@@ -76,14 +76,18 @@ std::vector<std::int64_t> plannedShares(const plan::Plan& launch, const std::vec
   return shares;
 }
 
-// What every member of `next` needs before it can build its engine, written by the source: the
-// next plan (the joiners' entries taken from the launch plan) and the launch rank each member
-// runs in place of. Also returns the next shares through `shares`.
-std::string regroupHeader(const Trainer::State& s, const Generation& next, const Change& change,
-                          std::vector<std::int64_t>& shares) {
+// What the source works out for `next`: its members' shares, and the header every member needs
+// before it can build its engine — the next plan (the joiners' entries taken from the launch plan)
+// and the launch rank each member runs in place of.
+struct Regroup {
+  std::vector<std::int64_t> shares;
+  std::string header;
+};
+
+Regroup regroupOf(const Trainer::State& s, const Generation& next, const Change& change) {
   std::vector<int> kept_slots;
   for (int rank : change.kept) kept_slots.push_back(slotOf(s, s.engine_members.at(rank)));
-  shares =
+  const std::vector<std::int64_t> shares =
       plan::regroupShares(s.engine->shares(), change.kept, plannedShares(s.launch_plan, kept_slots),
                           plannedShares(s.launch_plan, change.joiner_slots));
   const plan::Plan next_plan =
@@ -93,7 +97,7 @@ std::string regroupHeader(const Trainer::State& s, const Generation& next, const
     const auto joined = next.joined.find(member);
     slots.push_back({member, joined != next.joined.end() ? joined->second : slotOf(s, member)});
   }
-  return nlohmann::json{{"plan", plan::toJson(next_plan)}, {"slots", slots}}.dump();
+  return {shares, nlohmann::json{{"plan", plan::toJson(next_plan)}, {"slots", slots}}.dump()};
 }
 
 // Every member's side of the regrouping once `next` formed: the source's header and handover
@@ -132,9 +136,9 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   const Change change = changeOf(s.engine_members, next);
   std::string header, handover;
   if (next.source == c.worker->member()) {
-    std::vector<std::int64_t> shares;
-    header = regroupHeader(s, next, change, shares);
-    handover = s.engine->handover(change.kept, shares);
+    const Regroup regroup = regroupOf(s, next, change);
+    header = regroup.header;
+    handover = s.engine->handover(change.kept, regroup.shares);
   }
   const LocalCarry carry = s.engine->localCarry();
   membership.regroup(next);

@@ -157,6 +157,8 @@ class ElasticMembership {
   // Bumps this worker's beat when `own`, reads its peers' and declares the overdue ones lost.
   void beat(comm::Store& store, HeartbeatWatch& watch, bool own);
   void watchLosses(comm::Store& store);
+  // The member ids the agents gave the replacements they started so far (some may never ask).
+  std::vector<int> replacementIds(comm::Store& store) const;
   // Admits into the next generation the workers that asked to join, and opens it.
   void watchJoins(comm::Store& store);
   // The workers admitted into generation `number` (member -> the launch rank it replaces) that
