@@ -32,40 +32,20 @@
 #include "chorus/runtime/train/trainer.h"
 #include "commands.h"
 #include "fault_injection.h"
+#include "train_command.h"
 #include "train_metrics.h"
 #include "train_report.h"
 
 namespace chorus::cli {
 namespace {
 
-struct TrainArgs {
-  std::string config_path;
-  std::vector<std::string> settings;
-  std::int64_t steps = 0;
-  std::string log_json;
-  // A timeline of the steps in trace_steps (A:B), Chrome trace-event JSON (observe layer).
-  std::string trace;
-  std::string trace_steps = "0:20";
-  // Prometheus metrics and the live page on this port (-1: off; 0: a free one), served by the
-  // node's agent; workers report to it on a node-local socket (observe layer).
-  int metrics_port = -1;
-  std::string metrics_socket;  // a worker's: where its agent receives
-  std::string resume;
-  // A plan file (`chorus plan --out`) to run as it is.
-  std::string plan;
-  bool worker = false;
-  // Several nodes (as `chorus run`): every node runs `chorus train` with the same config.
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string rdzv_endpoint;
-  std::string secret_file;
-};
-
 // Set by SIGTERM/SIGINT in a worker: the trainer polls it once per step, every rank agrees to
 // stop, writes a checkpoint and returns. A signal handler can reach nothing but a global.
 volatile std::sig_atomic_t g_stop_requested = 0;
 
 void requestStop(int) { g_stop_requested = 1; }
+
+}  // namespace
 
 void catchStopSignals() {
   struct sigaction action {};
@@ -83,6 +63,8 @@ Config loadConfig(const TrainArgs& args) {
   if (args.steps > 0) config.set("train.steps=" + std::to_string(args.steps));
   return config;
 }
+
+namespace {
 
 std::string selfExecutable() {
   char path[4096];
@@ -276,9 +258,10 @@ int runFrontEnd(const TrainArgs& args) {
   return code;
 }
 
-// Runs the job's plan to the end.
-int train(const TrainArgs& args, const runtime::JobPackage& package,
-          std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
+}  // namespace
+
+int trainWorker(const TrainArgs& args, const runtime::JobPackage& package,
+                std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
   const runtime::JobConfig& job = package.job;
   runtime::Trainer trainer(job, package.plan, worker);
   // A replacement worker took the members' state when it joined: the checkpoint the job started
@@ -318,13 +301,15 @@ int train(const TrainArgs& args, const runtime::JobPackage& package,
   return kExitOk;
 }
 
+namespace {
+
 int runWorker(const TrainArgs& args) {
   auto worker = chorus::init();
   catchStopSignals();
   const FaultInjection fault = FaultInjection::fromEnvironment();
   const runtime::JobPackage package = runtime::fetchJobPackage(
       *worker->store(), std::chrono::milliseconds(worker->identity().timeout_ms));
-  return train(args, package, worker, fault);
+  return trainWorker(args, package, worker, fault);
 }
 
 }  // namespace
@@ -370,7 +355,10 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
   train->callback([&action, args] {
-    action = [args] { return args->worker ? runWorker(*args) : runFrontEnd(*args); };
+    action = [args] {
+      if (args->worker) return runWorker(*args);
+      return startedByOtherLauncher() ? trainLaunchedRank(*args) : runFrontEnd(*args);
+    };
   });
 }
 

@@ -1,10 +1,14 @@
 #include "chorus/runtime/launch/agent.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/tcp_store.h"
@@ -39,13 +43,59 @@ void validateOptions(const AgentOptions& options) {
   CHORUS_CHECK_CONFIG(options.max_restarts == 0 || options.elastic,
                       "chorus run: --max-restarts needs --elastic (without it the first failure "
                       "stops every worker)");
+  CHORUS_CHECK_CONFIG(!options.secret_stdin || options.secret_file.empty(),
+                      "chorus run: --secret-stdin and --secret-file both name the job secret; give "
+                      "one");
   if (options.nnodes > 1) {
     CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
                         "chorus run: a job of several nodes needs --rdzv-endpoint HOST:PORT");
-    CHORUS_CHECK_CONFIG(!options.secret_file.empty(),
+    CHORUS_CHECK_CONFIG(!options.secret_file.empty() || options.secret_stdin,
                         "chorus run: a job of several nodes needs --secret-file, the same file "
                         "(mode 600) on every node");
   }
+}
+
+// AgentOptions::secret_stdin: the first line of standard input, read a byte at a time so that
+// nothing after it is consumed here.
+comm::JobSecret readSecretLine() {
+  std::string line;
+  for (;;) {
+    char c = 0;
+    const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || c == '\n') break;
+    line.push_back(c);
+    CHORUS_CHECK_CONFIG(line.size() <= comm::JobSecret::kMaxLength,
+                        "chorus run: --secret-stdin: the first line of standard input is longer "
+                        "than a job secret may be");
+  }
+  return comm::JobSecret::fromText(line);
+}
+
+// AgentOptions::secret_stdin: the launcher keeps our standard input open while the job runs; its
+// end means the launcher or its connection is gone. A detached thread, because a read of a pipe or
+// socket has no deadline; SIGTERM to ourselves, because that is already how the agent stops.
+void stopWhenStdinEnds() {
+  std::thread([] {
+    char buffer[256];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;
+    }
+    logWarn("chorus run: standard input ended: the launcher is gone; stopping this node");
+    ::kill(::getpid(), SIGTERM);
+  }).detach();
+}
+
+comm::JobSecret jobSecret(const AgentOptions& options) {
+  if (options.secret_stdin) {
+    comm::JobSecret secret = readSecretLine();
+    stopWhenStdinEnds();
+    return secret;
+  }
+  return options.secret_file.empty() ? comm::JobSecret::generate()
+                                     : comm::JobSecret::fromFile(options.secret_file);
 }
 
 // The job's store: hosted here on node 0, reached as a client everywhere.
@@ -303,9 +353,7 @@ int runAgent(const AgentOptions& options) {
   const auto found = options.discovered.empty() ? device::discoverDevices() : options.discovered;
   const std::vector<DeviceSpec> devices = device::expandAuto(options.devices, found);
   device::validateSpecs(devices, found);
-  const comm::JobSecret secret = options.secret_file.empty()
-                                     ? comm::JobSecret::generate()
-                                     : comm::JobSecret::fromFile(options.secret_file);
+  const comm::JobSecret secret = jobSecret(options);
   StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
   const NodeSlot slot =
       joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);

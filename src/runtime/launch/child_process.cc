@@ -96,8 +96,9 @@ static void resetSignalsInChild() {
   // The agent may have died before PR_SET_PDEATHSIG took effect; then nobody would kill us.
   if (::getppid() != setup.parent) ::_exit(kExecFailedStatus);
   // Move the three sources above 2 first, so one dup2() onto 0..2 cannot clobber another.
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const int in = null_fd < 0 ? -1 : ::fcntl(null_fd, F_DUPFD_CLOEXEC, 3);
+  const int source =
+      setup.stdin_fd >= 0 ? setup.stdin_fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int in = source < 0 ? -1 : ::fcntl(source, F_DUPFD_CLOEXEC, 3);
   const int out = ::fcntl(setup.stdout_fd, F_DUPFD_CLOEXEC, 3);
   const int err = ::fcntl(setup.stderr_fd, F_DUPFD_CLOEXEC, 3);
   if (in < 0 || out < 0 || err < 0) childFail(status_fd);

@@ -25,6 +25,7 @@ struct ChildSetup {
   int status_fd;  // write end of the CLOEXEC pipe that reports a failed exec
   int max_fd;
   int inherited_fd;  // kept open across exec, at the same number (the secret pipe); -1: none
+  int stdin_fd;      // becomes the child's standard input; -1: /dev/null
 };
 
 // NUL-terminated pointers into `strings` (which must outlive them), for execve().
@@ -35,8 +36,8 @@ std::string resolveProgram(const std::string& name, const std::map<std::string, 
 // Waits for `pid` to end and returns its wait status.
 int reapBlocking(pid_t pid);
 // Forks the worker: its own process group, death signal tied to the agent, default signals,
-// stdout/stderr on the given pipes, every other descriptor but setup.inherited_fd closed at exec.
-// Throws LaunchError.
+// stdin (or /dev/null), stdout and stderr on the given descriptors, every other descriptor but
+// setup.inherited_fd closed at exec. Throws LaunchError.
 pid_t forkWorker(const ChildSetup& setup, int rank);
 // Reads the exec status pipe (whose write end the caller closed): EOF means the exec succeeded;
 // an errno means it failed, and the child is reaped before the error is thrown.

@@ -35,6 +35,8 @@ struct Supervisor::Worker {
   UniqueFd out;  // read ends of the worker's stdout and stderr pipes; closed at EOF
   UniqueFd err;
   UniqueFd log;
+  // WorkerLaunch::secret_on_stdin: the write end of its standard input, open while it runs.
+  UniqueFd stdin_write;
   std::unique_ptr<OutputPump> out_pump;
   std::unique_ptr<OutputPump> err_pump;
 };
@@ -79,6 +81,17 @@ UniqueFd secretPipe(const comm::JobSecret& secret, int rank) {
   if (written != static_cast<ssize_t>(text.size()))
     CHORUS_THROW(LaunchError, "cannot hand rank ", rank, " the job secret: ", ::strerror(errno));
   return std::move(read_end);
+}
+
+// WorkerLaunch::secret_on_stdin: a pipe holding the secret's line, both ends open; the read end
+// becomes the worker's standard input.
+std::pair<UniqueFd, UniqueFd> secretStdin(const comm::JobSecret& secret, int rank) {
+  auto ends = makePipe("standard input");
+  const std::string line = secret.text() + "\n";
+  const ssize_t written = ::write(ends.second.get(), line.data(), line.size());
+  if (written != static_cast<ssize_t>(line.size()))
+    CHORUS_THROW(LaunchError, "cannot hand rank ", rank, " the job secret: ", ::strerror(errno));
+  return ends;
 }
 
 }  // namespace
@@ -140,7 +153,12 @@ std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch
   Environment env = base_env_;
   for (const auto& [key, value] : launch.env) env[key] = value;
   UniqueFd secret_read;
-  if (!launch.secret.empty()) {
+  std::pair<UniqueFd, UniqueFd> stdin_pipe;
+  if (launch.secret_on_stdin) {
+    CHORUS_CHECK_CONFIG(!launch.secret.empty(), "rank ", launch.rank,
+                        ": secret_on_stdin without a secret");
+    stdin_pipe = secretStdin(launch.secret, launch.rank);
+  } else if (!launch.secret.empty()) {
     secret_read = secretPipe(launch.secret, launch.rank);
     env[env::kSecretFd] = std::to_string(secret_read.get());
   }
@@ -158,9 +176,12 @@ std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch
   auto [status_read, status_write] = makePipe("exec status");
   const int max_fd = static_cast<int>(std::clamp(::sysconf(_SC_OPEN_MAX), 256L, 65536L));
   worker->pid = forkWorker({program.c_str(), argv.data(), envp.data(), ::getpid(), out_write.get(),
-                            err_write.get(), status_write.get(), max_fd, secret_read.get()},
+                            err_write.get(), status_write.get(), max_fd, secret_read.get(),
+                            stdin_pipe.first.valid() ? stdin_pipe.first.get() : -1},
                            launch.rank);
   secret_read.reset();  // the worker holds the only reader now
+  stdin_pipe.first.reset();
+  worker->stdin_write = std::move(stdin_pipe.second);
   out_write.reset();
   err_write.reset();
   status_write.reset();
@@ -240,6 +261,7 @@ void Supervisor::reapExited(RunState& state) {
 
 void Supervisor::recordExit(RunState& state, Worker& worker, int status) {
   worker.running = false;
+  worker.stdin_write.reset();
   WorkerExit exit;
   exit.rank = worker.rank;
   exit.pid = worker.pid;
@@ -272,7 +294,14 @@ void Supervisor::beginStop(RunState& state) {
     state.killed = true;
     return;
   }
-  signalRunning(SIGTERM);
+  for (auto& worker : workers_) {
+    if (!worker->running) continue;
+    // A launcher of remote workers stops when its standard input ends (secret_on_stdin).
+    if (worker->stdin_write.valid())
+      worker->stdin_write.reset();
+    else if (::kill(-worker->pid, SIGTERM) != 0)
+      ::kill(worker->pid, SIGTERM);
+  }
   state.kill_at = Clock::now() + options_.grace;
 }
 

@@ -39,6 +39,13 @@ struct AgentOptions {
   std::string rdzv_endpoint;
   // File holding the job secret (mode 600). Default: "" = a fresh secret (one node only).
   std::string secret_file;
+  // Read the job secret from the first line of standard input instead, and stop the job on this
+  // node when standard input ends: how a launcher on another machine starts this agent over ssh
+  // (`chorus run -H`, runOnHosts), keeping the secret off every command line and learning of
+  // the launcher's end (Ctrl-C, a lost connection) through the closed channel. The end of input
+  // is handled as SIGTERM to the agent: workers stop with their grace; before they start, the
+  // agent ends at once. Exclusive with secret_file. Default: false.
+  bool secret_stdin = false;
   // The worker program and its arguments. Required.
   std::vector<std::string> command;
   // Directory for one log file per rank. Default: "" (none).

@@ -42,6 +42,14 @@ struct WorkerLaunch {
   // (runtime::env::kSecretFd): a secret in `env` would be readable in /proc/PID/environ by every
   // process of the user.
   comm::JobSecret secret;
+  // Default: false. When true (and `secret` is set), the secret goes to the worker as the first
+  // line of its standard input instead of CHORUS_SECRET_FD, and that pipe stays open while the
+  // worker runs: the worker is a launcher of remote workers (`ssh HOST chorus run
+  // --secret-stdin`, runtime::runOnHosts), which forwards the line to the far end and reports the
+  // pipe's end there. Such a worker is stopped by closing the pipe (end of file: the far end stops
+  // its own workers, with their grace, and exits, and so does ssh) instead of SIGTERM; SIGKILL
+  // after the grace as any other.
+  bool secret_on_stdin = false;
 };
 
 // How one worker ended.
