@@ -149,6 +149,30 @@ TEST(Supervisor, HandsTheSecretThroughAnInheritedPipeNotTheEnvironment) {
   EXPECT_EQ(h.out.text(), "[rank 0] supervisor-test-secret-0123\n[rank 0] 0\n");
 }
 
+TEST(Supervisor, HandsTheSecretOnAnOpenStdinAndStopsByClosingIt) {
+  Harness h;
+  SupervisorOptions options = h.options();
+  options.grace = milliseconds(20000);  // the worker must end on the closed input, not a SIGKILL
+  Supervisor supervisor(options);
+  // Reads the line, then waits for the end of its input, ignoring SIGTERM as a remote agent's
+  // ssh would not see one.
+  WorkerLaunch launch = shell(
+      0, "trap '' TERM; read line; echo \"got $line\"; cat >/dev/null; echo 'input ended'; exit 0");
+  launch.secret = comm::JobSecret::fromText("supervisor-test-secret-0123");
+  launch.secret_on_stdin = true;
+  supervisor.start({launch});
+  const Clock::time_point start = Clock::now();
+  const SupervisorOutcome outcome = supervisor.run([&h]() -> std::optional<std::string> {
+    if (h.out.text().find("got") == std::string::npos) return std::nullopt;
+    return std::string("stop");
+  });
+  EXPECT_LT(Clock::now() - start, milliseconds(10000));
+  EXPECT_EQ(h.out.text(), "[rank 0] got supervisor-test-secret-0123\n[rank 0] input ended\n");
+  ASSERT_EQ(outcome.exits.size(), 1u);
+  EXPECT_TRUE(outcome.exits[0].success());
+  EXPECT_TRUE(outcome.exits[0].stopped);
+}
+
 TEST(Supervisor, ChildHasNullStdinAndNoInheritedDescriptors) {
   const int leaked = ::open("/dev/null", O_RDONLY);  // deliberately without O_CLOEXEC
   ASSERT_GE(leaked, 3);

@@ -32,6 +32,7 @@
 #include "chorus/runtime/train/trainer.h"
 #include "commands.h"
 #include "fault_injection.h"
+#include "host_list.h"
 #include "train_command.h"
 #include "train_metrics.h"
 #include "train_report.h"
@@ -65,13 +66,6 @@ Config loadConfig(const TrainArgs& args) {
 }
 
 namespace {
-
-std::string selfExecutable() {
-  char path[4096];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (length <= 0) CHORUS_THROW(LaunchError, "cannot find the chorus executable (/proc/self/exe)");
-  return std::string(path, static_cast<size_t>(length));
-}
 
 // What the front end settles before any worker starts. Value type.
 struct SettledJob {
@@ -228,6 +222,7 @@ int runFrontEnd(const TrainArgs& args) {
   agent.node_rank = args.node_rank;
   agent.rdzv_endpoint = args.rdzv_endpoint;
   agent.secret_file = args.secret_file;
+  agent.secret_stdin = args.secret_stdin;
   agent.comm_timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
   // Checkpointing workers finish their step and write a checkpoint when stopped: give them time.
   if (!job.checkpoint.dir.empty()) agent.grace = std::chrono::milliseconds(60000);
@@ -352,12 +347,18 @@ void addTrainCommand(CLI::App& app, Action& action) {
                     "HOST:PORT where node 0 hosts the job's store (several nodes)");
   train->add_option("--secret-file", args->secret_file,
                     "File with the job secret, mode 600 (required for several nodes)");
+  train->add_flag("--secret-stdin", args->secret_stdin,
+                  "Read the job secret from the first line of standard input, and stop this node "
+                  "when standard input ends (how -H starts nodes over ssh)");
+  addHostListOptions(*train, args->host_list);
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
-  train->callback([&action, args] {
-    action = [args] {
+  train->callback([&action, args, &app] {
+    action = [args, &app] {
       if (args->worker) return runWorker(*args);
-      return startedByOtherLauncher() ? trainLaunchedRank(*args) : runFrontEnd(*args);
+      if (startedByOtherLauncher()) return trainLaunchedRank(*args);
+      args->log_level = app.get_option("--log-level")->as<std::string>();
+      return args->host_list.given() ? trainOnHostList(*args) : runFrontEnd(*args);
     };
   });
 }

@@ -13,6 +13,7 @@
 #include "chorus/runtime/job/job_package.h"
 #include "chorus/runtime/launch/worker.h"
 #include "fault_injection.h"
+#include "host_list.h"
 
 namespace chorus::cli {
 
@@ -40,9 +41,9 @@ struct TrainArgs {
   std::string secret_file;
   // The secret on standard input's first line, and stop when it ends (AgentOptions::secret_stdin).
   bool secret_stdin = false;
-  // -H: start the job's nodes over ssh (host_launch.h), with ssh's configuration file.
-  std::string hosts;
-  std::string ssh_config;
+  // -H: start the job's nodes over ssh (host_launch.h).
+  HostListArgs host_list;
+  std::string log_level = "info";  // chorus --log-level, passed on to the nodes of -H
 };
 
 // The job as written: the file (or the built-in default), then --set and --steps.
@@ -62,5 +63,8 @@ bool startedByOtherLauncher();
 
 // `chorus train` as one rank of a job that mpirun, srun or torchrun started (train_launched.cc).
 int trainLaunchedRank(const TrainArgs& args);
+
+// `chorus train -H HOSTS`: the job's nodes started over ssh, one per host (train_hosts.cc).
+int trainOnHostList(const TrainArgs& args);
 
 }  // namespace chorus::cli

@@ -22,7 +22,7 @@ void refuseAgentOptions(const TrainArgs& args, const runtime::JobConfig& job,
                         const std::string& launcher) {
   const std::string under = " (this rank was started by " + launcher + ")";
   CHORUS_CHECK_CONFIG(args.nnodes == 1 && args.rdzv_endpoint.empty() && args.secret_file.empty() &&
-                          args.hosts.empty(),
+                          !args.host_list.given(),
                       "chorus train: --nnodes, --rdzv-endpoint, --secret-file and -H are for "
                       "chorus's own agents; under ",
                       launcher, " the launcher numbers the ranks, ", runtime::env::kStoreEndpoint,
