@@ -103,7 +103,7 @@ def tail(path, chars=3000):
 
 def check_can_run():
     if os.geteuid() != 0:
-        raise Skip("not root: slurmd must run as root to start tasks (scripts/setup, run as root)")
+        raise Skip("not root: the test runs a munged, slurmctld and slurmd of its own, as root")
     missing = [tool for tool in TOOLS if not shutil.which(tool)]
     if missing:
         raise Skip(f"not installed: {', '.join(missing)} (scripts/setup installs slurm-wlm, munge)")
@@ -263,7 +263,8 @@ class Slurm:
         with open(self.conf, "w") as f:
             f.write(SLURM_CONF.format(host=host, ctld_port=free_port(), slurmd_port=free_port(),
                                       munge_socket=munge_socket, dir=self.dir,
-                                      kill_wait=KILL_WAIT_S, cpus=os.cpu_count()))
+                                      kill_wait=KILL_WAIT_S,
+                                      cpus=len(os.sched_getaffinity(0))))  # nproc
         self.host = host
         self.env = dict(os.environ, SLURM_CONF=self.conf)
         self.daemons = []
@@ -400,7 +401,7 @@ def run_training_job(slurm, workdir, chorus):
     text = read_file(output)
     print(f"train: job {job} {state} in {time.monotonic() - started:.1f} s")
     if state != "COMPLETED":
-        raise Failure(f"job {job} ended {state}:\n{text[-3000:]}")
+        raise Failure(f"job {job} ended {state} (its output follows)")
     check_tasks(text)
     check_training(log_path)
     left = os.listdir(os.path.join(workdir, "secrets"))
@@ -416,7 +417,8 @@ def job_processes(slurm, job):
 
 def check_job_processes(slurm, job):
     """srun started TASKS chorus processes, one per SLURM_PROCID, straight under the step's
-    slurmstepd, and none of them started workers of its own."""
+    slurmstepd (the example's task() execs chorus), none of them an agent's worker, each with the
+    bind address task() found."""
     ranks = job_processes(slurm, job)
     procids = sorted(int(e["SLURM_PROCID"]) for e in ranks.values())
     if procids != list(range(TASKS)):
@@ -428,6 +430,8 @@ def check_job_processes(slurm, job):
                           f"parent {parent!r}, expected {TASKS} and slurmstepd [{job}.0]")
         if "--worker" in cmdline_of(pid):
             raise Failure(f"chorus process {pid} is an agent's worker: {cmdline_of(pid)}")
+        if not environment.get("CHORUS_BIND_ADDRESS"):
+            raise Failure(f"chorus process {pid} has no CHORUS_BIND_ADDRESS (the example's task())")
     print(f"scancel: job {job} runs {TASKS} chorus processes (SLURM_PROCID 0..{TASKS - 1}) "
           f"under slurmstepd [{job}.0]")
     return set(ranks)
@@ -469,7 +473,7 @@ def run_cancelled_job(slurm, workdir, chorus):
 
     def steps_logged():
         if not slurm.queued(job):
-            raise Failure(f"job {job} ended before it was cancelled:\n{tail(output)}")
+            raise Failure(f"job {job} ended before it was cancelled (its output follows)")
         return len(read_file(log_path).splitlines()) >= 20
     wait_for(f"job {job} to train 20 steps", steps_logged)
     pids = check_job_processes(slurm, job)
@@ -483,7 +487,7 @@ def run_cancelled_job(slurm, workdir, chorus):
     state = slurm.job_state(job)
     print(f"scancel: job {job} {state} and gone from the queue {took:.1f} s after scancel")
     if state != "CANCELLED":
-        raise Failure(f"job {job} ended {state}, not CANCELLED:\n{text[-3000:]}")
+        raise Failure(f"job {job} ended {state}, not CANCELLED (its output follows)")
     if took >= KILL_WAIT_S:
         raise Failure(f"job {job} took {took:.1f} s to stop: Slurm's SIGKILL (KillWait) ended it")
     step, path = check_stop(text, job)
@@ -525,6 +529,9 @@ def main():
         return 0
     except (Failure, subprocess.TimeoutExpired) as failure:
         print(f"FAIL: {failure}")
+        for job_output in ("train.out", "cancelled.out"):
+            if os.path.exists(os.path.join(workdir, job_output)):
+                print(f"--- {job_output} (end):\n{tail(os.path.join(workdir, job_output))}")
         if slurm:
             print(slurm.logs())
         return 1
