@@ -1,5 +1,7 @@
 #include "chorus/runtime/launch/identity.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "chorus/core/error.h"
@@ -57,6 +59,11 @@ TEST(Identity, ReadsMpirunRanksAndPicksTheDeviceByLocalRank) {
   EXPECT_EQ(identity.launcher, "mpirun");
   EXPECT_EQ(identity.rank, 5);
   EXPECT_EQ(identity.world_size, 8);
+  // Open MPI names no host index: hosts are told apart by name.
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  EXPECT_EQ(identity.host_id, host);
+  EXPECT_FALSE(identity.node_known);
   EXPECT_EQ(identity.device.kind, DeviceKind::kCuda);
   EXPECT_EQ(identity.device.index, 1);
   EXPECT_EQ(identity.store_host, "::1");
@@ -65,6 +72,7 @@ TEST(Identity, ReadsMpirunRanksAndPicksTheDeviceByLocalRank) {
 
 TEST(Identity, ReadsSlurmRanks) {
   const WorkerIdentity identity = identityFromEnvironment({
+      {"SLURM_STEP_ID", "0"},
       {"SLURM_PROCID", "2"},
       {"SLURM_NTASKS", "3"},
       {"SLURM_LOCALID", "0"},
@@ -78,6 +86,41 @@ TEST(Identity, ReadsSlurmRanks) {
   EXPECT_EQ(identity.rank, 2);
   EXPECT_EQ(identity.node_rank, 2);
   EXPECT_EQ(identity.nnodes, 3);
+}
+
+// A batch script has SLURM_PROCID=0 and the job's SLURM_NTASKS too, but no step: it is no rank.
+TEST(Identity, ASlurmBatchScriptIsNotARankOfItsJob) {
+  const WorkerIdentity identity = identityFromEnvironment({
+      {"SLURM_PROCID", "0"},
+      {"SLURM_NTASKS", "3"},
+      {"SLURM_LOCALID", "0"},
+      {"SLURM_NODEID", "0"},
+  });
+  EXPECT_EQ(identity.launcher, "none");
+  EXPECT_EQ(identity.world_size, 1);
+}
+
+TEST(Identity, SlurmRanksPerNodeComeFromTheStepsLayout) {
+  const auto onNode = [](const char* node, const char* layout) {
+    return identityFromEnvironment({
+                                       {"SLURM_STEP_ID", "0"},
+                                       {"SLURM_PROCID", "0"},
+                                       {"SLURM_NTASKS", "7"},
+                                       {"SLURM_LOCALID", "0"},
+                                       {"SLURM_NODEID", node},
+                                       {"SLURM_NNODES", "4"},
+                                       {"SLURM_STEP_TASKS_PER_NODE", layout},
+                                       {"CHORUS_RDZV_ENDPOINT", "head:29500"},
+                                       {"CHORUS_SECRET_FILE", "/etc/chorus/job.secret"},
+                                   })
+        .local_world_size;
+  };
+  EXPECT_EQ(onNode("0", "2(x3),1"), 2);
+  EXPECT_EQ(onNode("2", "2(x3),1"), 2);
+  EXPECT_EQ(onNode("3", "2(x3),1"), 1);
+  EXPECT_EQ(onNode("1", "3,4"), 4);
+  EXPECT_THROW(onNode("3", "3,4"), ConfigError);
+  EXPECT_THROW(onNode("0", "two"), ConfigError);
 }
 
 TEST(Identity, ReadsTorchrunRanksOnlyWithItsMarker) {

@@ -3,6 +3,7 @@
 // `devices` list, joins the job (rank 0 hosts the store at CHORUS_RDZV_ENDPOINT, worker.cc), and
 // the ranks all-gather their devices and nodes to build the same Plan (planOfWorld) that node 0's
 // agent would have published; then each trains as an agent's worker does.
+#include <fstream>
 #include <iostream>
 
 #include "chorus/chorus.h"
@@ -21,9 +22,10 @@ namespace {
 void refuseAgentOptions(const TrainArgs& args, const runtime::JobConfig& job,
                         const std::string& launcher) {
   const std::string under = " (this rank was started by " + launcher + ")";
-  CHORUS_CHECK_CONFIG(args.nnodes == 1 && args.rdzv_endpoint.empty() && args.secret_file.empty() &&
-                          !args.host_list.given(),
-                      "chorus train: --nnodes, --rdzv-endpoint, --secret-file and -H are for "
+  CHORUS_CHECK_CONFIG(args.nnodes == 1 && args.node_rank == 0 && args.rdzv_endpoint.empty() &&
+                          args.secret_file.empty() && !args.secret_stdin && !args.host_list.given(),
+                      "chorus train: --nnodes, --node-rank, --rdzv-endpoint, --secret-file, "
+                      "--secret-stdin and -H are for "
                       "chorus's own agents; under ",
                       launcher, " the launcher numbers the ranks, ", runtime::env::kStoreEndpoint,
                       " names the store and ", runtime::env::kSecretFile, " the secret");
@@ -82,7 +84,10 @@ DeviceSpec deviceOfRank(const runtime::JobConfig& job, const runtime::WorkerIden
 bool startedByOtherLauncher() {
   const runtime::Environment environment = runtime::processEnvironment();
   if (environment.count(runtime::env::kRank) > 0) return false;  // chorus run's worker
-  return environment.count("OMPI_COMM_WORLD_RANK") > 0 || environment.count("SLURM_PROCID") > 0 ||
+  // srun's tasks have a step id; the batch script around them has SLURM_PROCID too, and runs
+  // chorus's own agent.
+  return environment.count("OMPI_COMM_WORLD_RANK") > 0 ||
+         (environment.count("SLURM_STEP_ID") > 0 && environment.count("SLURM_PROCID") > 0) ||
          (environment.count("TORCHELASTIC_RUN_ID") > 0 && environment.count("RANK") > 0);
 }
 
@@ -91,6 +96,11 @@ int trainLaunchedRank(const TrainArgs& args) {
   const runtime::WorkerIdentity identity = runtime::identityFromEnvironment(environment);
   const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
   refuseAgentOptions(args, job, identity.launcher);
+  // Rank 0 writes the log: a path it cannot write is refused before the job starts, and the log
+  // of an earlier run is replaced, not appended to, as under chorus's agent.
+  if (identity.rank == 0 && !args.log_json.empty() &&
+      !std::ofstream(args.log_json, std::ios::trunc))
+    CHORUS_THROW(ConfigError, "--log-json: cannot write ", args.log_json);
   environment[runtime::env::kDevice] = deviceOfRank(job, identity, environment).toString();
   runtime::InitOptions init;
   init.environment = std::move(environment);

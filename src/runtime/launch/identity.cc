@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <sstream>
+
 #include "chorus/core/error.h"
 
 extern char** environ;
@@ -62,17 +64,53 @@ struct LauncherVars {
 constexpr LauncherVars kLaunchers[] = {
     {"chorus", nullptr, env::kRank, env::kWorldSize, env::kLocalRank, env::kLocalWorldSize,
      env::kNodeRank, env::kNodes},
+    // Open MPI names no host index (OMPI_COMM_WORLD_NODE_RANK is a process's place among those
+    // on its host): its ranks tell hosts apart by hostname (host_id).
     {"mpirun", nullptr, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK",
-     nullptr},
-    {"srun", nullptr, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-     "SLURM_NODEID", "SLURM_NNODES"},
+     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
+    // Only srun's tasks have a step id: a batch script also has SLURM_PROCID=0 and the job's
+    // SLURM_NTASKS, and must not take itself for rank 0 of the job.
+    {"srun", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+     "SLURM_NTASKS_PER_NODE", "SLURM_NODEID", "SLURM_NNODES"},
     // torchrun (torch.distributed.run): its own store is PyTorch's, without the job secret, so
     // the job's store and secret come from CHORUS_RDZV_ENDPOINT and CHORUS_SECRET_FILE, as under
     // mpirun and srun.
     {"torchrun", "TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
      "GROUP_RANK", "GROUP_WORLD_SIZE"},
 };
+
+// srun's tasks on node `node` from SLURM_STEP_TASKS_PER_NODE, e.g. "2(x3),1" (nodes 0-2 run two,
+// node 3 one); set whatever the task distribution, unlike SLURM_NTASKS_PER_NODE. -1 when absent.
+int slurmTasksOnNode(const Environment& environment, int node) {
+  const std::string* text = find(environment, "SLURM_STEP_TASKS_PER_NODE");
+  if (!text) return -1;
+  std::stringstream entries(*text);
+  std::string entry;
+  int first = 0;  // the first node the entry describes
+  while (std::getline(entries, entry, ',')) {
+    int tasks = 0, repeat = 1;
+    const size_t open = entry.find("(x");
+    try {
+      size_t used = 0;
+      tasks = std::stoi(entry.substr(0, open), &used);
+      const bool plain = open == std::string::npos && used == entry.size();
+      if (!plain) {
+        const bool closed = open == used && entry.back() == ')';
+        repeat = closed ? std::stoi(entry.substr(open + 2, entry.size() - open - 3), &used) : 0;
+        if (!closed || used != entry.size() - open - 3) repeat = 0;
+      }
+    } catch (const std::logic_error&) {
+      tasks = 0;
+    }
+    if (tasks < 1 || repeat < 1)
+      CHORUS_THROW(ConfigError, "environment variable SLURM_STEP_TASKS_PER_NODE='", *text,
+                   "' is not a list like 2(x3),1");
+    if (node < first + repeat) return tasks;
+    first += repeat;
+  }
+  CHORUS_THROW(ConfigError, "environment variable SLURM_STEP_TASKS_PER_NODE='", *text,
+               "' describes no node ", node);
+}
 
 void readRanks(const Environment& environment, WorkerIdentity& identity) {
   for (const LauncherVars& vars : kLaunchers) {
@@ -82,8 +120,13 @@ void readRanks(const Environment& environment, WorkerIdentity& identity) {
     identity.world_size = readInt(environment, vars.size, 1);
     identity.local_rank = readInt(environment, vars.local_rank, identity.rank);
     identity.local_world_size = readInt(environment, vars.local_size, identity.world_size);
-    identity.node_rank = readInt(environment, vars.node_rank, 0);
+    identity.node_rank = vars.node_rank ? readInt(environment, vars.node_rank, 0) : 0;
+    identity.node_known = vars.node_rank != nullptr;
     identity.nnodes = vars.nodes ? readInt(environment, vars.nodes, 1) : 1;
+    if (identity.launcher == std::string("srun")) {
+      const int on_node = slurmTasksOnNode(environment, identity.node_rank);
+      if (on_node > 0 && !find(environment, vars.local_size)) identity.local_world_size = on_node;
+    }
     return;
   }
 }
@@ -108,6 +151,13 @@ void validate(const WorkerIdentity& identity) {
     CHORUS_THROW(ConfigError, "worker identity: the job secret is missing (", env::kSecretFile,
                  " names a mode-600 file holding it; `chorus run` passes it as ", env::kSecretFd,
                  ")");
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0)
+    CHORUS_THROW(ConfigError, "worker identity: cannot read this host's name (gethostname)");
+  return name;
 }
 
 }  // namespace
@@ -153,7 +203,8 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.secret_file = readString(environment, env::kSecretFile, "");
   identity.bind_address = readString(environment, env::kBindAddress, identity.bind_address);
   identity.host_id =
-      readString(environment, env::kHostId, "node" + std::to_string(identity.node_rank));
+      readString(environment, env::kHostId,
+                 identity.node_known ? "node" + std::to_string(identity.node_rank) : hostName());
   identity.timeout_ms = readInt(environment, env::kTimeoutMs, identity.timeout_ms);
   identity.cpu_transport = readString(environment, env::kCpuTransport, identity.cpu_transport);
   identity.log_level = readString(environment, env::kLogLevel, identity.log_level);

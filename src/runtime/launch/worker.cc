@@ -10,6 +10,7 @@
 #include "chorus/device/memory_budget.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus_version.h"
+#include "launch/node_rendezvous.h"
 
 namespace chorus {
 
@@ -85,7 +86,12 @@ c10::Device Worker::device() const {
 
 std::shared_ptr<Worker> init(const InitOptions& options) {
   const Environment environment = options.environment ? *options.environment : processEnvironment();
-  std::shared_ptr<Worker> worker(new Worker(identityFromEnvironment(environment)));
+  WorkerIdentity found = identityFromEnvironment(environment);
+  // No agent of ours chose the address that collectives listen on (chorus run passes it): the
+  // one on the route toward the store's host, as the agent picks it, unless the user says.
+  if (found.launcher != "chorus" && found.hasStore() && !environment.count(env::kBindAddress))
+    found.bind_address = localAddressToward(found.store_host, found.store_port);
+  std::shared_ptr<Worker> worker(new Worker(std::move(found)));
   const WorkerIdentity& identity = worker->identity_;
   Logger::instance().setLevel(parseLogLevel(identity.log_level));
   // `chorus run` already prefixes every output line with the rank; other launchers do not.

@@ -55,6 +55,8 @@ struct WorkerIdentity {
   int local_rank = 0;
   int local_world_size = 1;
   int node_rank = 0;
+  // Whether the launcher told node_rank (mpirun does not: then host_id is the hostname).
+  bool node_known = true;
   int nnodes = 1;
   DeviceSpec device;       // Default: cpu
   std::string store_host;  // empty: no store (a job of one uses an in-process store)
