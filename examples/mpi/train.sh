@@ -14,7 +14,7 @@
 #   which runs, in effect:
 #     mpirun -np 3 -H host1:2,host2:1 --bind-to none \
 #       -x CHORUS_RDZV_ENDPOINT=<host1's address>:29500 -x CHORUS_SECRET_FILE=$HOME/.chorus/job.secret \
-#       bash -c '<set CHORUS_BIND_ADDRESS>; exec "$@"' rank chorus train --set devices=cuda:0,cuda:1,cuda:0
+#       chorus train --set devices=cuda:0,cuda:1,cuda:0
 # Extra arguments go to `chorus train`: a config file, --set KEY=VALUE, --steps N, --log-json F.
 #
 # As root (a container), Open MPI wants --allow-run-as-root; with more ranks than cores on a host,
@@ -44,23 +44,15 @@ else
   ranks=0
   IFS=, read -r -a slots <<<"$HOSTS"
   for slot in "${slots[@]}"; do ranks=$((ranks + ${slot##*:})); done
-  # mpirun places rank 0 on the first host, so the store is there. An address, not a name: every
-  # rank needs the route toward it (below).
+  # mpirun places rank 0 on the first host, so the store is there.
   first_host="$(getent ahostsv4 "${HOSTS%%:*}" | awk '{ print $1; exit }')"
   [[ -n "$first_host" ]] || { echo "train.sh: cannot resolve ${HOSTS%%:*}" >&2; exit 2; }
   host_options=(-H "$HOSTS")
 fi
 
-# On several hosts, each rank must tell its peers an address they can reach: the address of its
-# route toward the first host (what `chorus run`'s agent sets), as CHORUS_BIND_ADDRESS. Without it
-# a rank binds 127.0.0.1 and ranks of other hosts cannot connect to it.
-# shellcheck disable=SC2016 # expanded by each rank's shell, on its own host
-bind='address="$(ip -o route get "$0" 2>/dev/null | sed -n "s/.* src \([^ ]*\).*/\1/p")"
-  if [ -n "$address" ]; then export CHORUS_BIND_ADDRESS="$address"; fi
-  exec "$@"'
-
+# Each rank's collectives listen on its host's address on the route toward the first host (as
+# chorus's own agent picks it; CHORUS_BIND_ADDRESS overrides it).
 exec mpirun -np "$ranks" "${host_options[@]}" --bind-to none "${mpirun_options[@]}" \
   -x CHORUS_RDZV_ENDPOINT="$first_host:$PORT" \
   -x CHORUS_SECRET_FILE="$SECRET_FILE" \
-  bash -c "$bind" "$first_host" \
   "$CHORUS" train --set devices="$DEVICES" "$@"
