@@ -96,6 +96,14 @@ const std::vector<CliRow>& cliRows() {
        "train " + kSyntheticJob + " --trace /nonexistent/dir/trace.json"},
       {{"CLI-30", "ConfigError", "chorus report: cannot read /nonexistent/run.jsonl"},
        "report /nonexistent/run.jsonl"},
+      {{"CLI-31", "ConfigError", "-H: devices 'auto': list one device per slot of the host list"},
+       "run -H a:2,b:1 --devices auto -- true"},
+      {{"CLI-32", "ConfigError", "-H: 'a:0': the slots after ':' must be a positive integer"},
+       "run -H a:0 --devices cpu -- true"},
+      {{"CLI-33", "ConfigError", "-H numbers the nodes itself (one per host)"},
+       "train " + kSyntheticJob + " -H a,b --nnodes 2"},
+      {{"CLI-34", "ConfigError", "--secret-stdin and --secret-file both name the job secret"},
+       "run --devices cpu --secret-stdin --secret-file /nonexistent -- true"},
   };
   return rows;
 }
