@@ -64,7 +64,8 @@ TEST(HostList, SshCommandRunsTheNodeInTheWorkingDirectoryWithoutAPrompt) {
   options.ssh_config = "/etc/chorus/ssh_config";
   options.working_directory = "/home/me/my job";
   EXPECT_EQ(sshCommand(options, 1, {"/opt/chorus", "run", "--", "python3", "train.py"}),
-            (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-F", "/etc/chorus/ssh_config",
+            (std::vector<std::string>{"ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
+                                      "-o", "ServerAliveCountMax=3", "-F", "/etc/chorus/ssh_config",
                                       "--", "gpu1",
                                       "cd '/home/me/my job' && exec '/opt/chorus' 'run' '--' "
                                       "'python3' 'train.py'"}));

@@ -381,16 +381,24 @@ int runAgent(const AgentOptions& options) {
   losses.attach(supervisor, launches);
   supervisor.start(launches);
   std::function<std::optional<std::string>()> remote_failure;
-  if (options.nnodes > 1) remote_failure = [&] { return jobFailure(*store.client); };
+  Clock::time_point last_beat{};
+  if (options.nnodes > 1)
+    remote_failure = [&]() -> std::optional<std::string> {
+      if (options.elastic) beatNode(*store.client, options.node_rank, last_beat);
+      return jobFailure(*store.client);
+    };
   const SupervisorOutcome outcome = supervisor.run(remote_failure);
   const int code = report(options, outcome, *store.client, losses.replaced());
   reportNodeDone(*store.client, options.node_rank);
   if (store.server && options.nnodes > 1) {
-    // Elastic: the other nodes' survivors may go on for days and still need the store.
-    if (options.elastic)
+    // Elastic: the other nodes' survivors may go on for days and still need the store, but a
+    // node whose agent no longer beats (killed, cut off) will never say it is done.
+    if (options.elastic) {
       logInfo("chorus run: keeping the job's store up until every node's workers are done");
-    awaitNodesDone(*store.client, options.nnodes,
-                   options.elastic ? std::chrono::milliseconds::max() : options.rdzv_timeout);
+      awaitNodesDoneOrGone(*store.client, options.nnodes);
+    } else {
+      awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
+    }
   }
   return code;
 }

@@ -152,7 +152,11 @@ std::vector<std::string> sshCommand(const HostLaunchOptions& options, int node_r
                               : options.working_directory;
   std::string script = "cd " + shellQuote(dir) + " && exec";
   for (const std::string& word : remote) script += " " + shellQuote(word);
-  std::vector<std::string> command{options.ssh, "-o", "BatchMode=yes"};
+  // Keepalives: a node whose link goes down ends its ssh (255) within about 15 s, instead of a
+  // TCP timeout of many minutes, so the launcher learns that the node is lost.
+  std::vector<std::string> command{options.ssh};
+  for (const char* option : {"BatchMode=yes", "ServerAliveInterval=5", "ServerAliveCountMax=3"})
+    command.insert(command.end(), {"-o", option});
   if (!options.ssh_config.empty()) command.insert(command.end(), {"-F", options.ssh_config});
   command.insert(command.end(), {"--", options.hosts.at(node_rank).host, script});
   return command;

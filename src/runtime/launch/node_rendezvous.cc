@@ -5,8 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
+#include "chorus/core/logging.h"
 
 namespace chorus::runtime {
 namespace {
@@ -15,6 +18,7 @@ constexpr const char* kFailureKey = "job/failure";
 
 std::string nodeKey(int node) { return "agents/" + std::to_string(node); }
 std::string doneKey(int node) { return "done/" + std::to_string(node); }
+std::string beatKey(int node) { return "agents/beat/" + std::to_string(node); }
 
 std::vector<int> absentNodes(comm::Store& store, int nnodes, std::string (*key)(int)) {
   std::vector<int> absent;
@@ -71,6 +75,46 @@ void awaitNodesDone(comm::Store& store, int nnodes, std::chrono::milliseconds ti
     CHORUS_THROW(TimeoutError, "nodes ", joinInts(absentNodes(store, nnodes, doneKey)),
                  " did not finish within ", timeout.count() / 1000, " s of this node");
   }
+}
+
+void beatNode(comm::Store& store, int node_rank, Clock::time_point& last) {
+  const Clock::time_point now = Clock::now();
+  if (now - last < kNodeBeatInterval) return;
+  store.add(beatKey(node_rank), 1);
+  last = now;
+}
+
+std::vector<int> awaitNodesDoneOrGone(comm::Store& store, int nnodes,
+                                      std::chrono::milliseconds lease) {
+  struct Seen {
+    std::int64_t beats = -1;
+    Clock::time_point since = Clock::now();
+  };
+  std::vector<Seen> seen(static_cast<size_t>(nnodes));
+  std::vector<int> gone;
+  std::vector<bool> settled(static_cast<size_t>(nnodes), false);
+  for (int waiting = nnodes; waiting > 0;) {
+    waiting = 0;
+    for (int node = 0; node < nnodes; ++node) {
+      if (settled[node]) continue;
+      if (store.check({doneKey(node)})) {
+        settled[node] = true;
+        continue;
+      }
+      const std::int64_t beats = store.add(beatKey(node), 0);
+      if (beats != seen[node].beats) seen[node] = {beats, Clock::now()};
+      if (Clock::now() - seen[node].since >= lease) {
+        settled[node] = true;
+        gone.push_back(node);
+        logWarn("chorus run: node ", node, " is neither done nor heard from for ",
+                lease.count() / 1000.0, " s: lost, not waiting for it");
+        continue;
+      }
+      ++waiting;
+    }
+    if (waiting > 0) std::this_thread::sleep_for(kNodeBeatInterval / 4);
+  }
+  return gone;
 }
 
 std::string localAddressToward(const std::string& host, int port) {

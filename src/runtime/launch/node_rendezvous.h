@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "chorus/comm/store/store.h"
+#include "chorus/core/clock.h"
 #include "chorus/core/device_spec.h"
 
 namespace chorus::runtime {
@@ -32,6 +33,23 @@ std::optional<std::string> jobFailure(comm::Store& store);
 // End-of-job handshake, so node 0 keeps the store up until every agent is done with it.
 void reportNodeDone(comm::Store& store, int node_rank);
 void awaitNodesDone(comm::Store& store, int nnodes, std::chrono::milliseconds timeout);
+
+// Elastic jobs of several nodes, where node 0 keeps the store up without a deadline while other
+// nodes' survivors train: each agent beats while it supervises (a counter in the store, at most
+// once per kNodeBeatInterval), so that node 0 can tell a node that is gone (its agent killed, its
+// link down) from one that still works.
+constexpr std::chrono::milliseconds kNodeBeatInterval{1000};
+// How long node 0 waits for a node that is not done and does not beat before it gives up on it.
+constexpr std::chrono::milliseconds kNodeLease{10000};
+
+// Beats for `node_rank` if kNodeBeatInterval passed since `last` (updated). Throws CommError
+// when the store cannot be reached.
+void beatNode(comm::Store& store, int node_rank, Clock::time_point& last);
+
+// Waits until every node is done, or gone: not done and no beat seen for `lease` (measured from
+// this call for a node never seen beating). Returns the nodes given up as gone, logged.
+std::vector<int> awaitNodesDoneOrGone(comm::Store& store, int nnodes,
+                                      std::chrono::milliseconds lease = kNodeLease);
 
 // The local address this host uses to reach `host` (no packet is sent), for binding transports.
 std::string localAddressToward(const std::string& host, int port);

@@ -74,8 +74,9 @@ struct AgentOptions {
   // rank 2 (pid 1234) was killed by signal 9 (SIGKILL): elastic, the others go on"; a worker that
   // exits 0 sets nothing. SIGINT/SIGTERM to the agent still stops every worker. The job on this
   // node ends when all its workers exited; see runAgent() for the exit code. Node 0's agent then
-  // keeps the store up, without a deadline, until every node's agent is done (an agent killed by
-  // SIGKILL never reports done: stop node 0's agent with SIGINT/SIGTERM then). Give every node's
+  // keeps the store up, without a deadline, until every node's agent is done or gone: agents beat
+  // in the store every second while they supervise, and a node that is not done and has not
+  // beaten for 10 s (its agent killed, its link down) is given up. Give every node's
   // agent the same setting. Default: false (the first failure stops every worker of the job).
   bool elastic = false;
   // Elastic jobs: how many times, over the whole run, this node's agent starts a replacement for a

@@ -66,7 +66,8 @@ struct HostLaunchOptions {
 std::string shellQuote(const std::string& word);
 
 // The ssh command line that runs `remote` (an argv) on node `node_rank`'s host in
-// options.working_directory: ssh -o BatchMode=yes [-F CONFIG] -- HOST 'cd DIR && exec ...'.
+// options.working_directory: ssh -o BatchMode=yes -o ServerAliveInterval=5 -o
+// ServerAliveCountMax=3 [-F CONFIG] -- HOST 'cd DIR && exec ...' (a lost link ends ssh in ~15 s).
 std::vector<std::string> sshCommand(const HostLaunchOptions& options, int node_rank,
                                     const std::vector<std::string>& remote);
 
