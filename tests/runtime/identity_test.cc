@@ -100,6 +100,16 @@ TEST(Identity, ASlurmBatchScriptIsNotARankOfItsJob) {
   EXPECT_EQ(identity.world_size, 1);
 }
 
+TEST(Identity, TellsTheLauncherWithoutReadingTheRest) {
+  EXPECT_EQ(launcherOf({}), "none");
+  EXPECT_EQ(launcherOf({{"CHORUS_RANK", "1"}, {"OMPI_COMM_WORLD_RANK", "1"}}), "chorus");
+  EXPECT_EQ(launcherOf({{"OMPI_COMM_WORLD_RANK", "1"}}), "mpirun");
+  EXPECT_EQ(launcherOf({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}}), "none");  // sbatch's shell
+  EXPECT_EQ(launcherOf({{"SLURM_PROCID", "2"}, {"SLURM_STEP_ID", "0"}}), "srun");
+  EXPECT_EQ(launcherOf({{"RANK", "1"}}), "none");  // not torchrun without its marker
+  EXPECT_EQ(launcherOf({{"RANK", "1"}, {"TORCHELASTIC_RUN_ID", "j"}}), "torchrun");
+}
+
 TEST(Identity, SlurmRanksPerNodeComeFromTheStepsLayout) {
   const auto onNode = [](const char* node, const char* layout) {
     return identityFromEnvironment({

@@ -72,13 +72,6 @@ std::string joined(const std::vector<std::string>& items) {
   return text;
 }
 
-std::string selfExecutable() {
-  char path[4096];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (length <= 0) CHORUS_THROW(LaunchError, "cannot find the chorus executable (/proc/self/exe)");
-  return std::string(path, static_cast<size_t>(length));
-}
-
 // Not under a launcher: become the agent of --ranks local CPU workers running this benchmark.
 int startRanks(const BenchCommArgs& args, const std::string& log_level) {
   runtime::AgentOptions agent;

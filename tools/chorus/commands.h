@@ -28,6 +28,9 @@ constexpr int kExitInterrupted = 130;
 
 int exitCodeFor(const Error& error);
 
+// The path of this chorus executable (/proc/self/exe): what workers and remote nodes run.
+std::string selfExecutable();
+
 // A number of seconds in [low, high]. CLI11's Range lets nan through (every comparison with it is
 // false), and `--timeout nan` then became an undefined cast to milliseconds.
 CLI::Validator secondsIn(double low, double high);

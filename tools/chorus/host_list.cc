@@ -1,7 +1,5 @@
 #include "host_list.h"
 
-#include <unistd.h>
-
 #include "chorus/core/error.h"
 
 namespace chorus::cli {
@@ -31,13 +29,6 @@ runtime::HostLaunchOptions hostLaunchOptions(const HostListArgs& args,
   options.ssh_config = args.ssh_config;
   options.rdzv_endpoint = rdzv_endpoint;
   return options;
-}
-
-std::string selfExecutable() {
-  char path[4096];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (length <= 0) CHORUS_THROW(LaunchError, "cannot find the chorus executable (/proc/self/exe)");
-  return std::string(path, static_cast<size_t>(length));
 }
 
 }  // namespace chorus::cli

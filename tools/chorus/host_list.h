@@ -32,7 +32,4 @@ void refuseWithHostList(int nnodes, int node_rank, const std::string& secret_fil
 runtime::HostLaunchOptions hostLaunchOptions(const HostListArgs& args,
                                              const std::string& rdzv_endpoint);
 
-// The path of this chorus executable (/proc/self/exe): what workers and remote nodes run.
-std::string selfExecutable();
-
 }  // namespace chorus::cli

@@ -1,5 +1,7 @@
 // Entry point of the `chorus` CLI: parses the command line, runs the chosen subcommand, and turns
 // any chorus::Error into one clear line on stderr and a documented exit code.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "chorus/chorus.h"
@@ -14,6 +16,13 @@ int exitCodeFor(const Error& error) {
   if (dynamic_cast<const CheckpointError*>(&error)) return kExitCheckpoint;
   if (dynamic_cast<const LaunchError*>(&error)) return kExitWorkerFailed;
   return kExitFailure;
+}
+
+std::string selfExecutable() {
+  char path[4096];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (length <= 0) CHORUS_THROW(LaunchError, "cannot find the chorus executable (/proc/self/exe)");
+  return std::string(path, static_cast<size_t>(length));
 }
 
 CLI::Validator secondsIn(double low, double high) {

@@ -2,6 +2,7 @@
 // host_launch.h), the job's `devices` split over the hosts by their slots.
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/launch/host_launch.h"
+#include "commands.h"
 #include "train_command.h"
 
 namespace chorus::cli {

@@ -82,13 +82,8 @@ DeviceSpec deviceOfRank(const runtime::JobConfig& job, const runtime::WorkerIden
 }  // namespace
 
 bool startedByOtherLauncher() {
-  const runtime::Environment environment = runtime::processEnvironment();
-  if (environment.count(runtime::env::kRank) > 0) return false;  // chorus run's worker
-  // srun's tasks have a step id; the batch script around them has SLURM_PROCID too, and runs
-  // chorus's own agent.
-  return environment.count("OMPI_COMM_WORLD_RANK") > 0 ||
-         (environment.count("SLURM_STEP_ID") > 0 && environment.count("SLURM_PROCID") > 0) ||
-         (environment.count("TORCHELASTIC_RUN_ID") > 0 && environment.count("RANK") > 0);
+  const std::string launcher = runtime::launcherOf(runtime::processEnvironment());
+  return launcher != "none" && launcher != "chorus";
 }
 
 int trainLaunchedRank(const TrainArgs& args) {

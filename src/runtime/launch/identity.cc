@@ -112,9 +112,13 @@ int slurmTasksOnNode(const Environment& environment, int node) {
                "' describes no node ", node);
 }
 
+bool startedBy(const Environment& environment, const LauncherVars& vars) {
+  return find(environment, vars.rank) && (!vars.marker || find(environment, vars.marker));
+}
+
 void readRanks(const Environment& environment, WorkerIdentity& identity) {
   for (const LauncherVars& vars : kLaunchers) {
-    if (!find(environment, vars.rank) || (vars.marker && !find(environment, vars.marker))) continue;
+    if (!startedBy(environment, vars)) continue;
     identity.launcher = vars.launcher;
     identity.rank = readInt(environment, vars.rank, 0);
     identity.world_size = readInt(environment, vars.size, 1);
@@ -161,6 +165,12 @@ std::string hostName() {
 }
 
 }  // namespace
+
+std::string launcherOf(const Environment& environment) {
+  for (const LauncherVars& vars : kLaunchers)
+    if (startedBy(environment, vars)) return vars.launcher;
+  return "none";
+}
 
 std::pair<std::string, int> parseEndpoint(const std::string& endpoint) {
   const size_t colon = endpoint.rfind(':');

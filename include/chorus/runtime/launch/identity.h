@@ -83,6 +83,10 @@ struct WorkerIdentity {
 // or malformed (e.g. a rank outside the world size).
 WorkerIdentity identityFromEnvironment(const Environment& environment);
 
+// Which launcher started the process, as WorkerIdentity::launcher names it ("chorus", "mpirun",
+// "srun", "torchrun" or "none"), without reading or checking the rest of the identity.
+std::string launcherOf(const Environment& environment);
+
 // The process's environment as a map: the one reader of `environ` in chorus (call once, at
 // start-up, and pass what it returns on).
 Environment processEnvironment();
