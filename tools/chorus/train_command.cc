@@ -356,7 +356,9 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->callback([&action, args, &app] {
     action = [args, &app] {
       if (args->worker) return runWorker(*args);
-      if (startedByOtherLauncher()) return trainLaunchedRank(*args);
+      runtime::Environment environment = runtime::processEnvironment();
+      if (startedByOtherLauncher(environment))
+        return trainLaunchedRank(*args, std::move(environment));
       args->log_level = app.get_option("--log-level")->as<std::string>();
       return args->host_list.given() ? trainOnHostList(*args) : runFrontEnd(*args);
     };

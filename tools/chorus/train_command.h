@@ -57,12 +57,14 @@ void catchStopSignals();
 int trainWorker(const TrainArgs& args, const runtime::JobPackage& package,
                 std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault);
 
-// Whether this process was started as one rank of a job by mpirun, srun or torchrun (their
-// variables are set and chorus run's are not): then it trains as that rank, without an agent.
-bool startedByOtherLauncher();
+// Whether `environment` says the process was started as one rank of a job by mpirun, srun or
+// torchrun (their variables are set and chorus run's are not): then it trains as that rank,
+// without an agent.
+bool startedByOtherLauncher(const runtime::Environment& environment);
 
-// `chorus train` as one rank of a job that mpirun, srun or torchrun started (train_launched.cc).
-int trainLaunchedRank(const TrainArgs& args);
+// `chorus train` as one rank of a job that mpirun, srun or torchrun started (train_launched.cc),
+// `environment` being the process's.
+int trainLaunchedRank(const TrainArgs& args, runtime::Environment environment);
 
 // `chorus train -H HOSTS`: the job's nodes started over ssh, one per host (train_hosts.cc).
 int trainOnHostList(const TrainArgs& args);

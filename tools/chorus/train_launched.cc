@@ -81,13 +81,12 @@ DeviceSpec deviceOfRank(const runtime::JobConfig& job, const runtime::WorkerIden
 
 }  // namespace
 
-bool startedByOtherLauncher() {
-  const std::string launcher = runtime::launcherOf(runtime::processEnvironment());
+bool startedByOtherLauncher(const runtime::Environment& environment) {
+  const std::string launcher = runtime::launcherOf(environment);
   return launcher != "none" && launcher != "chorus";
 }
 
-int trainLaunchedRank(const TrainArgs& args) {
-  runtime::Environment environment = runtime::processEnvironment();
+int trainLaunchedRank(const TrainArgs& args, runtime::Environment environment) {
   const runtime::WorkerIdentity identity = runtime::identityFromEnvironment(environment);
   const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
   refuseAgentOptions(args, job, identity.launcher);

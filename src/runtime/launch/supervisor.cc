@@ -71,25 +71,12 @@ Millis until(Clock::time_point when) {
   return std::max(left, Millis(0));
 }
 
-// A pipe holding `secret` whose write end is already closed: the worker reads it to the end
-// without ever blocking, and nothing of it stays in the agent but the read end until fork.
-UniqueFd secretPipe(const comm::JobSecret& secret, int rank) {
-  auto [read_end, write_end] = makePipe("job secret");
-  const std::string& text = secret.text();
-  // Far below the pipe's capacity (JobSecret::kMaxLength), so this write never blocks.
-  const ssize_t written = ::write(write_end.get(), text.data(), text.size());
+// A pipe already holding `text` (far below a pipe's capacity, JobSecret::kMaxLength, so the write
+// never blocks), both ends open.
+std::pair<UniqueFd, UniqueFd> pipeHolding(const std::string& text, const char* what, int rank) {
+  auto ends = makePipe(what);
+  const ssize_t written = ::write(ends.second.get(), text.data(), text.size());
   if (written != static_cast<ssize_t>(text.size()))
-    CHORUS_THROW(LaunchError, "cannot hand rank ", rank, " the job secret: ", ::strerror(errno));
-  return std::move(read_end);
-}
-
-// WorkerLaunch::secret_on_stdin: a pipe holding the secret's line, both ends open; the read end
-// becomes the worker's standard input.
-std::pair<UniqueFd, UniqueFd> secretStdin(const comm::JobSecret& secret, int rank) {
-  auto ends = makePipe("standard input");
-  const std::string line = secret.text() + "\n";
-  const ssize_t written = ::write(ends.second.get(), line.data(), line.size());
-  if (written != static_cast<ssize_t>(line.size()))
     CHORUS_THROW(LaunchError, "cannot hand rank ", rank, " the job secret: ", ::strerror(errno));
   return ends;
 }
@@ -157,9 +144,12 @@ std::unique_ptr<Supervisor::Worker> Supervisor::spawn(const WorkerLaunch& launch
   if (launch.secret_on_stdin) {
     CHORUS_CHECK_CONFIG(!launch.secret.empty(), "rank ", launch.rank,
                         ": secret_on_stdin without a secret");
-    stdin_pipe = secretStdin(launch.secret, launch.rank);
+    // The secret's line, the write end kept open while the worker runs.
+    stdin_pipe = pipeHolding(launch.secret.text() + "\n", "standard input", launch.rank);
   } else if (!launch.secret.empty()) {
-    secret_read = secretPipe(launch.secret, launch.rank);
+    // Closed for writing at once: the worker reads to the end without ever blocking, and nothing
+    // of the secret stays in the agent but the read end until fork.
+    secret_read = std::move(pipeHolding(launch.secret.text(), "job secret", launch.rank).first);
     env[env::kSecretFd] = std::to_string(secret_read.get());
   }
   std::vector<std::string> env_strings;
