@@ -33,6 +33,19 @@ std::vector<at::Tensor> stageParameters(model::ZooModel& model, int first, int l
   return parameters;
 }
 
+// The index in `program` of its last backward.
+std::size_t finalBackward(const StageProgram& program) {
+  std::size_t index = 0;
+  for (std::size_t i = 0; i < program.size(); ++i)
+    if (program[i].kind == ActionKind::kBackward) index = i;
+  return index;
+}
+
+// The format activations leave a stage in.
+at::ScalarType wireType(const PipelineOptions& options) {
+  return options.fp32_transfers ? at::kFloat : scalarTypeOf(options.precision);
+}
+
 // The rows of micro-batch m of a replica's share (undefined in, undefined out).
 at::Tensor rowsOf(const at::Tensor& share, std::int64_t offset, std::int64_t size) {
   return share.defined() ? share.narrow(0, offset, size) : at::Tensor();
@@ -59,16 +72,34 @@ PipelineEngine::PipelineEngine(std::shared_ptr<model::ZooModel> model,
   const int s = position_.stage, r = position_.replica;
   program_ = buildSchedule(options_.schedule, layout_.stages(), options_.micro_batches)[s];
   parameters_ = stageParameters(*model_, firstLayer(), lastLayer());
-  if (layout_.replicas() > 1)
+  final_backward_ = finalBackward(program_);
+  if (layout_.replicas() > 1) {
     stage_group_ =
         resources_.world->subgroup(layout_.stageGroup(s), "pipeline-stage" + std::to_string(s));
+    ReducerOptions sync = resources_.replica_sync;
+    CHORUS_CHECK_CONFIG(sync.hierarchical == nullptr && !sync.hold_launch,
+                        "pipeline replica sync: the engine builds the stage groups and paces "
+                        "the buckets; leave `hierarchical` and `hold_launch` unset");
+    CHORUS_CHECK_CONFIG(sync.scatter_bounds.empty(),
+                        "pipeline replica sync: ZeRO does not shard pipeline stages");
+    // Holds a bucket back when it is ready inside an emulated compute phase (releaseHeldBuckets
+    // launches it at the emulated moment); one ready outside a phase goes out at once.
+    sync.hold_launch = [this](int /*bucket*/) {
+      if (phase_ == nullptr || resources_.emulator == nullptr || !resources_.emulator->emulated())
+        return false;
+      held_at_.push_back(phase_->computeSoFar());
+      return true;
+    };
+    reducer_ = std::make_unique<GradientReducer>(parameters_, stage_group_, std::move(sync));
+  }
   const int previous = s > 0 ? layout_.rankOf(r, s - 1) : -1;
   const int next = s + 1 < layout_.stages() ? layout_.rankOf(r, s + 1) : -1;
   const at::Device device = parameters_.empty() ? at::Device(at::kCPU) : parameters_[0].device();
   link_ = std::make_unique<detail::StageLink>(resources_.world, previous, next, options_.timeout,
                                               device);
   runner_ = std::make_unique<detail::StageRunner>(model_, firstLayer(), lastLayer(), s == 0,
-                                                  s + 1 == layout_.stages(), checkpointing());
+                                                  s + 1 == layout_.stages(), checkpointing(),
+                                                  options_.precision, wireType(options_));
 }
 
 PipelineEngine::~PipelineEngine() = default;
@@ -84,7 +115,8 @@ void PipelineEngine::setReplicaShares(std::vector<std::int64_t> shares) {
   options_ = std::move(next);
 }
 
-PipelineStepStats PipelineEngine::step(const at::Tensor& inputs, const at::Tensor& targets) {
+PipelineStepStats PipelineEngine::step(const at::Tensor& inputs, const at::Tensor& targets,
+                                       const StepScaling& scaling) {
   Stopwatch step_clock;
   std::optional<device::MemoryAccount::Scope> memory_scope;
   if (resources_.memory) {
@@ -103,7 +135,9 @@ PipelineStepStats PipelineEngine::step(const at::Tensor& inputs, const at::Tenso
   PipelineStepStats stats;
   const std::vector<std::int64_t> sizes = microBatchSizes(share, options_.micro_batches);
   link_->beginStep(sizes);
-  runner_->beginStep();
+  runner_->beginStep(scaling.loss_scale,
+                     scaling.inject_overflow ? program_[final_backward_].micro_batch : -1);
+  held_at_.clear();  // what a failed step left
   Stopwatch schedule_clock;
   runProgram(inputs, targets, sizes, stats);
   link_->finishStep();
@@ -147,16 +181,20 @@ void PipelineEngine::runProgram(const at::Tensor& inputs, const at::Tensor& targ
       case ActionKind::kForward:
       case ActionKind::kBackward: {
         prefetchAfter(i);
+        if (reducer_ && i == final_backward_) reducer_->armForFinalBackward();
         Stopwatch clock;
         std::optional<device::SpeedEmulator::ComputeScope> phase;
         if (resources_.emulator != nullptr) phase.emplace(resources_.emulator->compute());
+        phase_ = phase ? &*phase : nullptr;
         if (action.kind == ActionKind::kForward) {
           const at::Tensor input =
               position_.stage == 0 ? rowsOf(inputs, offsets[m], sizes[m]) : carried;
           carried = runner_->forward(m, input, rowsOf(targets, offsets[m], sizes[m]));
         } else {
           carried = runner_->backward(m, carried);
+          if (phase) releaseHeldBuckets(*phase);
         }
+        phase_ = nullptr;
         if (phase) phase->end();
         stats.compute_seconds += clock.seconds();
         break;
@@ -176,33 +214,38 @@ void PipelineEngine::prefetchAfter(std::size_t index) {
   }
 }
 
+void PipelineEngine::releaseHeldBuckets(device::SpeedEmulator::ComputeScope& phase) {
+  for (const double compute : held_at_) {
+    phase.padTo(compute);
+    reducer_->launchNextHeld();
+  }
+  held_at_.clear();
+}
+
+// With replicas, the reducer launched the buckets during the last backward; finish() sends what
+// is left, waits, and writes sum / B. Alone, the stage's sums are the global batch's.
 void PipelineEngine::synchronizeGradients(PipelineStepStats& stats) {
   Stopwatch clock;
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> gradients;
-  for (at::Tensor& parameter : parameters_) {
-    // A parameter the stage's layers never used still takes part, as zeros.
-    if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
-    gradients.push_back(parameter.grad());
-  }
-  const double global_batch = static_cast<double>(options_.global_batch);
-  if (stage_group_ && !gradients.empty()) {
-    std::vector<at::Tensor> flat_views;
-    for (const at::Tensor& gradient : gradients) flat_views.push_back(gradient.reshape({-1}));
-    at::Tensor flat = at::cat(flat_views);
-    comm::OpOptions options;
-    options.timeout = options_.timeout;
-    stage_group_->allReduce(flat, comm::ReduceOp::kSum, options).wait();
-    flat.div_(global_batch);
-    std::int64_t offset = 0;
-    for (at::Tensor& gradient : gradients) {
-      gradient.copy_(flat.narrow(0, offset, gradient.numel()).view_as(gradient));
-      offset += gradient.numel();
-    }
+  if (reducer_) {
+    reducer_->finish(options_.global_batch);
   } else {
-    for (at::Tensor& gradient : gradients) gradient.div_(global_batch);
+    const double global_batch = static_cast<double>(options_.global_batch);
+    for (at::Tensor& parameter : parameters_) {
+      // A parameter the stage's layers never used still has a gradient, of zeros.
+      if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
+      parameter.mutable_grad().div_(global_batch);
+    }
   }
   stats.sync_seconds = clock.seconds();
+  stats.gradients_finite = gradientsFinite();
+}
+
+bool PipelineEngine::gradientsFinite() const {
+  if (reducer_) return reducer_->gradientsFinite();
+  for (const at::Tensor& parameter : parameters_)
+    if (!at::isfinite(parameter.grad()).all().item<bool>()) return false;
+  return true;
 }
 
 }  // namespace chorus::parallel

@@ -6,6 +6,14 @@
 // returns the gradient of the stage's input for the previous stage. Parameter gradients
 // accumulate in .grad over the micro-batches of a step, as single-process gradient accumulation
 // does.
+//
+// Precision: forwards (and recomputes) run under autocast to the stage's format; an activation
+// from another stage is made fp32 before the first layer (a fp32 stage could not take a 16-bit
+// one, and each stage then sees what it would see after an fp32 stage), and the one sent on is
+// cast to the wire format. Loss scaling: the backward's seed (the loss on the last stage, the
+// next stage's gradient elsewhere) is multiplied by the step's scale, so the parameter gradients
+// arrive scaled (the caller's GradientUnscaler divides them), and the input gradient handed back
+// is divided by it again: gradients cross stages unscaled, each fp16 stage scales its own.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,6 +25,7 @@
 
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/pipeline_layout.h"
+#include "chorus/parallel/precision.h"
 
 namespace chorus::parallel::detail {
 
@@ -34,13 +43,16 @@ struct RngState {
 // Used by the stage's thread only. Shares the model with its owner; touches only its layers.
 class StageRunner {
  public:
+  // `wire`: the format of the activations sent on (floating-point ones).
   StageRunner(std::shared_ptr<model::ZooModel> model, int first, int last, bool is_first,
-              bool is_last, Checkpointing checkpointing);
+              bool is_last, Checkpointing checkpointing, Precision precision, at::ScalarType wire);
   StageRunner(const StageRunner&) = delete;
   StageRunner& operator=(const StageRunner&) = delete;
 
-  // Forgets the last step's losses and held-bytes peak. REQUIRES: nothing held.
-  void beginStep();
+  // Forgets the last step's losses and held-bytes peak; this step's backwards are seeded with
+  // `loss_scale` times their gradient, and micro-batch `inject_overflow` (if >= 0) with infinity.
+  // REQUIRES: nothing held.
+  void beginStep(double loss_scale = 1.0, int inject_overflow = -1);
   // Runs micro-batch m's forward on `input` (the model input on the first stage, the previous
   // stage's activation otherwise). Returns the activation for the next stage, or, on the last
   // stage, an undefined tensor (the loss of `targets` is kept for the backward).
@@ -71,8 +83,20 @@ class StageRunner {
     std::uint64_t bytes = 0;
   };
   at::Tensor leafOf(const at::Tensor& input, bool needs_gradient) const;
+  // A floating-point activation from another stage as fp32 (the model input is left as it is).
+  at::Tensor arrived(const at::Tensor& input) const;
+  // The factor micro-batch m's backward is seeded with.
+  double seedFactor(int micro_batch) const;
+  // `gradient` (of a tensor of `dtype`) times the seed factor, in `dtype`; scaled in fp32 first,
+  // so that a small gradient does not flush to zero in fp16 before it is scaled.
+  at::Tensor seeded(const at::Tensor& gradient, at::ScalarType dtype, int micro_batch) const;
+  // The input gradient handed back: divided by the loss scale again.
+  at::Tensor unscaled(const at::Tensor& gradient) const;
+  // Layers [first, last) under autocast to the stage's format.
   at::Tensor runLayers(int first, int last, const at::Tensor& x);
-  at::Tensor backwardLayers(Held held, at::Tensor gradient);
+  // The summed loss of the last stage's output, under autocast as in single-process training.
+  at::Tensor lossOf(const at::Tensor& output, const at::Tensor& targets);
+  at::Tensor backwardLayers(int micro_batch, Held held, at::Tensor gradient);
   void hold(int micro_batch, Held held);
 
   std::shared_ptr<model::ZooModel> model_;
@@ -81,6 +105,10 @@ class StageRunner {
   bool is_first_;
   bool is_last_;
   Checkpointing checkpointing_;
+  Precision precision_;
+  at::ScalarType wire_;
+  double loss_scale_ = 1.0;
+  int inject_overflow_ = -1;
   std::map<int, Held> held_;
   std::uint64_t held_bytes_ = 0;
   std::uint64_t peak_held_bytes_ = 0;

@@ -18,6 +18,10 @@ int tagOf(int micro_batch, bool gradient) { return 2 * micro_batch + (gradient ?
 
 }  // namespace
 
+at::ScalarType gradientWireType(at::ScalarType activation) {
+  return activation == at::kHalf ? at::kFloat : activation;
+}
+
 StageLink::StageLink(std::shared_ptr<comm::Communicator> communicator, int previous, int next,
                      std::chrono::milliseconds timeout, at::Device device)
     : communicator_(std::move(communicator)), previous_(previous), next_(next), device_(device) {
@@ -62,7 +66,11 @@ void StageLink::sendActivation(int micro_batch, const at::Tensor& output) {
 
 void StageLink::sendGradient(int micro_batch, const at::Tensor& gradient) {
   if (previous_ < 0) CHORUS_THROW(ConfigError, "the first pipeline stage has no previous stage");
-  send(gradient.detach(), previous_, tagOf(micro_batch, true));
+  if (!header_known_)
+    CHORUS_THROW(ConfigError, "pipeline stage: gradient of micro-batch ", micro_batch,
+                 " sent before its activation arrived");
+  send(gradient.detach().to(gradientWireType(activation_dtype_)), previous_,
+       tagOf(micro_batch, true));
 }
 
 void StageLink::receiveHeader() {
@@ -90,8 +98,9 @@ void StageLink::post(int micro_batch, bool gradient) {
     if (layout == sent_layouts_.end())
       CHORUS_THROW(ConfigError, "pipeline stage: gradient of micro-batch ", micro_batch,
                    " expected before its activation was sent");
-    buffer = at::empty(layout->second.shape,
-                       at::TensorOptions().dtype(layout->second.dtype).device(device_));
+    buffer = at::empty(
+        layout->second.shape,
+        at::TensorOptions().dtype(gradientWireType(layout->second.dtype)).device(device_));
     sent_layouts_.erase(layout);
   } else {
     std::vector<std::int64_t> shape = activation_shape_;

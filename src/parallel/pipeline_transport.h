@@ -6,7 +6,7 @@
 // exactly its send. The receiver learns the activation's shape and dtype from a small header sent
 // with the first activation of each step (every micro-batch of a step has the same trailing
 // dimensions; its first dimension is the micro-batch size both sides know); a gradient has the
-// shape of the activation it belongs to.
+// shape of the activation it belongs to, and its format (gradientWireType).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +20,11 @@
 #include "chorus/comm/communicator.h"
 
 namespace chorus::parallel::detail {
+
+// The format a gradient crosses in, given its activation's: the same, except fp32 for an fp16
+// activation. Why: gradients cross unscaled (each fp16 stage scales only its own backward,
+// precision.h), and small unscaled gradients flush to zero in fp16's range; bf16 has fp32's range.
+at::ScalarType gradientWireType(at::ScalarType activation);
 
 // One stage's transfers. Used by the stage's thread only (the communicator's rule: one issuing
 // thread). Non-copyable. Tensors being sent or received are kept alive until their Work finished.
@@ -42,7 +47,7 @@ class StageLink {
   // Blocks until micro-batch m's activation from the previous stage arrived.
   at::Tensor receiveActivation(int micro_batch);
 
-  // To the previous stage.
+  // To the previous stage, in gradientWireType() of the activation received for micro-batch m.
   void sendGradient(int micro_batch, const at::Tensor& gradient);
   // Posts the receive of micro-batch m's gradient if its activation was sent and it is not posted.
   void postGradient(int micro_batch);

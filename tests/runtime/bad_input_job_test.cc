@@ -130,7 +130,7 @@ const std::vector<JobRow>& jobRows() {
         "config key 'parallel.micro_batches': needs parallel.pipeline_stages > 1"},
        {"parallel.micro_batches=4"}},
       {{"JOB-27", "ConfigError",
-        "config key 'comm.compression': is not supported with parallel.pipeline_stages > 1"},
+        "config key 'comm.compression': needs parallel.replicas > 1 in a pipeline"},
        {"parallel.pipeline_stages=2", "comm.compression=fp16"}},
       {{"JOB-28", "ConfigError",
         "config key 'parallel.partition': 1 layer counts for 2 pipeline stages"},
@@ -204,6 +204,12 @@ const std::vector<JobRow>& jobRows() {
        {"elastic.enabled=true", "elastic.max_restarts=-1"}},
       {{"JOB-55", "ConfigError", "config key 'elastic.max_restarts': needs elastic.enabled = true"},
        {"elastic.max_restarts=1"}},
+      {{"JOB-56", "ConfigError",
+        "config key 'parallel.activations': needs parallel.pipeline_stages > 1"},
+       {"parallel.activations=fp32"}},
+      {{"JOB-57", "ConfigError",
+        "config key 'parallel.activations': 'fp8' is unknown; expected compute, fp32"},
+       {"parallel.pipeline_stages=2", "parallel.activations=fp8"}},
   };
   return rows;
 }

@@ -3,9 +3,10 @@
 // Every rank holds a PipelineEngine for its (replica, stage) (pipeline_layout.h). step() splits
 // the replica's share of a global batch into M micro-batches, executes the stage's program of the
 // schedule (pipeline_schedule.h) — receive, forward, send; receive, backward, send — with
-// asynchronous point-to-point transfers to the neighbouring stages, then all-reduces the stage's
-// gradients across the replicas (one group per stage index) and divides them by the global batch
-// B. Every stage back-propagates the SUM of its samples' losses, so after step() each stage's
+// asynchronous point-to-point transfers to the neighbouring stages, and all-reduces the stage's
+// gradients across the replicas (one group per stage index; bucket by bucket, launched during the
+// last micro-batch's backward, as the data-parallel reducer does) and divides them by the global
+// batch B. Every stage back-propagates the SUM of its samples' losses, so after step() each stage's
 // .grad equals single-process training on the mean loss of the global batch (invariant 1), and
 // the caller steps its optimizer over parameters().
 //
@@ -24,6 +25,7 @@
 #include "chorus/device/memory_meter.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/model/zoo_model.h"
+#include "chorus/parallel/gradient_reducer.h"
 #include "chorus/parallel/pipeline_layout.h"
 #include "chorus/parallel/pipeline_schedule.h"
 
@@ -44,6 +46,23 @@ struct PipelineResources {
   // Charged with the stage's allocations during step() (needs an installed MemoryMeter to count).
   // Default: null (peak_bytes reads 0).
   std::shared_ptr<device::MemoryAccount> memory;
+  // The replicas' gradient all-reduce (R > 1): bucket sizes, overlap with the last micro-batch's
+  // backward, a codec (shared, so the caller can checkpoint its state; it compresses every
+  // bucket among the stage's R ranks). `hierarchical` must be null (the stage groups are the
+  // engine's) and `hold_launch` empty: the engine releases buckets at the emulated device's pace,
+  // as the data-parallel trainer does. Default: the reducer's defaults (no codec).
+  ReducerOptions replica_sync;
+};
+
+// How one step's backwards are seeded. Value type.
+struct StepScaling {
+  // The stage's loss scale (fp16 stages; precision.h): its backward's seed is multiplied by it,
+  // so its parameter gradients arrive S times too large and the caller's GradientUnscaler over
+  // parameters() divides them; the gradient sent to the previous stage is unscaled. Default: 1.
+  double loss_scale = 1.0;
+  // Seeds the last micro-batch's backward with infinity (tests of overflow consensus).
+  // Default: false.
+  bool inject_overflow = false;
 };
 
 // One step's measurements on this stage. Value type.
@@ -58,10 +77,14 @@ struct PipelineStepStats {
   double compute_seconds = 0;
   // Blocked on receives and sends.
   double transfer_wait_seconds = 0;
-  // The cross-replica all-reduce and the division by B.
+  // The cross-replica all-reduce after the schedule (what its overlap with the last backward
+  // did not hide) and the division by B.
   double sync_seconds = 0;
   // 1 - compute / schedule: the stage's bubble, as measured.
   double idle_fraction = 0;
+  // Whether every gradient the step left in .grad is finite (after the all-reduce: an overflow
+  // on any replica shows on all of them). The caller's overflow consensus needs every stage's.
+  bool gradients_finite = true;
   // Peak of the MemoryAccount during the step (0 without one).
   std::uint64_t peak_bytes = 0;
   // Peak of the bytes the stage held between forwards and backwards (inputs, outputs, layer
@@ -91,7 +114,8 @@ class PipelineEngine {
   // others may pass undefined tensors. Afterwards parameters() hold in .grad the global-batch
   // gradient (sum / B). Blocks until the stage's transfers and all-reduce finished or a deadline
   // passed (TimeoutError, PeerFailure).
-  PipelineStepStats step(const at::Tensor& inputs, const at::Tensor& targets);
+  PipelineStepStats step(const at::Tensor& inputs, const at::Tensor& targets,
+                         const StepScaling& scaling = {});
 
   // New replica shares from the next step on (a load balancer's rebalancing); every rank must
   // set the same. ConfigError unless they sum to B and each is >= M.
@@ -115,7 +139,11 @@ class PipelineEngine {
   void runProgram(const at::Tensor& inputs, const at::Tensor& targets,
                   const std::vector<std::int64_t>& sizes, PipelineStepStats& stats);
   void prefetchAfter(std::size_t index);
+  // Launches the buckets the reducer held back during `phase`, each when the emulated device
+  // would have had its gradients ready.
+  void releaseHeldBuckets(device::SpeedEmulator::ComputeScope& phase);
   void synchronizeGradients(PipelineStepStats& stats);
+  bool gradientsFinite() const;
 
   std::shared_ptr<model::ZooModel> model_;
   PipelineOptions options_;
@@ -126,6 +154,12 @@ class PipelineEngine {
   StageProgram program_;
   std::vector<at::Tensor> parameters_;
   std::shared_ptr<comm::Communicator> stage_group_;  // null when R = 1
+  std::unique_ptr<GradientReducer> reducer_;         // null when R = 1
+  // The program's last backward, before which the reducer is armed.
+  std::size_t final_backward_ = 0;
+  // The compute phase running now, and where in it the buckets held back became ready.
+  device::SpeedEmulator::ComputeScope* phase_ = nullptr;
+  std::vector<double> held_at_;
   std::unique_ptr<detail::StageLink> link_;
   std::unique_ptr<detail::StageRunner> runner_;
 };

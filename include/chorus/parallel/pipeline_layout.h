@@ -18,6 +18,7 @@
 
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/pipeline_schedule.h"
+#include "chorus/parallel/precision.h"
 #include "chorus/plan/memory_model.h"
 
 namespace chorus::parallel {
@@ -60,6 +61,14 @@ struct PipelineOptions {
   Checkpointing activation_checkpointing = Checkpointing::kNone;
   // Deadline of each transfer and all-reduce. Default: 0, meaning the communicator's own.
   std::chrono::milliseconds timeout{0};
+  // The format THIS rank's stage computes in (ranks may differ): its forward, and a checkpointed
+  // backward's recompute, run under autocast; parameters, optimizer state and gradients stay
+  // fp32, as in data parallelism (precision.h). Default: fp32.
+  Precision precision = Precision::kFp32;
+  // Activations cross to the next stage in the sender's compute format (false) or in fp32
+  // (true); each arrives as fp32 at the receiver's first layer either way. Default: false, the
+  // compute format (half the bytes from a 16-bit stage).
+  bool fp32_transfers = false;
 };
 
 // Throws ConfigError naming the field unless `options` can run on a model of `layers` layers.

@@ -81,8 +81,6 @@ std::int64_t partitionStages(const std::string& partition) {
   return 1 + static_cast<std::int64_t>(std::count(partition.begin(), partition.end(), ','));
 }
 
-bool isFp32(const std::string& precision) { return precision.empty() || precision == "fp32"; }
-
 }  // namespace
 
 PrecisionSection readPrecision(const Config& config) {
@@ -147,6 +145,8 @@ ParallelSection readParallel(const Config& config) {
   require(parallel.replicas >= 1, "parallel.replicas", "must be at least 1");
   requireChoice(parallel.activation_checkpointing, "parallel.activation_checkpointing",
                 {"none", "stage", "layer"});
+  parallel.activations = config.getString("parallel.activations", parallel.activations);
+  requireChoice(parallel.activations, "parallel.activations", {"compute", "fp32"});
   const std::int64_t counted = partitionStages(parallel.partition);
   require(counted == 0 || counted == parallel.pipeline_stages, "parallel.partition",
           std::to_string(counted) + " layer counts for " +
@@ -168,6 +168,8 @@ void checkParallel(const JobConfig& job, const Config& config) {
             "with train.micro_batch");
     require(!config.has("parallel.schedule"), "parallel.schedule",
             "needs parallel.pipeline_stages > 1 (there is no pipeline to schedule)");
+    require(!config.has("parallel.activations"), "parallel.activations",
+            "needs parallel.pipeline_stages > 1 (no activation crosses between stages)");
     return;
   }
   const std::int64_t ranks = parallel.pipeline_stages * parallel.replicas;
@@ -191,12 +193,11 @@ void checkParallel(const JobConfig& job, const Config& config) {
   require(job.balancer.initial_shares.empty(), "balancer.initial_shares",
           with + "; replica shares start from the devices' speeds");
   require(job.comm.sync_every == 1, "comm.sync_every", with);
-  require(job.comm.compression == "none", "comm.compression", with);
+  // Codecs compress each stage's all-reduce across the replicas; one replica has none.
+  require(job.comm.compression == "none" || parallel.replicas > 1, "comm.compression",
+          "needs parallel.replicas > 1 in a pipeline (a single pipeline all-reduces no "
+          "gradients)");
   require(job.comm.algorithm == "flat", "comm.algorithm", with);
-  const PrecisionSection& precision = job.precision;
-  bool fp32 = isFp32(precision.fallback) && isFp32(precision.cpu) && isFp32(precision.cuda);
-  for (const auto& name : precision.ranks) fp32 = fp32 && isFp32(name);
-  require(fp32, "precision", "only fp32 " + with);
 }
 
 const std::vector<std::string>& autoPlanKeys() {

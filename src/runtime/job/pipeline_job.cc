@@ -51,6 +51,7 @@ parallel::PipelineOptions pipelineOptions(const JobConfig& job) {
   options.replicas = static_cast<int>(section.replicas);
   options.global_batch = job.train.global_batch;
   options.activation_checkpointing = parallel::parseCheckpointing(section.activation_checkpointing);
+  options.fp32_transfers = section.activations == "fp32";
   options.timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
   return options;
 }

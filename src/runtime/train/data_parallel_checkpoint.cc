@@ -15,6 +15,7 @@
 #include "chorus/core/logging.h"
 #include "job/balancer_settings.h"
 #include "train/data_parallel_engine.h"
+#include "train/engine_settings.h"
 
 namespace chorus::runtime {
 namespace {
@@ -38,27 +39,16 @@ void loadModel(model::ZooModel& model, torch::serialize::InputArchive& archive) 
 
 void restoreRankState(DataParallelEngine& s, const std::string& bytes) {
   auto archive = archiveOf(bytes);
-  at::Tensor cpu_rng, device_rng, scaler;
+  at::Tensor cpu_rng, device_rng;
   archive.read("rng_cpu", cpu_rng);
   setGeneratorState(cpuGenerator(), cpu_rng);
   if (auto generator = deviceGenerator(s); generator && archive.try_read("rng_device", device_rng))
     setGeneratorState(*generator, device_rng);
-  if (s.codec) {
-    std::map<std::string, at::Tensor> codec;
-    for (const auto& key : archive.keys()) {
-      if (key.rfind("codec/", 0) != 0) continue;
-      at::Tensor value;
-      archive.read(key, value);
-      codec[key.substr(6)] = value;
-    }
-    s.codec->loadState(codec);
-  }
+  if (s.codec) readCodecState(archive, *s.codec);
   at::Tensor since;
   if (archive.try_read("samples_since_average", since))
     s.samples_since_average = static_cast<std::int64_t>(since.item<double>());
-  if (s.scaler && archive.try_read("loss_scale", scaler))
-    s.scaler->loadState(
-        {scaler[0].item<double>(), static_cast<std::int64_t>(scaler[1].item<double>())});
+  if (s.scaler) readScalerState(archive, *s.scaler);
 }
 
 // Deep copy of one optimizer state entry (SGD and AdamW, the trainer's optimizers).
@@ -119,13 +109,8 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
   torch::serialize::OutputArchive mine;
   mine.write("rng_cpu", generatorState(cpuGenerator()));
   if (auto generator = deviceGenerator(s)) mine.write("rng_device", generatorState(*generator));
-  if (s.scaler) {
-    const auto state = s.scaler->state();
-    mine.write("loss_scale",
-               at::tensor({state.scale, static_cast<double>(state.clean_steps)}, at::kDouble));
-  }
-  if (s.codec)
-    for (const auto& [key, value] : s.codec->state()) mine.write("codec/" + key, value.clone());
+  if (s.scaler) writeScalerState(mine, *s.scaler);
+  if (s.codec) writeCodecState(mine, *s.codec);
   if (s.zero) writeZeroSlice(s, mine);
   mine.write("samples_since_average",
              at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));

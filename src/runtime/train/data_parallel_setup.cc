@@ -16,6 +16,7 @@
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/balancer_settings.h"
 #include "train/data_parallel_engine.h"
+#include "train/engine_settings.h"
 
 namespace chorus::runtime {
 namespace {
@@ -24,15 +25,7 @@ namespace {
 // the hosts and/or a codec where gradients cross them.
 parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   const CommSection& section = s.job.comm;
-  parallel::ReducerOptions options;
-  // At least one byte: a positive bucket_mb below a byte still means "as small as it gets".
-  const auto bytesOf = [](double mib) {
-    return std::max<std::int64_t>(1, static_cast<std::int64_t>(mib * (1 << 20)));
-  };
-  options.bucket_bytes = bytesOf(section.bucket_mb);
-  options.first_bucket_bytes = bytesOf(section.first_bucket_mb);
-  options.min_buckets = static_cast<int>(section.min_buckets);
-  options.overlap = section.overlap;
+  parallel::ReducerOptions options = reducerBuckets(section);
   // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
   // phase had got (runShare launches it at the emulated moment); launches after the phase
   // (finish(), overlap off) find none and go out at once. The State outlives the reducer it owns.
@@ -53,20 +46,8 @@ parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
     options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
         s.worker->world(), std::move(topology), hierarchical);
   }
-  if (section.compression != "none") {
-    parallel::CodecOptions codec;
-    codec.kind = parallel::parseCodecKind(section.compression);
-    codec.powersgd_rank = static_cast<int>(section.powersgd_rank);
-    codec.powersgd_iterations = static_cast<int>(section.powersgd_iterations);
-    codec.powersgd_bf16_factors = section.powersgd_bf16_factors;
-    codec.powersgd_min_compression_rate = section.powersgd_min_compression_rate;
-    codec.powersgd_start_step = static_cast<int>(section.powersgd_start_step);
-    codec.topk_ratio = section.topk_ratio;
-    codec.error_feedback = section.error_feedback;
-    codec.seed = s.job.seed;
-    s.codec = parallel::makeCodec(codec);
-    options.codec = s.codec;
-  }
+  s.codec = jobCodec(s.job);
+  options.codec = s.codec;
   return options;
 }
 
@@ -142,14 +123,7 @@ void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
   s.compute_precision = parallel::parsePrecision(precisionName(rank));
   parallel::allowTf32(s.job.precision.tf32);
   if (!parallel::needsLossScaling(s.compute_precision)) return;
-  const bool cuda = s.worker->identity().device.kind == DeviceKind::kCuda;
-  const auto& section = cuda ? s.job.precision.loss_scale_cuda : s.job.precision.loss_scale_cpu;
-  parallel::LossScalerOptions options;
-  options.init_scale = section.init;
-  options.growth_factor = section.growth;
-  options.backoff_factor = section.backoff;
-  options.growth_interval = section.interval;
-  s.scaler.emplace(options);
+  s.scaler.emplace(lossScalerOptions(s.job.precision, s.worker->identity().device.kind));
   s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.model->parameters());
 }
 

@@ -1,6 +1,7 @@
 // The pipeline engine's part of a checkpoint: each rank writes its stage's parameters, optimizer
-// state and RNG under its (stage, replica) name; trainer.json holds the layout and the replicas'
-// balancer (with their shares). Resume needs the same layout and is bitwise.
+// state, RNG, loss scale (fp16) and codec memory under its (stage, replica) name; trainer.json
+// holds the layout and the replicas' balancer (with their shares). Resume needs the same layout and
+// is bitwise.
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -10,6 +11,7 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "chorus/core/error.h"
+#include "train/engine_settings.h"
 #include "train/pipeline_stage_engine.h"
 
 namespace chorus::runtime {
@@ -72,6 +74,8 @@ CheckpointSnapshot PipelineStageEngine::snapshot() {
   for (const auto& [name, tensor] : stageTensors(s)) model_archive.write(name, tensor.detach());
   s.optimizer->save(optimizer_archive);
   rng.write("rng_cpu", generatorState(cpuGenerator()));
+  if (s.scaler) writeScalerState(rng, *s.scaler);
+  if (s.codec) writeCodecState(rng, *s.codec);
   snapshot.small.push_back({stageFile(s, "model"), archiveBytes(model_archive)});
   snapshot.small.push_back({stageFile(s, "optimizer"), archiveBytes(optimizer_archive)});
   snapshot.small.push_back({stageFile(s, "rng"), archiveBytes(rng)});
@@ -91,6 +95,8 @@ void PipelineStageEngine::restore(const CheckpointSource& source) {
   at::Tensor cpu_rng;
   rng.read("rng_cpu", cpu_rng);
   setGeneratorState(cpuGenerator(), cpu_rng);
+  if (s.scaler) readScalerState(rng, *s.scaler);
+  if (s.codec) readCodecState(rng, *s.codec);
   // The shares the next step runs with, and what the balancer measured: without them a resumed
   // run would split the batches differently and no longer be bitwise the run that wrote it.
   // Checkpoints from before the balancer carry none and keep the start plan.

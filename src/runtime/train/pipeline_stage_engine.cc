@@ -16,6 +16,7 @@
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/balancer_settings.h"
+#include "train/engine_settings.h"
 #include "train/pipeline_stage_engine.h"
 
 namespace chorus::runtime {
@@ -50,7 +51,8 @@ parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Pl
   return options;
 }
 
-std::string describePlan(const PipelineStageEngine& s) {
+// `formats`: every rank's compute format, when not all are fp32.
+std::string describePlan(const PipelineStageEngine& s, const std::vector<std::string>& formats) {
   std::ostringstream text;
   text << "pipeline: " << s.options.pipeline_stages << " stages x " << s.options.replicas
        << " replica(s), " << parallel::toString(s.options.schedule) << ", "
@@ -62,13 +64,29 @@ std::string describePlan(const PipelineStageEngine& s) {
   for (std::size_t r = 0; r < s.options.replica_shares.size(); ++r)
     text << (r ? ", " : " ") << s.options.replica_shares[r];
   if (s.balancer->active()) text << " (balance " << s.job.balancer.mode << ")";
+  if (!formats.empty()) {
+    text << "; stages compute in";
+    for (std::size_t r = 0; r < formats.size(); ++r) text << (r ? ", " : " ") << formats[r];
+    text << ", activations cross in " << (s.options.fp32_transfers ? "fp32" : "the sender's");
+  }
   return text.str();
+}
+
+// Every rank's compute format by rank, or none when all compute in fp32.
+std::vector<std::string> rankFormats(const plan::Plan& plan) {
+  std::vector<std::string> formats;
+  bool mixed = false;
+  for (const plan::RankPlan& rank : plan.ranks) {
+    formats.push_back(precisionName(rank));
+    mixed = mixed || formats.back() != "fp32";
+  }
+  return mixed ? formats : std::vector<std::string>{};
 }
 
 // Per-rank figures of a step, all-gathered so that every rank returns the same record and feeds
 // the balancer the same figures. kBalance: what the rank reports to the balancer (its schedule
 // time, see replicaSeconds).
-enum Figure { kCompute, kWait, kLossSum, kStop, kBalance, kFigures };
+enum Figure { kCompute, kWait, kLossSum, kStop, kBalance, kOverflow, kLossScale, kFigures };
 
 std::vector<std::array<double, kFigures>> gatherFigures(comm::Communicator& world,
                                                         const std::array<double, kFigures>& mine) {
@@ -126,9 +144,8 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "pipeline: a plan of ", layout.stages(),
                       " stages x ", layout.replicas(), " replicas needs ", layout.worldSize(),
                       " ranks, the job has ", world.size());
-  const std::string precision = precisionName(plan.ranks.at(world.rank()));
-  CHORUS_CHECK_CONFIG(precision == "fp32", "pipeline: rank ", world.rank(),
-                      " was planned to compute in ", precision, "; pipelines compute in fp32");
+  s.options.precision = parallel::parsePrecision(precisionName(plan.ranks.at(world.rank())));
+  parallel::allowTf32(s.job.precision.tf32);
   for (const plan::StagePlan& stage : plan.replicas.at(0).stages)
     s.stage_cuts.push_back(stage.first_layer);
   s.stage_cuts.push_back(plan.replicas[0].stages.back().last_layer);
@@ -143,10 +160,17 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   parallel::PipelineResources resources;
   resources.world = s.worker->world();
   resources.emulator = &s.worker->emulator();
+  resources.replica_sync = reducerBuckets(s.job.comm);
+  s.codec = jobCodec(s.job);
+  resources.replica_sync.codec = s.codec;
   s.engine =
       std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts, resources);
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
-  if (world.rank() == 0) logInfo(describePlan(s));
+  if (parallel::needsLossScaling(s.options.precision)) {
+    s.scaler.emplace(lossScalerOptions(s.job.precision, s.worker->identity().device.kind));
+    s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.engine->parameters());
+  }
+  if (world.rank() == 0) logInfo(describePlan(s, rankFormats(plan)));
   // Data and model are in place: from here on a budget counts what training allocates.
   if (s.worker->identity().device.memory_budget) {
     // The start shares' largest micro-batch: the balancer may raise a share only within the caps
@@ -160,10 +184,7 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
 
 StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hooks) {
   PipelineStageEngine& s = *this;
-  // Neither is implemented for pipelines; a hook that did nothing would make its test vacuous.
-  CHORUS_CHECK_CONFIG(!hooks.inject_overflow,
-                      "pipeline: TrainerHooks::inject_overflow is for one stage per replica "
-                      "(pipelines compute in fp32)");
+  // Not implemented for pipelines; a hook that did nothing would make its test vacuous.
   CHORUS_CHECK_CONFIG(hooks.trace == nullptr,
                       "pipeline: a timeline (TrainerHooks::trace, --trace) is recorded for one "
                       "stage per replica only");
@@ -189,24 +210,39 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
     if (s.lastStage()) targets = batch.targets.to(s.worker->device());
   }
   s.model->train();
-  const parallel::PipelineStepStats stats = s.engine->step(inputs, targets);
-  s.optimizer->step();
+  parallel::StepScaling scaling;
+  if (s.scaler) scaling.loss_scale = s.scaler->scale();
+  scaling.inject_overflow = hooks.inject_overflow && hooks.inject_overflow(step);
+  if (s.unscaler) s.unscaler->beginStep(scaling.loss_scale);
+  const parallel::PipelineStepStats stats = s.engine->step(inputs, targets, scaling);
+  const bool overflow = !stats.gradients_finite || (s.unscaler && s.unscaler->overflowed());
 
   const bool stop = hooks.stop_requested && hooks.stop_requested();
   const double balance = hooks.balancer_seconds ? hooks.balancer_seconds(step, shares[replica])
                                                 : stats.schedule_seconds;
   const auto figures =
       gatherFigures(world, {stats.compute_seconds, stats.transfer_wait_seconds + stats.sync_seconds,
-                            stats.loss_sum, stop ? 1.0 : 0.0, balance});
+                            stats.loss_sum, stop ? 1.0 : 0.0, balance, overflow ? 1.0 : 0.0,
+                            s.scaler ? s.scaler->scale() : 0.0});
   const parallel::PipelineLayout& layout = s.engine->layout();
   double loss_sum = 0;
   for (int rank = 0; rank < world.size(); ++rank) {
     record.shares.push_back(shares[layout.positionOf(rank).replica]);
     record.compute_seconds.push_back(figures[rank][kCompute]);
     record.wait_seconds.push_back(figures[rank][kWait]);
+    record.loss_scales.push_back(figures[rank][kLossScale]);
     loss_sum += figures[rank][kLossSum];  // only last stages report a loss
     record.stop_requested = record.stop_requested || figures[rank][kStop] > 0;
+    record.skipped = record.skipped || figures[rank][kOverflow] > 0;
   }
+  // Overflow consensus: an overflow on any stage of any replica skips the step everywhere (a
+  // stage stepping alone would leave its replicas' parameters apart), and every fp16 stage backs
+  // off its scale.
+  if (record.skipped)
+    ++s.skipped_steps;
+  else
+    s.optimizer->step();
+  if (s.scaler) s.scaler->update(record.skipped);
   record.loss = loss_sum / static_cast<double>(s.job.train.global_batch);
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit, as
   // in the data-parallel trainer. The new shares apply from the next step on.

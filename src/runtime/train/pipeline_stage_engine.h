@@ -6,11 +6,13 @@
 #include <torch/optim.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chorus/data/sampler.h"
 #include "chorus/model/zoo_model.h"
+#include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/pipeline.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/pipeline_job.h"
@@ -37,13 +39,12 @@ struct PipelineStageEngine final : StepEngine {
   const std::vector<int>& cuts() const override { return stage_cuts; }
   const std::vector<std::int64_t>& shares() const override { return options.replica_shares; }
   const std::vector<at::Tensor>& parameters() const override { return engine->parameters(); }
-  // Pipelines compute in fp32 (the job reader refuses other precisions for them).
-  parallel::Precision precision() const override { return parallel::Precision::kFp32; }
-  double lossScale() const override { return 0.0; }
+  parallel::Precision precision() const override { return options.precision; }
+  double lossScale() const override { return scaler ? scaler->scale() : 0.0; }
   device::EmulationTotals emulationTotals() const override {
     return (speed_override ? *speed_override : worker->emulator()).totals();
   }
-  std::int64_t skippedSteps() const override { return 0; }
+  std::int64_t skippedSteps() const override { return skipped_steps; }
 
   int stages() const { return options.pipeline_stages; }
   bool firstStage() const { return position().stage == 0; }
@@ -66,6 +67,13 @@ struct PipelineStageEngine final : StepEngine {
   std::unique_ptr<device::SpeedEmulator> speed_override;
   std::unique_ptr<parallel::PipelineEngine> engine;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // An fp16 stage's loss scale and the hooks that unscale its parameters' gradients.
+  std::optional<parallel::DynamicLossScaler> scaler;
+  std::unique_ptr<parallel::GradientUnscaler> unscaler;
+  // The codec of the replicas' gradient all-reduce (comm.compression), for checkpoints.
+  std::shared_ptr<parallel::GradientCodec> codec;
+  // Steps every rank skipped on an overflow somewhere (overflow consensus).
+  std::int64_t skipped_steps = 0;
   // Samples per evaluation chunk: 256, or a training micro-batch under a memory budget.
   std::int64_t eval_chunk = 256;
 };

@@ -147,6 +147,9 @@ struct ParallelSection {
   std::string partition = "auto";
   std::int64_t replicas = 1;  // Default: 1 pipeline; R > 1 = R data-parallel pipeline replicas
   std::string activation_checkpointing = "none";  // Default: "none"; or "stage" | "layer"
+  // The format activations cross stages in: "compute" (the sending stage's precision; their
+  // gradients come back in it too, but in fp32 from an fp16 stage) or "fp32". Default: "compute".
+  std::string activations = "compute";
 };
 
 // Value type.

@@ -1,0 +1,80 @@
+#include "train/engine_settings.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+
+namespace chorus::runtime {
+
+parallel::ReducerOptions reducerBuckets(const CommSection& section) {
+  parallel::ReducerOptions options;
+  // At least one byte: a positive bucket_mb below a byte still means "as small as it gets".
+  const auto bytesOf = [](double mib) {
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(mib * (1 << 20)));
+  };
+  options.bucket_bytes = bytesOf(section.bucket_mb);
+  options.first_bucket_bytes = bytesOf(section.first_bucket_mb);
+  options.min_buckets = static_cast<int>(section.min_buckets);
+  options.overlap = section.overlap;
+  return options;
+}
+
+std::shared_ptr<parallel::GradientCodec> jobCodec(const JobConfig& job) {
+  const CommSection& section = job.comm;
+  if (section.compression == "none") return nullptr;
+  parallel::CodecOptions codec;
+  codec.kind = parallel::parseCodecKind(section.compression);
+  codec.powersgd_rank = static_cast<int>(section.powersgd_rank);
+  codec.powersgd_iterations = static_cast<int>(section.powersgd_iterations);
+  codec.powersgd_bf16_factors = section.powersgd_bf16_factors;
+  codec.powersgd_min_compression_rate = section.powersgd_min_compression_rate;
+  codec.powersgd_start_step = static_cast<int>(section.powersgd_start_step);
+  codec.topk_ratio = section.topk_ratio;
+  codec.error_feedback = section.error_feedback;
+  codec.seed = job.seed;
+  return parallel::makeCodec(codec);
+}
+
+parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind) {
+  const auto& chosen = kind == DeviceKind::kCuda ? section.loss_scale_cuda : section.loss_scale_cpu;
+  parallel::LossScalerOptions options;
+  options.init_scale = chosen.init;
+  options.growth_factor = chosen.growth;
+  options.backoff_factor = chosen.backoff;
+  options.growth_interval = chosen.interval;
+  return options;
+}
+
+void writeScalerState(torch::serialize::OutputArchive& archive,
+                      const parallel::DynamicLossScaler& scaler) {
+  const parallel::LossScalerState state = scaler.state();
+  archive.write("loss_scale",
+                at::tensor({state.scale, static_cast<double>(state.clean_steps)}, at::kDouble));
+}
+
+void readScalerState(torch::serialize::InputArchive& archive, parallel::DynamicLossScaler& scaler) {
+  at::Tensor saved;
+  if (!archive.try_read("loss_scale", saved)) return;
+  scaler.loadState({saved[0].item<double>(), static_cast<std::int64_t>(saved[1].item<double>())});
+}
+
+void writeCodecState(torch::serialize::OutputArchive& archive,
+                     const parallel::GradientCodec& codec) {
+  for (const auto& [key, value] : codec.state()) archive.write("codec/" + key, value.clone());
+}
+
+void readCodecState(torch::serialize::InputArchive& archive, parallel::GradientCodec& codec) {
+  std::map<std::string, at::Tensor> state;
+  for (const auto& key : archive.keys()) {
+    if (key.rfind("codec/", 0) != 0) continue;
+    at::Tensor value;
+    archive.read(key, value);
+    state[key.substr(6)] = value;
+  }
+  codec.loadState(state);
+}
+
+}  // namespace chorus::runtime

@@ -1,0 +1,42 @@
+// Private to runtime: the gradient reducer's and the loss scaler's settings from the job, as both
+// engines use them: the data-parallel trainer for its all-reduce, the pipeline engine for each
+// stage's all-reduce across the replicas; each fp16 rank's scaler. One reading, so the same keys
+// mean the same thing; and their state in a rank's checkpoint archive, under the same names.
+#pragma once
+
+#include <memory>
+
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include "chorus/parallel/compression.h"
+#include "chorus/parallel/gradient_reducer.h"
+#include "chorus/parallel/loss_scaler.h"
+#include "chorus/runtime/job/job_config.h"
+
+namespace chorus::runtime {
+
+// Bucket sizes and overlap from `section` (bucket_mb, first_bucket_mb, min_buckets, overlap);
+// nothing else set.
+parallel::ReducerOptions reducerBuckets(const CommSection& section);
+
+// The job's gradient codec (comm.compression and its keys, seeded with the job's seed), or null
+// for "none". Throws ConfigError on an unknown codec.
+std::shared_ptr<parallel::GradientCodec> jobCodec(const JobConfig& job);
+
+// The loss scaler of an fp16 rank on a device of `kind`: precision.loss_scale.cuda for CUDA,
+// precision.loss_scale.cpu otherwise.
+parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind);
+
+// A scaler's state as "loss_scale" ([scale, clean steps], double).
+void writeScalerState(torch::serialize::OutputArchive& archive,
+                      const parallel::DynamicLossScaler& scaler);
+// Loads it when the archive has it (an archive of an fp32 rank has none).
+void readScalerState(torch::serialize::InputArchive& archive, parallel::DynamicLossScaler& scaler);
+
+// A codec's state (error-feedback memory, PowerSGD factors) as "codec/<key>".
+void writeCodecState(torch::serialize::OutputArchive& archive,
+                     const parallel::GradientCodec& codec);
+void readCodecState(torch::serialize::InputArchive& archive, parallel::GradientCodec& codec);
+
+}  // namespace chorus::runtime
