@@ -85,6 +85,7 @@ PipelineEngine::PipelineEngine(std::shared_ptr<model::ZooModel> model,
     // Holds a bucket back when it is ready inside an emulated compute phase (releaseHeldBuckets
     // launches it at the emulated moment); one ready outside a phase goes out at once.
     sync.hold_launch = [this](int /*bucket*/) {
+      if (in_schedule_) ++buckets_in_schedule_;
       if (phase_ == nullptr || resources_.emulator == nullptr || !resources_.emulator->emulated())
         return false;
       held_at_.push_back(phase_->computeSoFar());
@@ -139,7 +140,10 @@ PipelineStepStats PipelineEngine::step(const at::Tensor& inputs, const at::Tenso
                      scaling.inject_overflow ? program_[final_backward_].micro_batch : -1);
   held_at_.clear();  // what a failed step left
   Stopwatch schedule_clock;
+  buckets_in_schedule_ = 0;
+  in_schedule_ = true;
   runProgram(inputs, targets, sizes, stats);
+  in_schedule_ = false;
   link_->finishStep();
   stats.schedule_seconds = schedule_clock.seconds();
   synchronizeGradients(stats);
@@ -229,6 +233,8 @@ void PipelineEngine::synchronizeGradients(PipelineStepStats& stats) {
   torch::NoGradGuard no_grad;
   if (reducer_) {
     reducer_->finish(options_.global_batch);
+    stats.sync_buckets = reducer_->numBuckets();
+    stats.sync_buckets_overlapped = buckets_in_schedule_;
   } else {
     const double global_batch = static_cast<double>(options_.global_batch);
     for (at::Tensor& parameter : parameters_) {

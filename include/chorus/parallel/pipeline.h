@@ -82,6 +82,10 @@ struct PipelineStepStats {
   double sync_seconds = 0;
   // 1 - compute / schedule: the stage's bubble, as measured.
   double idle_fraction = 0;
+  // Buckets of the replicas' gradient all-reduce, and how many of them were launched during the
+  // last micro-batch's backward (overlapped with it); both 0 without replicas.
+  int sync_buckets = 0;
+  int sync_buckets_overlapped = 0;
   // Whether every gradient the step left in .grad is finite (after the all-reduce: an overflow
   // on any replica shows on all of them). The caller's overflow consensus needs every stage's.
   bool gradients_finite = true;
@@ -160,6 +164,9 @@ class PipelineEngine {
   // The compute phase running now, and where in it the buckets held back became ready.
   device::SpeedEmulator::ComputeScope* phase_ = nullptr;
   std::vector<double> held_at_;
+  // Buckets made ready (launched or held) while the program ran, this step.
+  int buckets_in_schedule_ = 0;
+  bool in_schedule_ = false;
   std::unique_ptr<detail::StageLink> link_;
   std::unique_ptr<detail::StageRunner> runner_;
 };
