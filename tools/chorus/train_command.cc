@@ -75,6 +75,9 @@ struct SettledJob {
   // The plan when the front end settled it (a plan file, or the planner's); else node 0 builds it
   // from the job's keys on every node's devices (runtime::planOfJob).
   std::optional<plan::Plan> plan;
+  // A pipeline of several nodes: its layout is checked on every node's devices by node 0, once
+  // they joined (each node's `devices` are its own share of the ranks).
+  bool check_pipeline_on_join = false;
 
   bool pipeline() const { return plan ? plan->stageCount() > 1 : job.parallel.pipeline_stages > 1; }
 };
@@ -135,9 +138,10 @@ SettledJob settleJob(const TrainArgs& args) {
     applyPlanFile(args, config, settled);
   else if (settled.job.plan == "auto")
     applyAutoPlan(args, config, settled);
-  if (settled.pipeline() && !settled.plan) {
+  if (settled.pipeline() && !settled.plan && args.nnodes == 1) {
     runtime::validatePipelineJob(settled.job, settled.devices);
   } else {
+    settled.check_pipeline_on_join = settled.pipeline() && !settled.plan;
     // A pipeline's budgets bound its stages, not the whole model: the planner's cut was checked
     // against them (planOfJob), a plan file's cut is run as it is.
     std::vector<DeviceSpec> devices = settled.devices;
@@ -155,6 +159,7 @@ std::string prepareJob(const SettledJob& settled, const std::vector<DeviceSpec>&
                        const std::vector<int>& node_of_rank) {
   std::vector<std::string> nodes;
   for (const int node : node_of_rank) nodes.push_back("node" + std::to_string(node));
+  if (settled.check_pipeline_on_join) runtime::validatePipelineJob(settled.job, devices);
   const plan::Plan plan =
       settled.plan ? *settled.plan : runtime::planOfJob(settled.job, devices, nodes);
   std::cout << "chorus train: plan: " << runtime::describePlan(plan) << std::endl;

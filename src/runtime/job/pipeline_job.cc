@@ -115,8 +115,8 @@ void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& de
   const parallel::PipelineOptions options = pipelineOptions(job);
   const parallel::PipelineLayout layout(options.replicas, options.pipeline_stages);
   if (static_cast<int>(devices.size()) != layout.worldSize())
-    CHORUS_THROW(ConfigError, "config key 'devices': ", devices.size(), " devices (",
-                 toString(devices), "), but parallel.pipeline_stages (", layout.stages(),
+    CHORUS_THROW(ConfigError, "config key 'devices': ", devices.size(),
+                 " devices, but parallel.pipeline_stages (", layout.stages(),
                  ") x parallel.replicas (", layout.replicas(), ") needs exactly ",
                  layout.worldSize());
   // A budget bounds one stage, not the whole model: the cut below checks budgets.
