@@ -12,6 +12,7 @@ dropped), the bytes that crossed host 0's link per step and the final loss, and 
 bench/results/pipeline_sync.json.
 
     sudo bench/pipeline_sync.py [--build build] [--rate 200mbit] [--steps 14] [--repeats 2]
+                                [--micro-batches 4]
 
 Needs root (network namespaces). Every ratio is against the run without overlap in the same
 invocation; the configurations alternate, `--repeats` times, and each reports its median run.
@@ -58,7 +59,6 @@ lr = 0.001
 [parallel]
 pipeline_stages = 2
 replicas = 2
-micro_batches = 4
 partition = "even"
 """
 
@@ -87,7 +87,8 @@ def run_job(args, work, settings):
     with open(config, "w") as f:
         f.write(JOB)
     log = os.path.join(work, "steps.jsonl")
-    sets = [x for s in [f"train.steps={args.steps}", *settings] for x in ("--set", s)]
+    sets = [x for s in [f"train.steps={args.steps}", f"parallel.micro_batches={args.micro_batches}",
+                        *settings] for x in ("--set", s)]
 
     def node(i):
         command = [os.path.join(args.build, "chorus"), "train", config, "--set", "devices=cpu,cpu",
@@ -121,6 +122,7 @@ def main():
     parser.add_argument("--rate", default="200mbit")
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--out",
                         default=os.path.join(ROOT, "bench", "results", "pipeline_sync.json"))
     args = parser.parse_args()
@@ -153,7 +155,7 @@ def main():
         "machine": f"{os.cpu_count()} vCPU, {platform.machine()}, Linux {platform.release()}",
         "date": datetime.date.today().isoformat(),
         "setup": f"2 hosts (network namespaces) x 2 CPU ranks, host 0's link shaped to {args.rate}"
-                 "; 2 replicas x 2 stages (GPT 4 blocks width 192, B = 32, M = 4, 1F1B, AdamW); "
+                 f"; 2 replicas x 2 stages (GPT 4 blocks width 192, B = 32, M = {args.micro_batches}, 1F1B, AdamW); "
                  f"median step time of steps {SKIPPED_STEPS + 1}..{args.steps}, median of "
                  f"{args.repeats} runs per configuration, configurations alternating",
         "rows": rows,

@@ -137,4 +137,46 @@ TEST_F(MultihostMultiproc, TwoHostsOfTwoWorkersTrainAsFourWorkersOnOneHost) {
   EXPECT_LT(one.back(), one.front()) << "the job did not train";
 }
 
+// Two pipeline replicas of two stages, replica r on host r: each node lists only its own two
+// devices, node 0 counts the layout on all four once they joined, and each stage's gradient
+// all-reduce crosses the link. Same losses as the pipeline on one host.
+TEST_F(MultihostMultiproc, APipelineWithAReplicaPerHostTrainsAsOnOneHost) {
+  const std::string dir = testing::TempDir() + "/" + prefix_ + "-pipeline";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string secret = dir + "/secret";
+  std::ofstream(secret) << "multihost-test-secret-0123456789";
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  const std::string pipeline = kJob +
+                               " --set parallel.pipeline_stages=2 --set parallel.replicas=2"
+                               " --set parallel.micro_batches=2 --set parallel.partition=even";
+  const std::string nodes = " --nnodes 2 --rdzv-endpoint 10.77.0.1:29412 --secret-file " + secret;
+  const std::string train =
+      std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu" + pipeline + nodes;
+
+  const std::uint64_t tx_before = linkTxBytes();
+  int codes[2] = {-1, -1};
+  std::thread second([&] { codes[1] = inHost(1, train + " --node-rank 1", dir + "/node1.out"); });
+  codes[0] =
+      inHost(0, train + " --node-rank 0 --log-json " + dir + "/hosts.jsonl", dir + "/node0.out");
+  second.join();
+  const std::uint64_t crossed = linkTxBytes() - tx_before;
+  const std::string out0 = readFile(dir + "/node0.out");
+  ASSERT_EQ(codes[0], 0) << out0;
+  ASSERT_EQ(codes[1], 0) << readFile(dir + "/node1.out");
+  EXPECT_NE(out0.find("2 stages x 2 replica(s)"), std::string::npos) << out0;
+  // Each stage's two-rank all-reduce sends its whole gradient across: the model's, per step.
+  EXPECT_GE(crossed, kSteps * kGradientBytes);
+
+  const std::string single = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu,cpu,cpu" +
+                             pipeline + " --log-json " + dir + "/single.jsonl";
+  ASSERT_EQ(exitCode(std::system((single + " >" + dir + "/single.out 2>&1").c_str())), 0)
+      << readFile(dir + "/single.out");
+  const std::vector<double> hosts = losses(dir + "/hosts.jsonl");
+  const std::vector<double> one = losses(dir + "/single.jsonl");
+  ASSERT_EQ(hosts.size(), static_cast<size_t>(kSteps)) << out0;
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+  for (int step = 0; step < kSteps; ++step)
+    EXPECT_NEAR(hosts[step], one[step], 1e-5 * std::abs(one[step])) << "step " << step + 1;
+}
+
 }  // namespace
