@@ -110,6 +110,11 @@ void ErrorFeedback::setResidual(const std::string& key, at::Tensor residual) {
   residuals_[key] = std::move(residual);
 }
 
+void GradientCodec::forget(const std::string& key, const FlatLayout& layout) {
+  feedback_.erase(key);
+  for (const FlatLayout::Entry& entry : layout.entries) feedback_.erase(entry.key);
+}
+
 double CompressionStats::wireRatio() const {
   return wire_bytes == 0 ? 1.0
                          : static_cast<double>(raw_wire_bytes) / static_cast<double>(wire_bytes);

@@ -57,6 +57,12 @@ class PowerSgdCodec : public GradientCodec {
     }
   }
 
+  void forget(const std::string& key, const FlatLayout& layout) override {
+    GradientCodec::forget(key, layout);
+    q_.erase(key);  // a layout of none is one matrix under the call's key
+    for (const FlatLayout::Entry& entry : layout.entries) q_.erase(entry.key);
+  }
+
   std::map<std::string, at::Tensor> state() const override {
     auto state = GradientCodec::state();
     for (const auto& [name, q] : q_) state[kQPrefix + name] = q.clone();

@@ -234,6 +234,8 @@ void GradientReducer::launch(Bucket& bucket) {
     leader_reduce = [codec = options_.codec, key = "bucket" + std::to_string(bucket.index), layout](
                         at::Tensor& tensor, comm::Communicator& leaders) {
       codec->allReduce(key, tensor, layout, leaders);
+      // An overflow somewhere (the step will be skipped) must not live on in the codec's memory.
+      if (!at::isfinite(tensor).all().item<bool>()) codec->forget(key, layout);
     };
   }
   bucket.work = engine_->allReduce(bucket.flat, comm::ReduceOp::kSum, std::move(leader_reduce));

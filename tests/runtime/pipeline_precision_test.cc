@@ -1,11 +1,15 @@
 // Per-stage precision in pipelines, run by the Trainer on threads over one in-memory store: a
 // pipeline whose stages compute in bf16 and fp16 trains the GPT to the loss curve of fp32 within
 // the noise that a data-parallel job of the same two formats shows; an overflow injected on one
-// stage skips the step on every stage and replica and backs off the fp16 stages' scales.
+// stage skips the step on every stage and replica and backs off the fp16 stages' scales; resume
+// restores the stages' loss scales and their codec's memory bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <mutex>
+
+#include "chorus/runtime/checkpoint/checkpoint.h"
 
 #include "trainer_threads.h"
 
@@ -128,6 +132,47 @@ TEST(PipelinePrecision, AnOverflowOnOneStageSkipsTheStepOnEveryStageAndReplica) 
   // The replicas still hold bitwise the same stages.
   EXPECT_TRUE(bitwiseEqual(after[0].back(), after[2].back()));
   EXPECT_TRUE(bitwiseEqual(after[1].back(), after[3].back()));
+}
+
+// Trains 2 replicas x 2 stages (fp16 stages, a bf16 codec with error feedback on the replicas'
+// all-reduce, an overflow injected at step 1) to `steps`, resuming from `resume` when given, and
+// checkpoints; returns every rank's stage parameters and its last loss scale.
+std::pair<std::vector<std::vector<at::Tensor>>, std::vector<double>> trainAndCheckpoint(
+    std::int64_t steps, const std::string& dir, bool resume) {
+  std::vector<std::vector<at::Tensor>> parameters(4);
+  std::vector<double> scales;
+  std::mutex mutex;
+  const std::vector<std::string> settings = {
+      "devices=cpu,cpu,cpu,cpu", "parallel.pipeline_stages=2",
+      "parallel.replicas=2",     R"(precision.ranks=["fp16","bf16","fp32","fp16"])",
+      "comm.compression=bf16",   "checkpoint.dir=" + dir};
+  const auto errors = runTrainers(kPipelineJob, settings, 4, [&](Trainer& trainer, int rank) {
+    if (resume) trainer.resume(resolveCheckpoint("latest", dir));
+    TrainerHooks hooks;
+    hooks.inject_overflow = [](std::int64_t step) { return step == 1; };
+    std::vector<double> last_scales;
+    while (trainer.nextStep() < steps) last_scales = trainer.step(hooks).loss_scales;
+    trainer.checkpoint();
+    std::lock_guard<std::mutex> lock(mutex);
+    parameters[rank] = stageParametersOf(trainer);
+    if (rank == 0) scales = last_scales;
+  });
+  for (const auto& error : errors) EXPECT_EQ(error, "");
+  return {parameters, scales};
+}
+
+TEST(PipelinePrecision, ResumeRestoresLossScalesAndCodecMemoryBitwise) {
+  const std::string dir = ::testing::TempDir() + "/chorus_pipeline_precision_resume";
+  std::filesystem::remove_all(dir);
+  const auto straight = trainAndCheckpoint(8, dir + "/straight", false);
+  trainAndCheckpoint(4, dir + "/split", false);
+  const auto resumed = trainAndCheckpoint(8, dir + "/split", true);
+  // The overflow at step 1 halved the fp16 stages' scales: a resume that forgot them would
+  // start again at 1024.
+  EXPECT_EQ(straight.second, (std::vector<double>{512, 0, 0, 512}));
+  EXPECT_EQ(resumed.second, straight.second);
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_TRUE(bitwiseEqual(resumed.first[rank], straight.first[rank])) << "rank " << rank;
 }
 
 }  // namespace

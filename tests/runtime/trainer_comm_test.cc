@@ -99,5 +99,28 @@ TEST(TrainerComm, LocalSgdAveragesParametersEveryNSteps) {
         << "rank " << rank << " after an average";
 }
 
+// An fp16 overflow on one rank makes that step's compressed all-reduce non-finite on every rank;
+// the codecs must not carry it in their memory (error-feedback residuals, PowerSGD's warm Q), or
+// every later step would overflow too and be skipped.
+TEST(TrainerComm, ACodecForgetsAnOverflowedStep) {
+  for (const char* codec : {"bf16", "int8", "powersgd"}) {
+    std::vector<std::int64_t> skipped;
+    const auto errors = runTrainers(
+        kJob,
+        {"devices=cpu,cpu", R"(precision.ranks=["fp16","fp32"])", "precision.loss_scale.init=1024",
+         std::string("comm.compression=") + codec, "comm.powersgd_start_step=0"},
+        2,
+        [&](Trainer& trainer, int rank) {
+          TrainerHooks hooks;
+          hooks.inject_overflow = [rank](std::int64_t step) { return rank == 1 && step == 2; };
+          for (std::int64_t step = 0; step < 6; ++step)
+            if (trainer.step(hooks).skipped && rank == 0) skipped.push_back(step);
+        },
+        {"host-a", "host-b"});
+    for (const auto& error : errors) EXPECT_EQ(error, "") << codec;
+    EXPECT_EQ(skipped, (std::vector<std::int64_t>{2})) << codec;
+  }
+}
+
 }  // namespace
 }  // namespace chorus::runtime

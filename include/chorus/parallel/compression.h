@@ -140,6 +140,7 @@ class ErrorFeedback {
   // (no allocation per call); null otherwise.
   at::Tensor* residualFor(const std::string& key, const at::Tensor& like);
   void setResidual(const std::string& key, at::Tensor residual);
+  void erase(const std::string& key) { residuals_.erase(key); }
   void clear() { residuals_.clear(); }
 
  private:
@@ -180,6 +181,13 @@ class GradientCodec {
   // decoded contribution. Blocks; each collective is bound by the communicator's deadline.
   virtual void allReduce(const std::string& key, at::Tensor& flat, const FlatLayout& layout,
                          comm::Communicator& comm) = 0;
+
+  // Drops the memory that allReduce(key, …, layout) keeps (the residuals of `key` and of the
+  // layout's entries, PowerSGD's Q of its matrices), which then starts afresh. For a call whose
+  // result was not finite (an fp16 overflow somewhere: the step is skipped): a residual or a
+  // warm-started Q holding inf or NaN would poison every later step. Every rank sees the same
+  // result, so every rank forgets together.
+  virtual void forget(const std::string& key, const FlatLayout& layout);
 
   // The memory, for checkpoints: "residual/<key>" and (PowerSGD) "q/<key>" tensors, and
   // "calls/<key>" while PowerSGD's start_step counts.

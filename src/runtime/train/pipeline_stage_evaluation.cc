@@ -101,15 +101,14 @@ std::pair<double, double> PipelineStageEngine::evaluate(std::int64_t samples) {
     if (s.firstStage() || s.lastStage()) batch = s.data.test->get(part);
     // As in training: a received activation enters as fp32, the stage computes in its format
     // and sends in the wire format.
-    at::Tensor input = s.firstStage() ? batch.inputs.to(s.worker->device())
-                                      : receiveActivation(s, chunk);
+    at::Tensor input =
+        s.firstStage() ? batch.inputs.to(s.worker->device()) : receiveActivation(s, chunk);
     if (!s.firstStage() && input.is_floating_point()) input = input.to(at::kFloat);
     parallel::AutocastScope autocast(s.worker->device().type(), s.options.precision);
     at::Tensor output = s.model->forwardRange(first, last, input);
     if (!s.lastStage()) {
-      const at::ScalarType wire = s.options.fp32_transfers
-                                      ? at::kFloat
-                                      : parallel::scalarTypeOf(s.options.precision);
+      const at::ScalarType wire =
+          s.options.fp32_transfers ? at::kFloat : parallel::scalarTypeOf(s.options.precision);
       if (output.is_floating_point()) output = output.to(wire);
       sendActivation(s, chunk, output, pending);
       continue;
