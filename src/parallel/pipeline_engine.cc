@@ -166,15 +166,19 @@ void PipelineEngine::runProgram(const at::Tensor& inputs, const at::Tensor& targ
   // A program is receive?, compute, send? (pipeline_schedule.h): `carried` is the tensor handed
   // from each action to the next.
   at::Tensor carried;
+  using Clock = std::chrono::steady_clock;
   for (std::size_t i = 0; i < program_.size(); ++i) {
     const PipelineAction& action = program_[i];
     const int m = action.micro_batch;
+    const Clock::time_point start = Clock::now();
     switch (action.kind) {
       case ActionKind::kRecvActivation:
         carried = link_->receiveActivation(m);
+        stats.spans.push_back({action.kind, m, start, Clock::now()});
         break;
       case ActionKind::kRecvGradient:
         carried = link_->receiveGradient(m);
+        stats.spans.push_back({action.kind, m, start, Clock::now()});
         break;
       case ActionKind::kSendActivation:
         link_->sendActivation(m, carried);
@@ -201,6 +205,7 @@ void PipelineEngine::runProgram(const at::Tensor& inputs, const at::Tensor& targ
         phase_ = nullptr;
         if (phase) phase->end();
         stats.compute_seconds += clock.seconds();
+        stats.spans.push_back({action.kind, m, start, Clock::now()});
         break;
       }
     }
@@ -230,6 +235,7 @@ void PipelineEngine::releaseHeldBuckets(device::SpeedEmulator::ComputeScope& pha
 // is left, waits, and writes sum / B. Alone, the stage's sums are the global batch's.
 void PipelineEngine::synchronizeGradients(PipelineStepStats& stats) {
   Stopwatch clock;
+  stats.sync_start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   if (reducer_) {
     reducer_->finish(options_.global_batch);
@@ -244,6 +250,7 @@ void PipelineEngine::synchronizeGradients(PipelineStepStats& stats) {
     }
   }
   stats.sync_seconds = clock.seconds();
+  stats.sync_end = reducer_ ? std::chrono::steady_clock::now() : stats.sync_start;
   stats.gradients_finite = gradientsFinite();
 }
 

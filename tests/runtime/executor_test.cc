@@ -6,7 +6,6 @@
 
 #include <filesystem>
 
-#include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "trainer_threads.h"
 
@@ -148,19 +147,6 @@ TEST(Executor, TheDataParallelBalancerFollowsTheReportedSeconds) {
   // 1 : 3 seconds per sample: ideally 24 : 8.
   EXPECT_EQ(last[0][0] + last[0][1], 32);
   EXPECT_GE(last[0][0], 2 * last[0][1]) << last[0][0] << "," << last[0][1];
-}
-
-TEST(Executor, APipelineRefusesTheHooksItCannotHonour) {
-  const auto errors = runTrainers(kJob, kPipeline, 2, [&](Trainer& trainer, int) {
-    // A timeline is recorded for one stage per replica only; silently recording nothing would
-    // make a --trace of a pipeline look empty for no reason.
-    observe::TraceRecorder trace(0, 0, "pipeline", observe::TraceSteps{0, 10});
-    TrainerHooks hooks;
-    hooks.trace = &trace;
-    trainer.step(hooks);
-  });
-  for (const auto& error : errors)
-    EXPECT_NE(error.find("is recorded for one stage per replica only"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `chorus train --trace`: three real worker processes write one timeline of the steps asked for,
 // in Chrome trace-event JSON, with each rank's compute and communication on its own tracks, and
-// a bucket's all-reduce that starts while backward is still running on a full-speed rank.
+// a bucket's all-reduce that starts while backward is still running on a full-speed rank; and a
+// pipeline's timeline, micro-batch by micro-batch.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -135,16 +136,60 @@ TEST(TraceMultiproc, AnUnwritablePathFailsBeforeTraining) {
   EXPECT_TRUE(run.steps.empty());
 }
 
-TEST(TraceMultiproc, ABadStepRangeOrAPipelineIsRefused) {
+TEST(TraceMultiproc, ABadStepRangeIsRefused) {
   const std::string path = ::testing::TempDir() + "/chorus_trace_bad.json";
   TrainRun run = chorusTrain(kJob + " --trace " + path + " --trace-steps 5:2", "trace_range");
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("--trace-steps: expected A:B"), std::string::npos) << run.output;
-  run = chorusTrain(kJob + " --set model.kind=mlp --set parallel.pipeline_stages=3 --trace " + path,
-                    "trace_pipe");
-  EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_NE(run.output.find("--trace records data-parallel training only"), std::string::npos)
-      << run.output;
+}
+
+// A pipeline's timeline: 2 replicas x 2 stages, 4 micro-batches. Every rank shows each
+// micro-batch's forward and backward once per step, stage 1 its waits for activations and stage
+// 0 for gradients, every rank the replicas' all-reduce; and a micro-batch's forward on stage 1
+// starts after it ended on stage 0 (one host: one clock).
+TEST(TraceMultiproc, APipelineTimelineShowsEveryStagesMicroBatches) {
+  const std::string path = ::testing::TempDir() + "/chorus_trace_pipeline.json";
+  std::remove(path.c_str());
+  const std::string job =
+      " --set devices=cpu,cpu,cpu,cpu --set model.kind=mlp --set data.dataset=synthetic"
+      " --set data.size=512 --set train.global_batch=32 --set train.eval_every=0"
+      " --set train.eval_samples=32 --set train.target_accuracy=0 --steps 4"
+      " --set parallel.pipeline_stages=2 --set parallel.replicas=2 --set parallel.micro_batches=4";
+  const TrainRun run = chorusTrain(job + " --trace " + path + " --trace-steps 1:3", "trace_pipe");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const Json trace = readJson(path);
+  ASSERT_TRUE(trace.is_object() && trace.contains("traceEvents")) << run.output;
+  // (rank, step) -> name -> spans
+  std::map<std::pair<int, std::int64_t>, std::map<std::string, std::vector<Span>>> spans;
+  for (const Json& event : trace["traceEvents"]) {
+    expectWellFormed(event);
+    if (event["ph"] == "M") continue;
+    const double start = event["ts"], end = start + event["dur"].get<double>();
+    spans[{event["args"]["rank"].get<int>(), event["args"]["step"].get<std::int64_t>()}]
+         [event["name"].get<std::string>()]
+             .push_back({event["name"], start, end});
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    const bool first_stage = rank % 2 == 0;
+    for (std::int64_t step = 1; step < 3; ++step) {
+      auto& mine = spans[{rank, step}];
+      for (int m = 0; m < 4; ++m) {
+        const std::string id = std::to_string(m);
+        EXPECT_EQ(mine["forward " + id].size(), 1u) << rank << " " << step << " " << m;
+        EXPECT_EQ(mine["backward " + id].size(), 1u) << rank << " " << step << " " << m;
+        EXPECT_EQ(mine[(first_stage ? "recv gradient " : "recv activation ") + id].size(), 1u)
+            << rank << " " << step << " " << m;
+        if (!first_stage && !mine["forward " + id].empty()) {
+          const auto& before = spans[{rank - 1, step}]["forward " + id];
+          ASSERT_EQ(before.size(), 1u);
+          EXPECT_GE(mine["forward " + id][0].start, before[0].end) << rank << " " << m;
+        }
+      }
+      EXPECT_EQ(mine["all_reduce replicas"].size(), 1u) << rank << " " << step;
+      EXPECT_EQ(mine["optimizer"].size(), 1u) << rank << " " << step;
+    }
+  }
+  EXPECT_EQ(spans.count({0, 0}), 0u);  // bounded to --trace-steps
 }
 
 }  // namespace

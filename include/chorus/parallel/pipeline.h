@@ -17,6 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -65,6 +66,15 @@ struct StepScaling {
   bool inject_overflow = false;
 };
 
+// When one action of the stage's program ran, for a timeline: a forward or backward (padding
+// included), or the wait of a receive. Value type.
+struct ActionSpan {
+  ActionKind kind = ActionKind::kForward;
+  int micro_batch = 0;
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point end;
+};
+
 // One step's measurements on this stage. Value type.
 struct PipelineStepStats {
   // Last stage: Σ over the replica's share of the per-sample losses. Other stages: 0.
@@ -96,6 +106,11 @@ struct PipelineStepStats {
   std::uint64_t peak_held_bytes = 0;
   // Most micro-batches held at once.
   int max_in_flight = 0;
+  // Every compute action and receive of the step, in program order, and the replicas'
+  // all-reduce after the schedule (start == end without replicas).
+  std::vector<ActionSpan> spans;
+  std::chrono::steady_clock::time_point sync_start;
+  std::chrono::steady_clock::time_point sync_end;
 };
 
 // One rank's stage. Owns its transfers and its gradient group; shares the model with the caller

@@ -13,6 +13,7 @@
 #include "chorus/core/logging.h"
 #include "chorus/core/units.h"
 #include "chorus/device/speed_emulator.h"
+#include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/balancer_settings.h"
@@ -116,6 +117,35 @@ std::vector<double> replicaSeconds(const std::vector<std::array<double, kFigures
   return seconds;
 }
 
+using TraceClock = observe::TraceRecorder::Clock;
+
+// The step's program on the timeline: each forward and backward on the compute track, each
+// receive's wait and the replicas' all-reduce on the communication track.
+void traceSchedule(observe::TraceRecorder& trace, const parallel::PipelineStepStats& stats) {
+  for (const parallel::ActionSpan& span : stats.spans) {
+    const std::string m = std::to_string(span.micro_batch);
+    switch (span.kind) {
+      case parallel::ActionKind::kForward:
+        trace.span(observe::Track::kCompute, "forward " + m, "compute", span.start, span.end);
+        break;
+      case parallel::ActionKind::kBackward:
+        trace.span(observe::Track::kCompute, "backward " + m, "compute", span.start, span.end);
+        break;
+      case parallel::ActionKind::kRecvActivation:
+        trace.span(observe::Track::kComm, "recv activation " + m, "p2p", span.start, span.end);
+        break;
+      case parallel::ActionKind::kRecvGradient:
+        trace.span(observe::Track::kComm, "recv gradient " + m, "p2p", span.start, span.end);
+        break;
+      default:
+        break;
+    }
+  }
+  if (stats.sync_end > stats.sync_start)
+    trace.span(observe::Track::kComm, "all_reduce replicas", "allreduce", stats.sync_start,
+               stats.sync_end);
+}
+
 // TrainerHooks::speed_at: a new emulator when the speed changes, which the engine pads with from
 // this step on.
 void applySpeedHook(PipelineStageEngine& s, const TrainerHooks& hooks, std::int64_t step) {
@@ -184,12 +214,11 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
 
 StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hooks) {
   PipelineStageEngine& s = *this;
-  // Not implemented for pipelines; a hook that did nothing would make its test vacuous.
-  CHORUS_CHECK_CONFIG(hooks.trace == nullptr,
-                      "pipeline: a timeline (TrainerHooks::trace, --trace) is recorded for one "
-                      "stage per replica only");
   comm::Communicator& world = *s.worker->world();
   applySpeedHook(s, hooks, step);
+  if (hooks.trace != nullptr) hooks.trace->setStep(step);
+  observe::TraceRecorder* trace =
+      hooks.trace != nullptr && hooks.trace->recording() ? hooks.trace : nullptr;
   Stopwatch clock;
   StepRecord record;
   record.step = step;
@@ -216,6 +245,8 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
   if (s.unscaler) s.unscaler->beginStep(scaling.loss_scale);
   const parallel::PipelineStepStats stats = s.engine->step(inputs, targets, scaling);
   const bool overflow = !stats.gradients_finite || (s.unscaler && s.unscaler->overflowed());
+  if (trace != nullptr) traceSchedule(*trace, stats);
+  const auto figures_start = TraceClock::now();
 
   const bool stop = hooks.stop_requested && hooks.stop_requested();
   const double balance = hooks.balancer_seconds ? hooks.balancer_seconds(step, shares[replica])
@@ -224,6 +255,8 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
       gatherFigures(world, {stats.compute_seconds, stats.transfer_wait_seconds + stats.sync_seconds,
                             stats.loss_sum, stop ? 1.0 : 0.0, balance, overflow ? 1.0 : 0.0,
                             s.scaler ? s.scaler->scale() : 0.0});
+  if (trace != nullptr)
+    trace->span(observe::Track::kComm, "step figures", "sync", figures_start, TraceClock::now());
   const parallel::PipelineLayout& layout = s.engine->layout();
   double loss_sum = 0;
   for (int rank = 0; rank < world.size(); ++rank) {
@@ -238,10 +271,14 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
   // Overflow consensus: an overflow on any stage of any replica skips the step everywhere (a
   // stage stepping alone would leave its replicas' parameters apart), and every fp16 stage backs
   // off its scale.
+  const auto optimizer_start = TraceClock::now();
   if (record.skipped)
     ++s.skipped_steps;
   else
     s.optimizer->step();
+  if (trace != nullptr)
+    trace->span(observe::Track::kCompute, "optimizer", "optimizer", optimizer_start,
+                TraceClock::now());
   if (s.scaler) s.scaler->update(record.skipped);
   record.loss = loss_sum / static_cast<double>(s.job.train.global_batch);
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit, as
