@@ -24,14 +24,14 @@ bool computesInFp32(const JobConfig& job, const std::vector<DeviceSpec>& devices
 }
 
 // The first job setting that rules pipelines out (what checkParallel refuses with
-// pipeline_stages > 1), or "" when a pipeline could run.
-std::string pipelineBlocker(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+// pipeline_stages > 1), or "" when a pipeline could run. Compression too: a pipeline takes it
+// only with replicas, and the planner does not price codecs.
+std::string pipelineBlocker(const JobConfig& job) {
   if (job.train.micro_batch != 0) return "train.micro_batch";
   if (job.zero.stage != 0) return "zero.stage";
   if (job.comm.sync_every != 1) return "comm.sync_every";
   if (job.comm.compression != "none") return "comm.compression";
   if (job.comm.algorithm != "flat") return "comm.algorithm";
-  if (!computesInFp32(job, devices)) return "precision";
   return "";
 }
 
@@ -185,7 +185,7 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                    const std::vector<plan::MeasuredDevice>& measured) {
   const plan::Cluster cluster = localCluster(devices, measured);
   const plan::ModelProfile model = jobModelProfile(job, "job model " + job.model.kind);
-  const std::string blocker = pipelineBlocker(job, devices);
+  const std::string blocker = pipelineBlocker(job);
   const bool fp32 = computesInFp32(job, devices);
   std::string left_out = blocker.empty() ? "" : blocker + " is set";
   // The planner's memory model is the one the pipeline cut and the micro-batch sizing use (the
