@@ -68,6 +68,7 @@ class MultihostMultiproc : public testing::Test {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
   }
 
+ public:
   // `command` inside host `host`, its output to `output`; returns the exit code.
   static int inHost(int host, const std::string& command, const std::string& output) {
     const std::string line = netnsScript() + " exec " + std::to_string(host) + " --prefix " +
@@ -81,6 +82,7 @@ class MultihostMultiproc : public testing::Test {
     return std::stoull(readFile(out));
   }
 
+ protected:
   static std::string skip_reason_;
   static std::string prefix_;
 };
@@ -99,41 +101,66 @@ constexpr int kSteps = 8;
 // MLP 784 -> 64 -> 10: the bytes of its fp32 gradient.
 constexpr std::uint64_t kGradientBytes = 4 * (784 * 64 + 64 + 64 * 10 + 10);
 
-TEST_F(MultihostMultiproc, TwoHostsOfTwoWorkersTrainAsFourWorkersOnOneHost) {
-  const std::string dir = testing::TempDir() + "/" + prefix_;
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+// What a job of two nodes (one per host) did: node 0's output, the bytes host 0's link sent,
+// and the losses of node 0's --log-json.
+struct TwoHostRun {
+  std::string out0;
+  std::uint64_t crossed = 0;
+  std::vector<double> losses;
+};
+
+// `chorus train --set devices=cpu,cpu <job>` as node 0 on host 0 and node 1 on host 1, with a
+// fresh secret in `dir`; the two node exits must be 0.
+TwoHostRun runOnTwoHosts(const std::string& job, const std::string& dir, int port) {
+  TwoHostRun run;
+  EXPECT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   const std::string secret = dir + "/secret";
   std::ofstream(secret) << "multihost-test-secret-0123456789";
-  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
-  const std::string nodes = " --nnodes 2 --rdzv-endpoint 10.77.0.1:29411 --secret-file " + secret;
-  const std::string train = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu" + kJob +
-                            " --set comm.algorithm=hierarchical" + nodes;
-
-  const std::uint64_t tx_before = linkTxBytes();
+  EXPECT_EQ(chmod(secret.c_str(), 0600), 0);
+  const std::string train = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu" + job +
+                            " --nnodes 2 --rdzv-endpoint 10.77.0.1:" + std::to_string(port) +
+                            " --secret-file " + secret;
+  const std::uint64_t tx_before = MultihostMultiproc::linkTxBytes();
   int codes[2] = {-1, -1};
-  std::thread second([&] { codes[1] = inHost(1, train + " --node-rank 1", dir + "/node1.out"); });
-  codes[0] =
-      inHost(0, train + " --node-rank 0 --log-json " + dir + "/hosts.jsonl", dir + "/node0.out");
+  std::thread second([&] {
+    codes[1] = MultihostMultiproc::inHost(1, train + " --node-rank 1", dir + "/node1.out");
+  });
+  codes[0] = MultihostMultiproc::inHost(
+      0, train + " --node-rank 0 --log-json " + dir + "/hosts.jsonl", dir + "/node0.out");
   second.join();
-  const std::uint64_t crossed = linkTxBytes() - tx_before;
-  const std::string out0 = readFile(dir + "/node0.out");
-  ASSERT_EQ(codes[0], 0) << out0;
-  ASSERT_EQ(codes[1], 0) << readFile(dir + "/node1.out");
-  EXPECT_NE(out0.find("hierarchical over 4 ranks in 2 groups"), std::string::npos) << out0;
-  // Each step the host leaders all-reduce the whole gradient: a two-rank ring sends all of it.
-  EXPECT_GE(crossed, kSteps * kGradientBytes);
+  run.crossed = MultihostMultiproc::linkTxBytes() - tx_before;
+  run.out0 = readFile(dir + "/node0.out");
+  EXPECT_EQ(codes[0], 0) << run.out0;
+  EXPECT_EQ(codes[1], 0) << readFile(dir + "/node1.out");
+  run.losses = losses(dir + "/hosts.jsonl");
+  return run;
+}
 
+// The losses of the same job on one host with four workers.
+std::vector<double> onOneHost(const std::string& job, const std::string& dir) {
   const std::string single = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu,cpu,cpu" +
-                             kJob + " --log-json " + dir + "/single.jsonl";
-  ASSERT_EQ(exitCode(std::system((single + " >" + dir + "/single.out 2>&1").c_str())), 0)
+                             job + " --log-json " + dir + "/single.jsonl";
+  EXPECT_EQ(exitCode(std::system((single + " >" + dir + "/single.out 2>&1").c_str())), 0)
       << readFile(dir + "/single.out");
+  return losses(dir + "/single.jsonl");
+}
 
-  const std::vector<double> hosts = losses(dir + "/hosts.jsonl");
-  const std::vector<double> one = losses(dir + "/single.jsonl");
-  ASSERT_EQ(hosts.size(), static_cast<size_t>(kSteps)) << out0;
+void expectSameLosses(const std::vector<double>& hosts, const std::vector<double>& one) {
+  ASSERT_EQ(hosts.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
   for (int step = 0; step < kSteps; ++step)
     EXPECT_NEAR(hosts[step], one[step], 1e-5 * std::abs(one[step])) << "step " << step + 1;
+}
+
+TEST_F(MultihostMultiproc, TwoHostsOfTwoWorkersTrainAsFourWorkersOnOneHost) {
+  const std::string dir = testing::TempDir() + "/" + prefix_;
+  const TwoHostRun run = runOnTwoHosts(kJob + " --set comm.algorithm=hierarchical", dir, 29411);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NE(run.out0.find("hierarchical over 4 ranks in 2 groups"), std::string::npos) << run.out0;
+  // Each step the host leaders all-reduce the whole gradient: a two-rank ring sends all of it.
+  EXPECT_GE(run.crossed, kSteps * kGradientBytes);
+  const std::vector<double> one = onOneHost(kJob, dir);
+  expectSameLosses(run.losses, one);
   EXPECT_LT(one.back(), one.front()) << "the job did not train";
 }
 
@@ -142,41 +169,15 @@ TEST_F(MultihostMultiproc, TwoHostsOfTwoWorkersTrainAsFourWorkersOnOneHost) {
 // all-reduce crosses the link. Same losses as the pipeline on one host.
 TEST_F(MultihostMultiproc, APipelineWithAReplicaPerHostTrainsAsOnOneHost) {
   const std::string dir = testing::TempDir() + "/" + prefix_ + "-pipeline";
-  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  const std::string secret = dir + "/secret";
-  std::ofstream(secret) << "multihost-test-secret-0123456789";
-  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
   const std::string pipeline = kJob +
                                " --set parallel.pipeline_stages=2 --set parallel.replicas=2"
                                " --set parallel.micro_batches=2 --set parallel.partition=even";
-  const std::string nodes = " --nnodes 2 --rdzv-endpoint 10.77.0.1:29412 --secret-file " + secret;
-  const std::string train =
-      std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu" + pipeline + nodes;
-
-  const std::uint64_t tx_before = linkTxBytes();
-  int codes[2] = {-1, -1};
-  std::thread second([&] { codes[1] = inHost(1, train + " --node-rank 1", dir + "/node1.out"); });
-  codes[0] =
-      inHost(0, train + " --node-rank 0 --log-json " + dir + "/hosts.jsonl", dir + "/node0.out");
-  second.join();
-  const std::uint64_t crossed = linkTxBytes() - tx_before;
-  const std::string out0 = readFile(dir + "/node0.out");
-  ASSERT_EQ(codes[0], 0) << out0;
-  ASSERT_EQ(codes[1], 0) << readFile(dir + "/node1.out");
-  EXPECT_NE(out0.find("2 stages x 2 replica(s)"), std::string::npos) << out0;
+  const TwoHostRun run = runOnTwoHosts(pipeline, dir, 29412);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NE(run.out0.find("2 stages x 2 replica(s)"), std::string::npos) << run.out0;
   // Each stage's two-rank all-reduce sends its whole gradient across: the model's, per step.
-  EXPECT_GE(crossed, kSteps * kGradientBytes);
-
-  const std::string single = std::string(CHORUS_BINARY) + " train --set devices=cpu,cpu,cpu,cpu" +
-                             pipeline + " --log-json " + dir + "/single.jsonl";
-  ASSERT_EQ(exitCode(std::system((single + " >" + dir + "/single.out 2>&1").c_str())), 0)
-      << readFile(dir + "/single.out");
-  const std::vector<double> hosts = losses(dir + "/hosts.jsonl");
-  const std::vector<double> one = losses(dir + "/single.jsonl");
-  ASSERT_EQ(hosts.size(), static_cast<size_t>(kSteps)) << out0;
-  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
-  for (int step = 0; step < kSteps; ++step)
-    EXPECT_NEAR(hosts[step], one[step], 1e-5 * std::abs(one[step])) << "step " << step + 1;
+  EXPECT_GE(run.crossed, kSteps * kGradientBytes);
+  expectSameLosses(run.losses, onOneHost(pipeline, dir));
 }
 
 }  // namespace
