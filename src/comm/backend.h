@@ -36,7 +36,8 @@ class ShmTransport;
 // The process groups of one Communicator, keyed by device type. Gloo is created eagerly (it is the
 // group's rendezvous); NCCL on the first CUDA tensor, which every rank meets at the same operation;
 // the shared-memory transport at creation, when CommOptions::cpu_transport allows and every member
-// can map it. Thread-safe.
+// can map it. Thread-safe. The Gloo process group of an aborted group is left alive at
+// destruction (see ~Backends).
 class Backends {
  public:
   Backends(std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
@@ -56,6 +57,7 @@ class Backends {
   int size_;
   std::chrono::milliseconds timeout_;
   std::string bind_address_;
+  std::shared_ptr<GroupContext> group_;
   std::mutex mutex_;
   c10::intrusive_ptr<c10d::Backend> gloo_;
   c10::intrusive_ptr<c10d::Backend> nccl_;

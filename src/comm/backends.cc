@@ -14,7 +14,8 @@ Backends::Backends(std::shared_ptr<Store> store, int rank, int size, const CommO
       rank_(rank),
       size_(size),
       timeout_(options.timeout),
-      bind_address_(options.bind_address) {
+      bind_address_(options.bind_address),
+      group_(group) {
   const std::string& transport = options.cpu_transport;
   if (transport != "auto" && transport != "gloo" && transport != "shm")
     CHORUS_THROW(ConfigError, "group '", options.name, "': cpu_transport '", transport,
@@ -31,7 +32,14 @@ Backends::Backends(std::shared_ptr<Store> store, int rank, int size, const CommO
   shm_ = connectShm(*store_, rank_, size_, setup, std::move(group));
 }
 
-Backends::~Backends() = default;
+Backends::~Backends() {
+  // An aborted group may have a Gloo collective in flight towards a lost peer (its wait gave up,
+  // Work::wait). libtorch's ProcessGroupGloo joins its worker threads on destruction, which would
+  // block the survivors' recovery until that collective's own deadline: the process group is
+  // left alive instead (its threads end the collective at the deadline, then idle). A few per
+  // recovery, freed with the process.
+  if (group_ && group_->aborted.load() && gloo_) (void)gloo_.release();
+}
 
 ShmTransport* Backends::shmFor(const at::Tensor& tensor) const {
   return tensor.is_cpu() ? shm_.get() : nullptr;

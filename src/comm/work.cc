@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
 #include "chorus/core/error.h"
 #include "work_state.h"
 
@@ -35,6 +37,37 @@ void abandon(Work::State& state) {
   try {
     state.work->abort();
   } catch (const std::exception&) {
+  }
+}
+
+// How often a wait on a Gloo collective looks whether its group was aborted.
+constexpr std::chrono::milliseconds kAbortCheck{50};
+
+// Waits up to `budget` for `state`'s transfer. A Gloo collective cannot be interrupted, so it is
+// waited in slices of kAbortCheck, and an abort() of the group (elastic recovery, when the
+// heartbeat declares a peer lost) ends the wait at the next slice rather than at the
+// collective's deadline; the collective itself runs on in its process group (~Backends). Other
+// transfers are waited at once: the shared-memory transport watches the abort itself, and a
+// timed-out wait on a Gloo send or receive (or NCCL) would fail the transfer. Returns false when
+// the work reports it was aborted.
+bool waitForTransfer(Work::State& state, std::chrono::milliseconds budget) {
+  auto* collective = dynamic_cast<c10d::ProcessGroupGloo::AsyncWork*>(state.work.get());
+  if (collective == nullptr) return state.work->wait(budget);
+  const Deadline deadline =
+      budget >= std::chrono::hours(24 * 365) ? Deadline::never() : Deadline::after(budget);
+  for (;;) {
+    const auto slice =
+        std::min(kAbortCheck, std::max(deadline.remaining(), std::chrono::milliseconds(1)));
+    try {
+      return collective->wait(slice);  // c10d::Work::wait: "timed out" while still running
+    } catch (const std::exception&) {
+      if (collective->isCompleted() || deadline.expired()) throw;
+    }
+    if (state.group->aborted.load()) {
+      std::lock_guard<std::mutex> lock(state.group->failure_mutex);
+      CHORUS_THROW(CommError, state.operation, " #", state.sequence, " in group '",
+                   state.group->name, "' was given up: ", state.group->failure);
+    }
   }
 }
 
@@ -96,7 +129,7 @@ void Work::wait() {
   try {
     if (state.work) {
       const auto budget = state.deadline.remaining() + kWaitGrace;
-      if (!state.work->wait(budget)) CHORUS_THROW(CommError, state.operation, " was aborted");
+      if (!waitForTransfer(state, budget)) CHORUS_THROW(CommError, state.operation, " was aborted");
     }
     if (state.finish) state.finish();
   } catch (const Error&) {

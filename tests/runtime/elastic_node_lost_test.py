@@ -9,6 +9,8 @@ node 1's agent and workers are alive but cut off, as when a switch port or a cab
 Checks:
 - the survivors on host 0 detect the lost ranks 2 and 3 (heartbeat), regroup and go on: rank 0's
   log holds every step 1..STEPS exactly once and one recovery event that lost ranks 2 and 3;
+- they go on before the communication deadline (comm.timeout_s = 30): the heartbeat's verdict
+  (3 s) aborts the Gloo collective they were blocked in, rather than its deadline ending it;
 - the trajectory is that of the uninterrupted job (balance = off, the same global batches): each
   step's loss equals that of the same job run by four workers on one host, within 1e-5 relative;
 - node 0's agent exits 0 and does not wait for node 1 forever: it gives node 1 up once node 1
@@ -34,12 +36,15 @@ PREFIX = f"cnl{os.getpid() % 100000}"
 PORT = 29500 + os.getpid() % 400
 STEPS = 60
 CUT_AFTER_STEP = 15
+# The communication deadline: far above the heartbeat's 3 s, so that going on before it shows the
+# heartbeat ended the survivors' wait.
+TIMEOUT_S = 30
 # Emulated at 1/50 speed, so that a step takes tens of milliseconds and the cut falls mid-run.
 DEVICES = "cpu@0.02,cpu@0.02"
 JOB = [
     "--set", "model.kind=mlp", "--set", "data.dataset=synthetic", "--set", "data.size=2048",
     "--set", "train.global_batch=48", "--set", "balance=off", "--set", "train.eval_every=0",
-    "--set", "seed=11", "--set", "elastic.enabled=true", "--set", "comm.timeout_s=10",
+    "--set", "seed=11", "--set", "elastic.enabled=true", "--set", f"comm.timeout_s={TIMEOUT_S}",
     "--steps", str(STEPS),
 ]
 # Generous for a loaded 2-core machine; none of them is an assertion on speed.
@@ -115,7 +120,16 @@ def run_cut_job(chorus, work, secret):
     subprocess.run(["ip", "netns", "exec", f"{PREFIX}-h1", "ip", "link", "set", "eth0", "down"],
                    check=True)
     cut = time.time()
-    print(f"host 1's link taken down after step {len(read_log(log)[0])}")
+    logged = len(read_log(log)[0])
+    print(f"host 1's link taken down after step {logged}")
+    while len(read_log(log)[0]) <= logged and node0.poll() is None:
+        time.sleep(0.05)
+    going_on = time.time() - cut
+    print(f"the survivors logged step {logged + 1} {going_on:.1f} s after the cut")
+    if going_on >= TIMEOUT_S:
+        node1.kill()
+        raise Failure(f"the survivors went on only {going_on:.1f} s after the cut, at the "
+                      f"communication deadline ({TIMEOUT_S} s), not at the heartbeat's")
     code0 = wait(node0, "node 0's agent", work, 0)
     print(f"node 0's agent exited {code0}, {time.time() - cut:.1f} s after the cut")
     code1 = wait(node1, "node 1's agent", work, 1)

@@ -140,8 +140,10 @@ class Communicator {
   // Breaks the group and its subgroups from any thread: every later operation throws CommError
   // quoting `why`, and operations of the shared-memory transport already waiting give up within
   // a few milliseconds. Elastic recovery calls it when a member is lost, so that survivors blocked
-  // on it come out. A Gloo operation in flight still ends at its own deadline or when its peer's
-  // connection drops (libtorch's Gloo cannot be interrupted).
+  // on it come out. A wait on a Gloo collective gives up within 50 ms too, but the collective
+  // itself (libtorch's Gloo cannot be interrupted) runs on in its process group until its
+  // deadline or until its peer's connection drops; the group then keeps that process group alive
+  // when destroyed, rather than block on its threads.
   void abort(const std::string& why);
 
  private:
