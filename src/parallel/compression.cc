@@ -110,6 +110,13 @@ void ErrorFeedback::setResidual(const std::string& key, at::Tensor residual) {
   residuals_[key] = std::move(residual);
 }
 
+GradientCodec::Scatter GradientCodec::reduceScatter(const std::string&, const at::Tensor&,
+                                                    at::Tensor, const std::vector<std::int64_t>&,
+                                                    comm::Communicator&) {
+  CHORUS_THROW(ConfigError, "codec ", name(),
+               " cannot compress a reduce-scatter (ZeRO stage 2 and 3 take fp16 or bf16)");
+}
+
 void GradientCodec::forget(const std::string& key, const FlatLayout& layout) {
   feedback_.erase(key);
   for (const FlatLayout::Entry& entry : layout.entries) feedback_.erase(entry.key);
@@ -153,6 +160,15 @@ void GradientCodec::countAllGather(std::int64_t payload, int ranks, std::int64_t
   stats_.payload_bytes += static_cast<std::uint64_t>(payload);
   stats_.wire_bytes += static_cast<std::uint64_t>(payload) * static_cast<std::uint64_t>(ranks - 1);
   stats_.raw_wire_bytes += static_cast<std::uint64_t>(ring * static_cast<double>(raw));
+}
+
+void GradientCodec::countReduceScatter(std::int64_t payload, int ranks, std::int64_t raw) {
+  const double share = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0.0;
+  if (raw > 0) ++stats_.calls;
+  stats_.raw_bytes += static_cast<std::uint64_t>(raw);
+  stats_.payload_bytes += static_cast<std::uint64_t>(payload);
+  stats_.wire_bytes += static_cast<std::uint64_t>(share * static_cast<double>(payload));
+  stats_.raw_wire_bytes += static_cast<std::uint64_t>(share * static_cast<double>(raw));
 }
 
 namespace detail {

@@ -76,6 +76,34 @@ class FloatCodec : public GradientCodec {
     countAllReduce(static_cast<std::int64_t>(low.nbytes()), ranks,
                    static_cast<std::int64_t>(flat.nbytes()));
   }
+
+  bool compressesReduceScatter() const override { return true; }
+
+  Scatter reduceScatter(const std::string& key, const at::Tensor& flat, at::Tensor output,
+                        const std::vector<std::int64_t>& counts,
+                        comm::Communicator& comm) override {
+    const int ranks = comm.size();
+    const at::ScalarType format = options_.kind == CodecKind::kFp16 ? at::kHalf : at::kBFloat16;
+    const at::Tensor x = options_.error_feedback ? feedback_.compensate(key, flat) : flat;
+    at::Tensor scaled = at::div(x, ranks);
+    if (options_.kind == CodecKind::kFp16) scaled.clamp_(-kHalfMax, kHalfMax);
+    const at::Tensor low = scaled.to(format);
+    if (options_.error_feedback) {
+      // A non-finite gradient (an fp16 overflow: the step is skipped) must not live on in the
+      // residual; each rank sees only its own slice of the sum, so each looks at its own input.
+      if (at::isfinite(x).all().item<bool>())
+        feedback_.update(key, x, low.to(at::kFloat).mul_(ranks));
+      else
+        feedback_.erase(key);
+    }
+    at::Tensor summed = at::empty({counts.at(comm.rank())}, low.options());
+    Scatter scatter;
+    scatter.work = comm.reduceScatterV(low, summed, counts, comm::ReduceOp::kSum);
+    scatter.complete = [summed, output, ranks]() mutable { output.copy_(summed).mul_(ranks); };
+    countReduceScatter(static_cast<std::int64_t>(low.nbytes()), ranks,
+                       static_cast<std::int64_t>(flat.nbytes()));
+    return scatter;
+  }
 };
 
 }  // namespace

@@ -20,6 +20,8 @@ struct GradientReducer::Bucket {
   int pending = 0;              // parameters whose gradient is not final yet (this step)
   bool launched = false;
   comm::Work work;
+  // A compressed reduce-scatter's decoding, once `work` finished (GradientCodec::Scatter).
+  std::function<void()> complete;
 };
 
 namespace {
@@ -99,7 +101,7 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
   }
   if (scattering()) checkScatter(flat_begin);
   engine_ = options_.hierarchical;
-  if (!engine_ && options_.codec) {
+  if (!engine_ && options_.codec && !scattering()) {
     // One-rank groups make every rank a leader: the codec then runs among all ranks, on the
     // engine's own group and helper thread.
     comm::HierarchicalOptions engine_options;
@@ -118,10 +120,13 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
 void GradientReducer::checkScatter(std::int64_t elements) const {
   const auto& bounds = options_.scatter_bounds;
   const int rank = communicator_->rank();
-  if (options_.hierarchical || options_.codec)
+  if (options_.hierarchical)
     CHORUS_THROW(ConfigError,
-                 "gradient reducer: a reduce-scatter (ZeRO stage 2) is flat and "
-                 "uncompressed; it takes neither a hierarchy nor a codec");
+                 "gradient reducer: a reduce-scatter (ZeRO stage 2) is flat; it takes no "
+                 "hierarchy");
+  if (options_.codec && !options_.codec->compressesReduceScatter())
+    CHORUS_THROW(ConfigError, "gradient reducer: codec ", options_.codec->name(),
+                 " cannot compress a reduce-scatter (ZeRO stage 2 and 3 take fp16 or bf16)");
   if (static_cast<int>(bounds.size()) != communicator_->size() + 1 || bounds.front() != 0 ||
       bounds.back() != elements || !std::is_sorted(bounds.begin(), bounds.end()))
     CHORUS_THROW(ConfigError, "gradient reducer: scatter bounds do not split the ", elements,
@@ -251,6 +256,13 @@ void GradientReducer::launchScatter(Bucket& bucket) {
   const int rank = communicator_->rank();
   const std::int64_t start = counts[rank] > 0 ? std::max(first, bounds[rank]) - bounds[rank] : 0;
   at::Tensor mine = options_.scatter_output.narrow(0, start, counts[rank]);
+  if (options_.codec) {
+    GradientCodec::Scatter scatter = options_.codec->reduceScatter(
+        "bucket" + std::to_string(bucket.index), bucket.flat, mine, counts, *communicator_);
+    bucket.work = std::move(scatter.work);
+    bucket.complete = std::move(scatter.complete);
+    return;
+  }
   bucket.work = communicator_->reduceScatterV(bucket.flat, mine, counts, comm::ReduceOp::kSum);
 }
 
@@ -267,7 +279,12 @@ ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
   Stopwatch clock;
   noteCompletions();
   for (BucketTiming& launched : timings_) {
-    buckets_[launched.bucket]->work.wait();
+    Bucket& bucket = *buckets_[launched.bucket];
+    bucket.work.wait();
+    if (bucket.complete) {
+      bucket.complete();
+      bucket.complete = nullptr;
+    }
     if (launched.completed < launched.launched)
       launched.completed = std::chrono::steady_clock::now();
   }

@@ -8,7 +8,10 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <cmath>
+
 #include "chorus/core/error.h"
+#include "chorus/parallel/compression.h"
 #include "chorus/parallel/gradient_reducer.h"
 #include "comm/rank_threads.h"
 
@@ -91,6 +94,54 @@ TEST(ZeroReducer, ReduceScatterGivesEachRankItsSliceOfTheAverage) {
     EXPECT_TRUE(at::equal(scatter.scatter_output, expected)) << "rank " << comm->rank();
     EXPECT_TRUE(reduce_scatter.gradientsFinite());
     for (const at::Tensor& parameter : sharded) EXPECT_FALSE(parameter.grad().defined());
+  });
+}
+
+// With a bf16 codec the slices stay within the codec's documented bound (compression.h:
+// |Σx − result| ≤ n·2⁻⁸·Σ|x|, here over B) of the exact ones, on gradients that bf16 does not
+// hold exactly; a codec that cannot sum in its own format is refused.
+TEST(ZeroReducer, ABf16ReduceScatterStaysWithinItsCodecsBound) {
+  const std::vector<double> fractions{0.5, 0.15, 0.35};
+  comm::testing::runRankThreads(3, [&](std::shared_ptr<comm::Communicator> comm) {
+    const int rank = comm->rank();
+    const auto bounds = shardBounds(totalElements(), fractions);
+    const std::int64_t begin = bounds[rank], end = bounds[rank + 1];
+    std::vector<at::Tensor> slices;
+    std::vector<std::vector<int>> layout;
+    for (const bool compressed : {false, true}) {
+      auto parameters = makeParameters(0);
+      ReducerOptions options = smallBuckets();
+      options.scatter_bounds = bounds;
+      options.scatter_output = at::zeros({end - begin});
+      CodecOptions codec;
+      codec.kind = CodecKind::kBf16;
+      codec.error_feedback = false;
+      if (compressed) options.codec = makeCodec(codec);
+      GradientReducer reducer(parameters, comm, options);
+      for (size_t p = 0; p < kShapes.size(); ++p)
+        parameters[p].mutable_grad() = integerGradient(rank, p) * 1.0009765625;  // 1 + 2^-10
+      reducer.finish(8);
+      slices.push_back(options.scatter_output.clone());
+      layout = reducer.bucketLayout();
+    }
+    // Σ|x| over the ranks' gradients (each rank r's is (r + 2) × a positive pattern).
+    std::vector<at::Tensor> flat;
+    for (int index : flatOrder(layout))
+      flat.push_back((integerGradient(0, index) / 2 * (2 + 3 + 4) * 1.0009765625).reshape({-1}));
+    const at::Tensor magnitude = at::cat(flat).narrow(0, begin, end - begin) / 8;
+    const at::Tensor error = (slices[1] - slices[0]).abs();
+    EXPECT_TRUE((error <= 3 * std::pow(2.0, -8) * magnitude + 1e-7).all().item<bool>())
+        << "rank " << rank << ": largest error " << error.max().item<double>();
+    EXPECT_GT(error.max().item<double>(), 0.0) << "rank " << rank;  // the codec really ran
+
+    auto parameters = makeParameters(0);
+    ReducerOptions topk = smallBuckets();
+    topk.scatter_bounds = bounds;
+    topk.scatter_output = at::zeros({end - begin});
+    CodecOptions sparse;
+    sparse.kind = CodecKind::kTopK;
+    topk.codec = makeCodec(sparse);
+    EXPECT_THROW(GradientReducer(parameters, comm, topk), ConfigError);
   });
 }
 

@@ -102,6 +102,25 @@ TEST(ZeroTrainer, StagesOneToThreeTrainAsStageZeroWithAnFp16Rank) {
   expectAsStageZero({"precision.ranks=[\"fp32\",\"fp16\",\"fp32\"]"}, 1e-6);
 }
 
+// A bf16 codec on stage 2's and 3's reduce-scatter (x/n in bf16, summed in bf16) trains as the
+// same codec on stage 0's all-reduce does, and differs from the uncompressed run: the codec ran.
+TEST(ZeroTrainer, StagesTwoAndThreeCompressTheirReduceScatterAsStageZeroItsAllReduce) {
+  const std::vector<std::string> base{kShares, "comm.compression=bf16"};
+  const auto replicated = train(base);
+  const double uncompressed = maxRelativeDifference(train({kShares}), replicated);
+  for (const char* stage : {"2", "3"}) {
+    std::vector<std::string> settings = base;
+    settings.push_back(std::string("zero.stage=") + stage);
+    settings.push_back(kShards);
+    const double difference = maxRelativeDifference(train(settings), replicated);
+    std::printf(
+        "ZeRO stage %s with bf16 against stage 0 with bf16: %.3g (stage 0 uncompressed: "
+        "%.3g)\n",
+        stage, difference, uncompressed);
+    EXPECT_LT(difference, 1e-6) << "stage " << stage;  // 0 on this host: the same sums in bf16
+  }
+}
+
 // Shards by memory: the plan gives each device a fraction of what its budget leaves after its
 // replicated part, so the larger budget gets the larger slice, and all of them fit.
 TEST(ZeroTrainer, MemoryShardsFollowTheBudgets) {

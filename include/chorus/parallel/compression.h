@@ -37,6 +37,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -182,6 +183,22 @@ class GradientCodec {
   virtual void allReduce(const std::string& key, at::Tensor& flat, const FlatLayout& layout,
                          comm::Communicator& comm) = 0;
 
+  // A reduce-scatter launched in the codec's format (ZeRO's gradient reduce-scatter). Value type.
+  struct Scatter {
+    comm::Work work;
+    // Writes this rank's decoded sum into the output; call once `work` finished.
+    std::function<void()> complete;
+  };
+  // Whether reduceScatter() compresses: element-wise codecs whose sum can be formed in their own
+  // format (fp16, bf16). Default: false.
+  virtual bool compressesReduceScatter() const { return false; }
+  // Collective over `comm`, like Communicator::reduceScatterV(flat, output, counts): `flat` (1-D
+  // fp32, error feedback under `key`) goes out as x/n in the codec's format, every rank's slice is
+  // summed in it, and complete() writes n × the sum into `output` (fp32, counts[rank] elements).
+  // Error bound as the codec's all-reduce. Throws ConfigError unless compressesReduceScatter().
+  virtual Scatter reduceScatter(const std::string& key, const at::Tensor& flat, at::Tensor output,
+                                const std::vector<std::int64_t>& counts, comm::Communicator& comm);
+
   // Drops the memory that allReduce(key, …, layout) keeps (the residuals of `key` and of the
   // layout's entries, PowerSGD's Q of its matrices), which then starts afresh. For a call whose
   // result was not finite (an fp16 overflow somewhere: the step is skipped): a residual or a
@@ -202,6 +219,8 @@ class GradientCodec {
   // (raw 0 for the second collective of one call).
   void countAllReduce(std::int64_t payload, int ranks, std::int64_t raw);
   void countAllGather(std::int64_t payload, int ranks, std::int64_t raw);
+  // A reduce-scatter sends (n−1)/n of its input.
+  void countReduceScatter(std::int64_t payload, int ranks, std::int64_t raw);
 
   CodecOptions options_;
   ErrorFeedback feedback_;

@@ -52,14 +52,15 @@ void checkZero(const JobConfig& job) {
           with + " (ZeRO shards the data-parallel ranks of one-stage replicas)");
   require(job.comm.sync_every == 1, "comm.sync_every",
           with + " (local SGD keeps whole optimizer states on every rank)");
-  // Stage 2 reduce-scatters each bucket with one collective over all ranks: neither the
-  // hierarchy nor a codec would be applied, so neither is accepted.
+  // Stage 2 reduce-scatters each bucket with one collective over all ranks: no hierarchy, and
+  // only codecs whose sum can be formed in their own format (fp16, bf16).
   require(zero.stage < 2 || job.comm.algorithm == "flat", "comm.algorithm",
           with + " (its gradient reduce-scatter is flat); set comm.algorithm = \"flat\"");
-  require(zero.stage < 2 || job.comm.compression == "none", "comm.compression",
-          with +
-              " (its gradient reduce-scatter is not compressed); set comm.compression = "
-              "\"none\"");
+  const std::string& codec = job.comm.compression;
+  require(zero.stage < 2 || codec == "none" || codec == "fp16" || codec == "bf16",
+          "comm.compression",
+          with + " (its gradient reduce-scatter sums in the codec's format: fp16 or bf16, not " +
+              codec + ")");
   const bool automatic = job.devices.size() == 1 && job.devices[0].kind == DeviceKind::kAuto;
   require(zero.shards != "list" || automatic || zero.fractions.size() == job.devices.size(),
           "zero.shards",
