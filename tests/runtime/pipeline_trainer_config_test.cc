@@ -118,8 +118,9 @@ TEST(ParallelConfig, EachBadValueGetsItsOwnMessage) {
       {{"parallel.pipeline_stages=5", "devices=cpu,cpu,cpu,cpu,cpu"},
        "exceeds the model's 4 layers"},
       {{"train.micro_batch=4"}, "config key 'train.micro_batch': is not supported with"},
-      {{"comm.compression=int8"}, "config key 'comm.compression': is not supported with"},
-      {{"precision.default=bf16"}, "config key 'precision': only fp32"},
+      {{"comm.compression=int8"},
+       "config key 'comm.compression': needs parallel.replicas > 1 in a pipeline"},
+      {{"comm.algorithm=hierarchical"}, "config key 'comm.algorithm': is not supported with"},
       {{"devices=cpu,cpu/64KiB"}, "fits the devices' memory"},
   };
   for (const BadCase& bad : cases) {

@@ -29,7 +29,8 @@ namespace chorus::device {
 //
 // Thread-safety: allocation, deallocation and the accessors are safe from any thread (atomics).
 // When two threads race for the last bytes, both may be refused, but the budget is never passed.
-// Only CPU memory is counted; CUDA tensors use libtorch's CUDA allocator.
+// Only CPU memory is counted; a CUDA device's budget caps libtorch's CUDA allocator instead
+// (capCudaMemory).
 class MemoryBudget final : public c10::Allocator {
  public:
   // The c10 allocator priority we install at: the highest, so no other registration hides the
@@ -74,5 +75,13 @@ class MemoryBudget final : public c10::Allocator {
   std::atomic<std::uint64_t> in_use_{0};
   std::atomic<std::uint64_t> peak_{0};
 };
+
+// Caps libtorch's CUDA caching allocator on device `index` at `budget_bytes` (a spec such as
+// `cuda:1/20GiB`): its per-process memory fraction, budget / the device's memory, so that an
+// allocation past the budget raises c10::OutOfMemoryError as a full device would. Process-wide
+// and for the process's lifetime, like MemoryBudget; call at worker start-up. Returns the
+// fraction. Throws ConfigError when the budget exceeds the device's memory, DeviceError when the
+// device cannot be queried or this build has no CUDA runtime. Compiles here; not yet run on a GPU.
+double capCudaMemory(int index, std::uint64_t budget_bytes);
 
 }  // namespace chorus::device

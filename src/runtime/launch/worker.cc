@@ -7,6 +7,8 @@
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/memory_store.h"
 #include "chorus/comm/store/tcp_store.h"
+#include "chorus/core/logging.h"
+#include "chorus/core/units.h"
 #include "chorus/device/memory_budget.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus_version.h"
@@ -62,8 +64,19 @@ Worker::~Worker() {
 }
 
 std::shared_ptr<device::MemoryBudget> Worker::enforceMemoryBudget() {
-  if (!budget_ && identity_.device.memory_budget)
-    budget_ = device::MemoryBudget::install(*identity_.device.memory_budget);
+  const auto& budget = identity_.device.memory_budget;
+  if (!budget) return budget_;
+  if (identity_.device.kind == DeviceKind::kCuda) {
+    // The device's own allocator is capped; the host's memory stays unbounded.
+    if (!cuda_capped_) {
+      const double fraction = device::capCudaMemory(identity_.device.index, *budget);
+      logInfo("memory budget ", formatBytes(*budget), " on ", identity_.device.toString(), ": ",
+              static_cast<int>(fraction * 1000) / 10.0, "% of the device");
+      cuda_capped_ = true;
+    }
+    return nullptr;
+  }
+  if (!budget_) budget_ = device::MemoryBudget::install(*budget);
   return budget_;
 }
 

@@ -77,7 +77,8 @@ class Worker {
   // cores (WorkerIdentity::emulation_offset) while it still fits the window. emulator() is one at
   // the spec's speed; this is for callers that change the speed (test hooks).
   std::unique_ptr<device::SpeedEmulator> makeEmulator(double speed) const;
-  // Starts enforcing the device spec's memory budget (a no-op without one) and returns it. Done
+  // Starts enforcing the device spec's memory budget (a no-op without one) and returns it (null
+  // for a CUDA device, whose caching allocator is capped instead: device::capCudaMemory). Done
   // on request, not in init(): what the worker allocated before (its dataset, say) is the host's,
   // not the emulated device's, and should not count.
   std::shared_ptr<device::MemoryBudget> enforceMemoryBudget();
@@ -97,6 +98,7 @@ class Worker {
   std::shared_ptr<comm::Communicator> world_;
   std::unique_ptr<device::SpeedEmulator> emulator_;
   std::shared_ptr<device::MemoryBudget> budget_;
+  bool cuda_capped_ = false;
 };
 
 // Reads the worker's identity once, connects to the job's store and joins the world communicator.
