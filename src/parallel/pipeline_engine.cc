@@ -59,7 +59,9 @@ PipelineEngine::PipelineEngine(std::shared_ptr<model::ZooModel> model,
   const int s = position_.stage, r = position_.replica;
   program_ = buildSchedule(options_.schedule, layout_.stages(), options_.micro_batches)[s];
   parameters_ = stageParameters(*model_, firstLayer(), lastLayer());
-  if (layout_.replicas() > 1)
+  if (layout_.replicas() > 1 && resources_.stage_group)
+    stage_group_ = resources_.stage_group;
+  else if (layout_.replicas() > 1)
     stage_group_ =
         resources_.world->subgroup(layout_.stageGroup(s), "pipeline-stage" + std::to_string(s));
   const int previous = s > 0 ? layout_.rankOf(r, s - 1) : -1;

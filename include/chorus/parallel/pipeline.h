@@ -44,6 +44,10 @@ struct PipelineResources {
   // Charged with the stage's allocations during step() (needs an installed MemoryMeter to count).
   // Default: null (peak_bytes reads 0).
   std::shared_ptr<device::MemoryAccount> memory;
+  // The stage's gradient group across the replicas ({rank(r, s) : r}) to use instead of creating
+  // one, e.g. the previous engine's stageGroup() when a new cut rebuilds the engine (its members
+  // do not depend on the cut). Default: null, meaning the constructor creates it (collective).
+  std::shared_ptr<comm::Communicator> stage_group;
 };
 
 // One step's measurements on this stage. Value type.
@@ -74,8 +78,8 @@ struct PipelineStepStats {
 // One rank's stage. Owns its transfers and its gradient group; shares the model with the caller
 // (only layers [firstLayer(), lastLayer()) are used; build the whole model with the job's seed on
 // every rank and each stage starts from the same parameters as single-process training).
-// Used by one thread; non-copyable. The constructor is collective when R > 1 (all ranks of the
-// stage's group create it).
+// Used by one thread; non-copyable. The constructor is collective when R > 1 and no
+// resources.stage_group is given (all ranks of the stage's group create it).
 class PipelineEngine {
  public:
   // `cuts` from stageCuts() (every rank the same). Throws ConfigError when the options, the cuts
@@ -107,6 +111,8 @@ class PipelineEngine {
   int firstLayer() const { return cuts_[position_.stage]; }
   int lastLayer() const { return cuts_[position_.stage + 1]; }
   const StageProgram& program() const { return program_; }
+  // The stage's gradient group across the replicas (null when R = 1).
+  const std::shared_ptr<comm::Communicator>& stageGroup() const { return stage_group_; }
   // The checkpointing this stage applies: the option, except kNone on a stage that never holds
   // more than one micro-batch (recomputing would save nothing there).
   Checkpointing checkpointing() const;

@@ -146,6 +146,7 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   s.engine =
       std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts, resources);
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
+  s.recut = std::make_unique<PipelineRecut>(s, devices);
   if (world.rank() == 0) logInfo(describePlan(s));
   // Data and model are in place: from here on a budget counts what training allocates.
   if (s.worker->identity().device.memory_budget) {
@@ -215,6 +216,7 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
     s.options.replica_shares = s.balancer->shares();
     s.engine->setReplicaShares(s.options.replica_shares);
   }
+  s.recut->afterStep(step, hooks, record);
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;
   return record;

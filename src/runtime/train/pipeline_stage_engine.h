@@ -15,6 +15,7 @@
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "train/pipeline_balancing.h"
+#include "train/pipeline_recut.h"
 #include "train/trainer_state.h"
 
 namespace chorus::runtime {
@@ -66,6 +67,9 @@ struct PipelineStageEngine final : StepEngine {
   std::unique_ptr<device::SpeedEmulator> speed_override;
   std::unique_ptr<parallel::PipelineEngine> engine;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  // The adaptive cut (parallel.recut): moves layers between stages after a step, rebuilding
+  // engine and optimizer and changing stage_cuts.
+  std::unique_ptr<PipelineRecut> recut;
   // Samples per evaluation chunk: 256, or a training micro-batch under a memory budget.
   std::int64_t eval_chunk = 256;
 };
