@@ -146,8 +146,8 @@ TEST(RecutPolicy, NoiseUnderTheThresholdMovesNothing) {
 TEST(RecutPolicy, RespectsTheMemoryBudgets) {
   // Stage 0 fits at most 4 layers; its neighbour slows to 0.2, for which 5 + 1 would be best.
   const CutRequest unlimited = twoStages();
-  const double four = unlimited.memory->peakBytes(stageMemoryRequest(
-      unlimited.options, kLayers, 0, 0, 4, kBatch / kMicroBatches));
+  const double four = unlimited.memory->peakBytes(
+      stageMemoryRequest(unlimited.options, kLayers, 0, 0, 4, kBatch / kMicroBatches));
   RecutPolicy policy(twoStages(static_cast<std::uint64_t>(four)), {0, 3, 6}, RecutOptions{});
   Simulated sim;
   const auto moves = run(policy, sim, 80, [](int step, Simulated& s) {
@@ -197,9 +197,7 @@ TEST(RecutPolicy, RefusesBadOptionsAndFigures) {
   EXPECT_THROW(policy.update(1, {0.1}, {kBatch}, 0.1), ConfigError);
 }
 
-TEST(RecutPolicy, DescribesCuts) {
-  EXPECT_EQ(describeCut({0, 3, 5, 6}), "3+2+1");
-}
+TEST(RecutPolicy, DescribesCuts) { EXPECT_EQ(describeCut({0, 3, 5, 6}), "3+2+1"); }
 
 }  // namespace
 }  // namespace chorus::parallel
