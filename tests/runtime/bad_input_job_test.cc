@@ -204,6 +204,25 @@ const std::vector<JobRow>& jobRows() {
        {"elastic.enabled=true", "elastic.max_restarts=-1"}},
       {{"JOB-55", "ConfigError", "config key 'elastic.max_restarts': needs elastic.enabled = true"},
        {"elastic.max_restarts=1"}},
+      {{"JOB-56", "ConfigError", "config key 'parallel.recut': needs parallel.pipeline_stages > 1"},
+       {"parallel.recut=adaptive"}},
+      {{"JOB-57", "ConfigError",
+        "config key 'parallel.recut': \"adaptive\" moves the cut, but parallel.partition lists "
+        "it"},
+       {"parallel.pipeline_stages=2", "parallel.partition=[1, 2]", "parallel.recut=adaptive"}},
+      {{"JOB-58", "ConfigError",
+        "config key 'parallel.recut': 'sometimes' is unknown; expected off, adaptive"},
+       {"parallel.pipeline_stages=2", "parallel.recut=sometimes"}},
+      {{"JOB-59", "ConfigError", "config key 'parallel.recut_threshold': must be in (0, 1)"},
+       {"parallel.pipeline_stages=2", "parallel.recut=adaptive", "parallel.recut_threshold=1.5"}},
+      {{"JOB-60", "ConfigError",
+        "config key 'parallel.recut_every': needs parallel.recut = \"adaptive\""},
+       {"parallel.pipeline_stages=2", "parallel.recut_every=10"}},
+      {{"JOB-61", "ConfigError",
+        "config key 'parallel.recut': \"adaptive\" with memory budgets and parallel.replicas > 1 "
+        "needs balance = \"off\""},
+       {"parallel.pipeline_stages=2", "parallel.replicas=2", "parallel.recut=adaptive",
+        "balance=adaptive", "devices=cpu/64MiB,cpu,cpu,cpu"}},
   };
   return rows;
 }
