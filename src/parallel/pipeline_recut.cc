@@ -169,15 +169,22 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   const std::vector<double> medians = medianSpeeds();
   // Drift: the ratios between the ranks' speeds moved (a change of all speeds alike moves no cut).
   std::string reason;
-  if (baseline_.empty()) baseline_ = medians;  // after a reset: judged from here on
+  if (baseline_.empty()) {
+    // After an undo or a reset nothing predicted these speeds: judge the cut on them now (an
+    // undone cut is not retried), and measure drift from them.
+    baseline_ = medians;
+    reason = "first window on cut " + describeCut(cuts_);
+  }
   std::vector<double> ratios;
   for (std::size_t k = 0; k < medians.size(); ++k) ratios.push_back(medians[k] / baseline_[k]);
   const double top = *std::max_element(ratios.begin(), ratios.end());
   const auto low = std::min_element(ratios.begin(), ratios.end());
-  if (top / *low - 1.0 > options_.threshold)
-    reason = "rank " + std::to_string(low - ratios.begin()) + "'s speed -" +
-             percent(1.0 - *low / top) + " against the others";
-  if (!reason.empty()) failed_.clear();  // the speeds changed: an undone cut may fit them now
+  if (top / *low - 1.0 > options_.threshold) {
+    failed_.clear();  // the speeds changed: an undone cut may fit them now
+    if (reason.empty())
+      reason = "rank " + std::to_string(low - ratios.begin()) + "'s speed -" +
+               percent(1.0 - *low / top) + " against the others";
+  }
   if (reason.empty() && step - planned_after_ < options_.every) return std::nullopt;
   if (reason.empty()) reason = "every " + std::to_string(options_.every) + " steps";
   planned_after_ = step;

@@ -11,7 +11,9 @@
 //   measure   speed(r, s) = stageWork(cut of s) × share_r / compute_seconds(r, s), per step;
 //             the median of the last `window` steps (the first step after a change not counted)
 //   re-plan   every `every` steps, or at once when some rank's median speed drifts more than
-//             `threshold` from the speeds the current cut was chosen for
+//             `threshold` from the speeds the current cut was chosen for (relative to the other
+//             ranks': a change of every speed alike moves no cut), and at the first full window
+//             after an undo or a reset
 //   move      when 1 − predicted(best) / predicted(current) > threshold; back to the cut just
 //             left only above 2 × threshold (hysteresis: model error that follows a moved layer
 //             must not make the cut flap)
