@@ -1,6 +1,7 @@
 #include "chorus/parallel/pipeline_recut.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -13,6 +14,16 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// The standard error of the median of `values`, relative to it: 1.2533 σ / √n, σ estimated as
+// 1.4826 × the median absolute deviation, which one descheduled step does not inflate.
+double medianError(const std::vector<double>& values) {
+  const double middle = median(values);
+  std::vector<double> deviations;
+  for (double value : values) deviations.push_back(std::fabs(value - middle));
+  const double sigma = 1.4826 * median(deviations);
+  return middle > 0 ? 1.2533 * sigma / std::sqrt(static_cast<double>(values.size())) / middle : 0;
 }
 
 std::string fixed(double value, int digits) {
@@ -95,12 +106,14 @@ double RecutPolicy::predictedSeconds(const std::vector<int>& cuts,
   return sum + (m - 1) * slowest;
 }
 
-std::vector<double> RecutPolicy::medianSpeeds() const {
+std::vector<double> RecutPolicy::medianSpeeds(double& error) const {
   std::vector<double> medians;
+  error = 0;
   for (std::size_t k = 0; k < speeds_.front().size(); ++k) {
     std::vector<double> values;
     for (const auto& step : speeds_) values.push_back(step[k]);
     medians.push_back(median(values));
+    error = std::max(error, medianError(values));
   }
   return medians;
 }
@@ -146,13 +159,15 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   if (pending_) {
     const RecutMove made = *pending_;
     pending_.reset();
-    const double after = median({step_seconds_.begin(), step_seconds_.end()});
+    const std::vector<double> window(step_seconds_.begin(), step_seconds_.end());
+    const double after = median(window);
     const double gain = 1.0 - after / pending_before_;
+    const double error = std::hypot(medianError(window), pending_before_error_);
     measured_ = "cut " + describeCut(made.from) + " -> " + describeCut(made.to) + " (after step " +
                 std::to_string(made.step) + "): measured step " + fixed(pending_before_, 3) +
                 " s -> " + fixed(after, 3) + " s (gain " + percent(gain) +
                 (made.revert ? "" : "; predicted " + percent(made.predictedGain())) + ")";
-    if (!made.revert && gain < -options_.threshold) {
+    if (!made.revert && gain < -(options_.threshold + 2 * error)) {
       failed_.push_back(made.to);
       RecutMove back;
       back.step = step;
@@ -166,7 +181,8 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
       return back;
     }
   }
-  const std::vector<double> medians = medianSpeeds();
+  double error = 0;  // of the medians, relative: noise raises the bar of every decision
+  const std::vector<double> medians = medianSpeeds(error);
   // Drift: the ratios between the ranks' speeds moved (a change of all speeds alike moves no cut).
   std::string reason;
   if (baseline_.empty()) {
@@ -179,7 +195,7 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   for (std::size_t k = 0; k < medians.size(); ++k) ratios.push_back(medians[k] / baseline_[k]);
   const double top = *std::max_element(ratios.begin(), ratios.end());
   const auto low = std::min_element(ratios.begin(), ratios.end());
-  if (top / *low - 1.0 > options_.threshold) {
+  if (top / *low - 1.0 > options_.threshold + 2 * error) {
     failed_.clear();  // the speeds changed: an undone cut may fit them now
     if (reason.empty())
       reason = "rank " + std::to_string(low - ratios.begin()) + "'s speed -" +
@@ -205,14 +221,16 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   move.predicted_to = predictedSeconds(best, medians, shares);
   move.speeds = relative(medians);
   move.reason = reason;
-  const double needed = best == previous_ ? 2 * options_.threshold : options_.threshold;
+  const double needed =
+      (best == previous_ ? 2 * options_.threshold : options_.threshold) + 2 * error;
   if (!(move.predictedGain() > needed)) return std::nullopt;
   return move;
 }
 
 void RecutPolicy::moved(const RecutMove& move) {
-  pending_before_ =
-      step_seconds_.empty() ? 0.0 : median({step_seconds_.begin(), step_seconds_.end()});
+  const std::vector<double> window(step_seconds_.begin(), step_seconds_.end());
+  pending_before_ = window.empty() ? 0.0 : median(window);
+  pending_before_error_ = window.empty() ? 0.0 : medianError(window);
   if (pending_before_ > 0) pending_ = move;
   previous_ = move.from;
   reset(move.to, move.step);

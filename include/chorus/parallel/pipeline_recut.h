@@ -17,6 +17,9 @@
 //   move      when 1 − predicted(best) / predicted(current) > threshold; back to the cut just
 //             left only above 2 × threshold (hysteresis: model error that follows a moved layer
 //             must not make the cut flap)
+//   noise     every bar above (drift, gain, undo) is raised by twice the relative standard error
+//             of the window's medians (from their median absolute deviation): on a noisy host a
+//             decision needs a larger effect, on a quiet one the threshold alone counts
 //   check     `window` steps after a move: the measured gain of the step time against the window
 //             before it, next to the predicted one. A move that measured worse by more than
 //             `threshold` is undone, and its cut is not tried again until the speeds drift (the
@@ -105,7 +108,8 @@ class RecutPolicy {
                           const std::vector<std::int64_t>& shares) const;
 
  private:
-  std::vector<double> medianSpeeds() const;
+  // Each rank's median speed over the window; `error`: the largest relative standard error.
+  std::vector<double> medianSpeeds(double& error) const;
   std::vector<int> bestCut(const std::vector<double>& speeds,
                            const std::vector<std::int64_t>& shares) const;
 
@@ -122,6 +126,7 @@ class RecutPolicy {
   // Set by moved(): what to compare the next window with, and the move to report.
   std::optional<RecutMove> pending_;
   double pending_before_ = 0;
+  double pending_before_error_ = 0;
   std::string measured_;
 };
 
