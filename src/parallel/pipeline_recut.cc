@@ -204,15 +204,16 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   if (reason.empty() && step - planned_after_ < options_.every) return std::nullopt;
   if (reason.empty()) reason = "every " + std::to_string(options_.every) + " steps";
   planned_after_ = step;
-  baseline_ = medians;
   std::vector<int> best;
   try {
     best = bestCut(medians, shares);
   } catch (const ConfigError&) {
-    return std::nullopt;  // no cut fits the memory at these shares: keep the one that runs
+    best = cuts_;  // no cut fits the memory at these shares: keep the one that runs
   }
-  if (best == cuts_ || std::find(failed_.begin(), failed_.end(), best) != failed_.end())
+  if (best == cuts_ || std::find(failed_.begin(), failed_.end(), best) != failed_.end()) {
+    baseline_ = medians;  // the cut is right for these speeds: drift is measured from them
     return std::nullopt;
+  }
   RecutMove move;
   move.step = step;
   move.from = cuts_;
@@ -221,10 +222,13 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   move.predicted_to = predictedSeconds(best, medians, shares);
   move.speeds = relative(medians);
   move.reason = reason;
-  const double needed =
-      (best == previous_ ? 2 * options_.threshold : options_.threshold) + 2 * error;
-  if (!(move.predictedGain() > needed)) return std::nullopt;
-  return move;
+  const double bar = best == previous_ ? 2 * options_.threshold : options_.threshold;
+  if (move.predictedGain() > bar + 2 * error) return move;
+  // Not worth it at these speeds: measure drift from them. Worth it but within the noise (a
+  // window across a change of speed is noisy): keep the old speeds, so the drift re-plans
+  // again on the next, cleaner window rather than being forgotten.
+  if (!(move.predictedGain() > bar)) baseline_ = medians;
+  return std::nullopt;
 }
 
 void RecutPolicy::moved(const RecutMove& move) {
