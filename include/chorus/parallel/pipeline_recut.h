@@ -19,7 +19,9 @@
 //             must not make the cut flap)
 //   noise     every bar above (drift, gain, undo) is raised by twice the relative standard error
 //             of the window's medians (from their median absolute deviation): on a noisy host a
-//             decision needs a larger effect, on a quiet one the threshold alone counts
+//             decision needs a larger effect, on a quiet one the threshold alone counts. A move
+//             worth the threshold but not the noise keeps the drift alive: the next window
+//             re-plans (a window across a change of speed is the noisiest)
 //   check     `window` steps after a move: the measured gain of the step time against the window
 //             before it, next to the predicted one. A move that measured worse by more than
 //             `threshold` is undone, and its cut is not tried again until the speeds drift (the
