@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "chorus/comm/hierarchical_all_reduce.h"
+#include "chorus/comm/topology.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/parallel/pipeline.h"
@@ -74,12 +76,26 @@ PipelineEngine::PipelineEngine(std::shared_ptr<model::ZooModel> model,
   parameters_ = stageParameters(*model_, firstLayer(), lastLayer());
   final_backward_ = finalBackward(program_);
   if (layout_.replicas() > 1) {
-    stage_group_ =
-        resources_.world->subgroup(layout_.stageGroup(s), "pipeline-stage" + std::to_string(s));
+    stage_group_ = resources_.stage_group
+                       ? resources_.stage_group
+                       : resources_.world->subgroup(layout_.stageGroup(s),
+                                                    "pipeline-stage" + std::to_string(s));
     ReducerOptions sync = resources_.replica_sync;
-    CHORUS_CHECK_CONFIG(sync.hierarchical == nullptr && !sync.hold_launch,
-                        "pipeline replica sync: the engine builds the stage groups and paces "
-                        "the buckets; leave `hierarchical` and `hold_launch` unset");
+    CHORUS_CHECK_CONFIG(!sync.hold_launch,
+                        "pipeline replica sync: the engine paces the buckets; leave "
+                        "`hold_launch` unset");
+    CHORUS_CHECK_CONFIG(sync.hierarchical == nullptr || (sync.codec && resources_.stage_group),
+                        "pipeline replica sync: `hierarchical` is only a rebuilt engine's "
+                        "replicaSyncEngine(), with its stage group");
+    // The codec runs among the stage group's ranks on an engine of one-rank groups (collective
+    // to create; a rebuild passes the previous one, whose groups' names are taken).
+    if (sync.codec && !sync.hierarchical) {
+      comm::HierarchicalOptions engine;
+      engine.name = "replica-sync";
+      sync.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
+          stage_group_, comm::Topology::singletons(stage_group_->size()), engine);
+    }
+    sync_engine_ = sync.hierarchical;
     CHORUS_CHECK_CONFIG(sync.scatter_bounds.empty(),
                         "pipeline replica sync: ZeRO does not shard pipeline stages");
     // Holds a bucket back when it is ready inside an emulated compute phase (releaseHeldBuckets

@@ -57,18 +57,28 @@ const StageDevice& deviceOf(const CutRequest& request, int replica, int stage) {
   return request.devices.at(replica).at(stage);
 }
 
+// Work per sample of layers [0, l), one forward: FLOPs plus the element-wise estimate.
+std::vector<double> workPrefix(const CutRequest& request) {
+  std::vector<double> prefix{0};
+  for (const model::LayerProfile& layer : request.profile)
+    prefix.push_back(prefix.back() + layer.forward_flops +
+                     request.model.elementwise_flops_per_output_element *
+                         static_cast<double>(layer.activation_bytes) / 4);
+  return prefix;
+}
+
+double passesOf(const PipelineOptions& options) {
+  return options.activation_checkpointing == Checkpointing::kNone ? 3 : 4;
+}
+
 // The automatic cut: time per micro-batch of the slowest replica at each stage, in FLOPs / speed
 // (the absolute rate does not change the argmin); transfers and synchronization are left out.
 std::vector<int> autoCuts(const CutRequest& request) {
   const PipelineOptions& options = request.options;
   const int layers = static_cast<int>(request.profile.size());
   const std::vector<std::int64_t> shares = replicaShares(options);
-  std::vector<double> prefix{0};  // work per sample of layers [0, l)
-  for (const model::LayerProfile& layer : request.profile)
-    prefix.push_back(prefix.back() + layer.forward_flops +
-                     request.model.elementwise_flops_per_output_element *
-                         static_cast<double>(layer.activation_bytes) / 4);
-  const double passes = options.activation_checkpointing == Checkpointing::kNone ? 3 : 4;
+  const std::vector<double> prefix = workPrefix(request);  // work per sample of layers [0, l)
+  const double passes = passesOf(options);
   const plan::StageCostFn cost = [&](int s, int first, int last) {
     plan::StageCost stage;
     for (int r = 0; r < options.replicas; ++r) {
@@ -204,6 +214,14 @@ std::vector<int> stageCuts(const CutRequest& request) {
     return cutsFromCounts(evenCounts(layers, options.pipeline_stages));
   if (options.partition == "auto") return autoCuts(request);
   return cutsFromCounts(explicitCounts(options.partition, layers, options.pipeline_stages));
+}
+
+double stageWork(const CutRequest& request, int first, int last) {
+  const std::vector<double> prefix = workPrefix(request);
+  CHORUS_CHECK_CONFIG(0 <= first && first <= last && last < static_cast<int>(prefix.size()),
+                      "pipeline cut: layers [", first, ", ", last, ") are not in a model of ",
+                      prefix.size() - 1, " layers");
+  return passesOf(request.options) * (prefix[last] - prefix[first]);
 }
 
 plan::Checkpointing toPlan(Checkpointing checkpointing) {

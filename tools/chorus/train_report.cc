@@ -178,6 +178,7 @@ void TrainReport::writeJson(const runtime::StepRecord& record) {
   if (record.test_accuracy) line["test_accuracy"] = *record.test_accuracy;
   if (record.test_loss) line["test_loss"] = *record.test_loss;
   if (!record.rebalance.empty()) line["rebalance"] = record.rebalance;
+  if (!record.recut.empty()) line["recut"] = record.recut;
   if (record.skipped) line["skipped"] = true;
   if (generation_ > 0) line["generation"] = generation_;
   if (std::any_of(record.loss_scales.begin(), record.loss_scales.end(),

@@ -49,10 +49,16 @@ struct PipelineResources {
   std::shared_ptr<device::MemoryAccount> memory;
   // The replicas' gradient all-reduce (R > 1): bucket sizes, overlap with the last micro-batch's
   // backward, a codec (shared, so the caller can checkpoint its state; it compresses every
-  // bucket among the stage's R ranks). `hierarchical` must be null (the stage groups are the
-  // engine's) and `hold_launch` empty: the engine releases buckets at the emulated device's pace,
-  // as the data-parallel trainer does. Default: the reducer's defaults (no codec).
+  // bucket among the stage's R ranks). `hierarchical` must be null, or with a codec the previous
+  // engine's replicaSyncEngine() when a new cut rebuilds the engine (as `stage_group`: creating
+  // the codec's engine again would reuse its groups' names); `hold_launch` must be empty: the
+  // engine releases buckets at the emulated device's pace, as the data-parallel trainer does.
+  // Default: the reducer's defaults (no codec).
   ReducerOptions replica_sync;
+  // The stage's gradient group across the replicas ({rank(r, s) : r}) to use instead of creating
+  // one, e.g. the previous engine's stageGroup() when a new cut rebuilds the engine (its members
+  // do not depend on the cut). Default: null, meaning the constructor creates it (collective).
+  std::shared_ptr<comm::Communicator> stage_group;
 };
 
 // How one step's backwards are seeded. Value type.
@@ -116,8 +122,8 @@ struct PipelineStepStats {
 // One rank's stage. Owns its transfers and its gradient group; shares the model with the caller
 // (only layers [firstLayer(), lastLayer()) are used; build the whole model with the job's seed on
 // every rank and each stage starts from the same parameters as single-process training).
-// Used by one thread; non-copyable. The constructor is collective when R > 1 (all ranks of the
-// stage's group create it).
+// Used by one thread; non-copyable. The constructor is collective when R > 1 and no
+// resources.stage_group is given (all ranks of the stage's group create it).
 class PipelineEngine {
  public:
   // `cuts` from stageCuts() (every rank the same). Throws ConfigError when the options, the cuts
@@ -150,6 +156,13 @@ class PipelineEngine {
   int firstLayer() const { return cuts_[position_.stage]; }
   int lastLayer() const { return cuts_[position_.stage + 1]; }
   const StageProgram& program() const { return program_; }
+  // The stage's gradient group across the replicas (null when R = 1).
+  const std::shared_ptr<comm::Communicator>& stageGroup() const { return stage_group_; }
+  // The engine the replicas' codec runs on (null without replicas or codec), for a rebuild to
+  // reuse (PipelineResources::replica_sync).
+  const std::shared_ptr<comm::HierarchicalAllReduce>& replicaSyncEngine() const {
+    return sync_engine_;
+  }
   // The checkpointing this stage applies: the option, except kNone on a stage that never holds
   // more than one micro-batch (recomputing would save nothing there).
   Checkpointing checkpointing() const;
@@ -172,8 +185,9 @@ class PipelineEngine {
   StagePosition position_;
   StageProgram program_;
   std::vector<at::Tensor> parameters_;
-  std::shared_ptr<comm::Communicator> stage_group_;  // null when R = 1
-  std::unique_ptr<GradientReducer> reducer_;         // null when R = 1
+  std::shared_ptr<comm::Communicator> stage_group_;           // null when R = 1
+  std::shared_ptr<comm::HierarchicalAllReduce> sync_engine_;  // with a codec and R > 1
+  std::unique_ptr<GradientReducer> reducer_;                  // null when R = 1
   // The program's last backward, before which the reducer is armed.
   std::size_t final_backward_ = 0;
   // The compute phase running now, and where in it the buckets held back became ready.

@@ -140,6 +140,12 @@ struct CutRequest {
 // or no cut fits the memory.
 std::vector<int> stageCuts(const CutRequest& request);
 
+// The work of one sample through layers [first, last) as the automatic cut prices it: (3 passes,
+// 4 with checkpointing) x (forward FLOPs + the element-wise estimate of request.model). A stage's
+// time per micro-batch is this x micro-batch / its device's speed. ConfigError when the layers
+// are not in the profile.
+double stageWork(const CutRequest& request, int first, int last);
+
 // The memory model's checkpointing mode of `checkpointing`.
 plan::Checkpointing toPlan(Checkpointing checkpointing);
 

@@ -138,6 +138,9 @@ ParallelSection readParallel(const Config& config) {
   parallel.replicas = config.getInt("parallel.replicas", parallel.replicas);
   parallel.activation_checkpointing =
       config.getString("parallel.activation_checkpointing", parallel.activation_checkpointing);
+  parallel.recut = config.getString("parallel.recut", parallel.recut);
+  parallel.recut_every = config.getInt("parallel.recut_every", parallel.recut_every);
+  parallel.recut_threshold = config.getDouble("parallel.recut_threshold", parallel.recut_threshold);
   require(parallel.pipeline_stages >= 1, "parallel.pipeline_stages",
           "must be at least 1 (1: plain data parallelism)");
   requireChoice(parallel.schedule, "parallel.schedule", {"1f1b", "gpipe"});
@@ -151,6 +154,17 @@ ParallelSection readParallel(const Config& config) {
   require(counted == 0 || counted == parallel.pipeline_stages, "parallel.partition",
           std::to_string(counted) + " layer counts for " +
               std::to_string(parallel.pipeline_stages) + " pipeline stages");
+  requireChoice(parallel.recut, "parallel.recut", {"off", "adaptive"});
+  require(parallel.recut_every >= 1, "parallel.recut_every", "must be at least 1");
+  require(parallel.recut_threshold > 0 && parallel.recut_threshold < 1, "parallel.recut_threshold",
+          "must be in (0, 1)");
+  // A listed cut is the user's: moving it would silently override what the job says.
+  require(parallel.recut == "off" || counted == 0, "parallel.recut",
+          "\"adaptive\" moves the cut, but parallel.partition lists it; start from partition = "
+          "\"auto\" or \"even\"");
+  for (const char* key : {"parallel.recut_every", "parallel.recut_threshold"})
+    require(!config.has(key) || parallel.recut == "adaptive", key,
+            "needs parallel.recut = \"adaptive\"");
   return parallel;
 }
 
@@ -170,6 +184,8 @@ void checkParallel(const JobConfig& job, const Config& config) {
             "needs parallel.pipeline_stages > 1 (there is no pipeline to schedule)");
     require(!config.has("parallel.activations"), "parallel.activations",
             "needs parallel.pipeline_stages > 1 (no activation crosses between stages)");
+    require(parallel.recut == "off", "parallel.recut",
+            "needs parallel.pipeline_stages > 1 (there is no cut to move)");
     return;
   }
   // The devices are counted where the job's are known: one node's by validatePipelineJob, several

@@ -111,6 +111,18 @@ std::vector<std::int64_t> pipelineShareCaps(
   return caps;
 }
 
+void checkRecut(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  const bool budgets = std::any_of(devices.begin(), devices.end(), [](const DeviceSpec& device) {
+    return device.memory_budget.has_value();
+  });
+  if (job.parallel.recut == "adaptive" && job.parallel.replicas > 1 && budgets &&
+      job.balancer.mode != "off")
+    CHORUS_THROW(ConfigError,
+                 "config key 'parallel.recut': \"adaptive\" with memory budgets and "
+                 "parallel.replicas > 1 needs balance = \"off\" (the balancer's share caps are "
+                 "the start cut's)");
+}
+
 void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
   const parallel::PipelineOptions options = pipelineOptions(job);
   const parallel::PipelineLayout layout(options.replicas, options.pipeline_stages);
@@ -119,6 +131,7 @@ void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& de
                  " devices, but parallel.pipeline_stages (", layout.stages(),
                  ") x parallel.replicas (", layout.replicas(), ") needs exactly ",
                  layout.worldSize());
+  checkRecut(job, devices);
   // A budget bounds one stage, not the whole model: the cut below checks budgets.
   std::vector<DeviceSpec> unbounded = devices;
   for (auto& device : unbounded) device.memory_budget.reset();

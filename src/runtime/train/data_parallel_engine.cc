@@ -166,6 +166,8 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
 StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks) {
   DataParallelEngine& s = *this;
   comm::Communicator& world = *s.worker->world();
+  CHORUS_CHECK_CONFIG(
+      !hooks.cut_at, "TrainerHooks::cut_at moves a pipeline's cut; one stage per replica has none");
   if (hooks.speed_at) {
     const double speed = hooks.speed_at(step);
     if (speed != s.speed) {

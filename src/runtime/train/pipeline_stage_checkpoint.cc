@@ -32,6 +32,19 @@ nlohmann::json layoutJson(const PipelineStageEngine& s) {
           {"replica_shares", s.options.replica_shares}};
 }
 
+// A checkpoint written after the cut moved (parallel.recut) holds each stage's layers of that
+// cut: every rank rebuilds on it before reading its files (the same stages and replicas only).
+void adoptCut(PipelineStageEngine& s, const CheckpointSource& source) {
+  if (!source.saved.contains("pipeline")) return;
+  const nlohmann::json& saved = source.saved.at("pipeline");
+  const nlohmann::json now = layoutJson(s);
+  if (saved.at("stages") != now.at("stages") || saved.at("replicas") != now.at("replicas") ||
+      saved.at("cuts") == now.at("cuts"))
+    return;
+  s.recut->adopt(saved.at("cuts").get<std::vector<int>>(),
+                 source.saved.at("step").get<std::int64_t>());
+}
+
 // Resume needs the layout that wrote the checkpoint: a stage's files hold its layers only.
 void checkLayout(const PipelineStageEngine& s, const CheckpointSource& source) {
   if (!source.saved.contains("pipeline"))
@@ -84,6 +97,7 @@ CheckpointSnapshot PipelineStageEngine::snapshot() {
 
 void PipelineStageEngine::restore(const CheckpointSource& source) {
   PipelineStageEngine& s = *this;
+  adoptCut(s, source);
   checkLayout(s, source);
   torch::NoGradGuard no_grad;
   auto model_archive = archiveOf(source.read(stageFile(s, "model")));

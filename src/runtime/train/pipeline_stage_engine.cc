@@ -187,19 +187,14 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
       pipelineShareCaps(s.options, memoryModelForBudgets(s.job, devices), s.stage_cuts,
                         stageDevices(layout, devices)));
   s.speed = s.worker->identity().device.speed;
-  parallel::PipelineResources resources;
-  resources.world = s.worker->world();
-  resources.emulator = &s.worker->emulator();
-  resources.replica_sync = reducerBuckets(s.job.comm);
   s.codec = jobCodec(s.job);
-  resources.replica_sync.codec = s.codec;
-  s.engine =
-      std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts, resources);
+  s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts,
+                                                        engineResources(nullptr));
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
-  if (parallel::needsLossScaling(s.options.precision)) {
+  if (parallel::needsLossScaling(s.options.precision))
     s.scaler.emplace(lossScalerOptions(s.job.precision, s.worker->identity().device.kind));
-    s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.engine->parameters());
-  }
+  attachUnscaler();
+  s.recut = std::make_unique<PipelineRecut>(s, devices);
   if (world.rank() == 0) logInfo(describePlan(s, rankFormats(plan)));
   // Data and model are in place: from here on a budget counts what training allocates.
   if (s.worker->identity().device.memory_budget) {
@@ -210,6 +205,25 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
     s.eval_chunk = (largest + s.options.micro_batches - 1) / s.options.micro_batches;
     s.worker->enforceMemoryBudget();
   }
+}
+
+parallel::PipelineResources PipelineStageEngine::engineResources(
+    const parallel::PipelineEngine* previous) const {
+  parallel::PipelineResources resources;
+  resources.world = worker->world();
+  resources.emulator = speed_override ? speed_override.get() : &worker->emulator();
+  resources.replica_sync = reducerBuckets(job.comm);
+  resources.replica_sync.codec = codec;
+  if (previous != nullptr) {
+    resources.stage_group = previous->stageGroup();
+    resources.replica_sync.hierarchical = previous->replicaSyncEngine();
+  }
+  return resources;
+}
+
+void PipelineStageEngine::attachUnscaler() {
+  unscaler.reset();  // its hooks off the parameters of the last cut first
+  if (scaler) unscaler = std::make_unique<parallel::GradientUnscaler>(engine->parameters());
 }
 
 StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hooks) {
@@ -288,6 +302,7 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
     s.options.replica_shares = s.balancer->shares();
     s.engine->setReplicaShares(s.options.replica_shares);
   }
+  s.recut->afterStep(step, hooks, record);
   record.step_seconds = clock.seconds();
   record.samples_per_second = s.job.train.global_batch / record.step_seconds;
   return record;

@@ -17,6 +17,7 @@
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "train/pipeline_balancing.h"
+#include "train/pipeline_recut.h"
 #include "train/trainer_state.h"
 
 namespace chorus::runtime {
@@ -46,6 +47,13 @@ struct PipelineStageEngine final : StepEngine {
   }
   std::int64_t skippedSteps() const override { return skipped_steps; }
 
+  // The engine's resources: the worker's world and emulator (or the speed hook's), the replicas'
+  // all-reduce from [comm] with the job's codec, and after a new cut the previous engine's stage
+  // group and codec engine (`previous`; null for the first engine).
+  parallel::PipelineResources engineResources(const parallel::PipelineEngine* previous) const;
+  // Hooks an fp16 stage's unscaler onto the engine's parameters (again after a new cut).
+  void attachUnscaler();
+
   int stages() const { return options.pipeline_stages; }
   bool firstStage() const { return position().stage == 0; }
   bool lastStage() const { return position().stage + 1 == stages(); }
@@ -74,6 +82,9 @@ struct PipelineStageEngine final : StepEngine {
   std::shared_ptr<parallel::GradientCodec> codec;
   // Steps every rank skipped on an overflow somewhere (overflow consensus).
   std::int64_t skipped_steps = 0;
+  // The adaptive cut (parallel.recut): moves layers between stages after a step, rebuilding
+  // engine and optimizer and changing stage_cuts.
+  std::unique_ptr<PipelineRecut> recut;
   // Samples per evaluation chunk: 256, or a training micro-batch under a memory budget.
   std::int64_t eval_chunk = 256;
 };

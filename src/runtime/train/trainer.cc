@@ -195,6 +195,7 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
     // Every rank decides the same change; one of them says so.
     if (!record.rebalance.empty() && s.context->worker->rank() == 0)
       logInfo("balancer: ", record.rebalance);
+    if (!record.recut.empty() && s.context->worker->rank() == 0) logInfo("recut: ", record.recut);
     if (hooks.on_step) hooks.on_step(record);
     result.final_loss = record.loss;
     result.steps = done;

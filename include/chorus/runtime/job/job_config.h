@@ -150,6 +150,14 @@ struct ParallelSection {
   // The format activations cross stages in: "compute" (the sending stage's precision; their
   // gradients come back in it too, but in fp32 from an fp16 stage) or "fp32". Default: "compute".
   std::string activations = "compute";
+  // Default: "off" (the start cut stays); "adaptive": layers move between stages as the measured
+  // speeds change (parallel/pipeline_recut.h, docs/pipeline.md). REQUIRES: a pipeline whose
+  // partition is "auto" or "even" (the start cut), not listed layer counts.
+  std::string recut = "off";
+  std::int64_t recut_every = 20;  // Default: 20; re-plan the cut at least every N steps (>= 1)
+  // Default: 0.05; the smallest predicted gain of a move, and the speed drift that re-plans
+  // early, as a fraction (in (0, 1)).
+  double recut_threshold = 0.05;
 };
 
 // Value type.

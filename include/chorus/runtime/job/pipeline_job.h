@@ -46,10 +46,15 @@ std::vector<std::int64_t> pipelineShareCaps(
     const std::shared_ptr<const plan::MemoryModel>& memory, const std::vector<int>& cuts,
     const std::vector<std::vector<parallel::StageDevice>>& devices);
 
+// Throws ConfigError "config key 'parallel.recut': ..." when the job's adaptive cut cannot apply
+// on `devices` (rank order): memory budgets with more than one replica and an active balancer
+// (the balancer's share caps are the start cut's; a moved cut could need lower ones).
+void checkRecut(const JobConfig& job, const std::vector<DeviceSpec>& devices);
+
 // Checks a pipeline job against the devices it will run on (rank k on devices[k]), before any
 // worker starts: the device count, the data files and the global batch (as validateJobOnDevices,
-// without its whole-model memory check), the partition against the model's layers, and that a cut
-// fits every memory budget. Throws ConfigError.
+// without its whole-model memory check), the partition against the model's layers, that a cut
+// fits every memory budget, and checkRecut. Throws ConfigError.
 void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& devices);
 
 }  // namespace chorus::runtime

@@ -55,6 +55,9 @@ struct StepRecord {
   std::optional<double> test_accuracy;  // at evaluations
   std::optional<double> test_loss;
   std::string rebalance;  // the balancer's explanation when shares changed
+  // A pipeline's cut moved after this step (parallel.recut), or a move's measured gain: why,
+  // from where to where, predicted and measured (parallel/pipeline_recut.h). Else empty.
+  std::string recut;
   // Mixed precision: whether the step was skipped because some rank's gradients overflowed
   // (every rank skips it), and the loss scale each rank ran the step with (0: it does not scale).
   bool skipped = false;
@@ -117,6 +120,11 @@ struct TrainerHooks {
   // `samples` samples, instead of the measured ones, so that balancing tests are deterministic
   // (in a pipeline a replica's figure is the largest of its stages'). Default: none.
   std::function<double(std::int64_t step, std::int64_t samples)> balancer_seconds;
+  // Test hook: a pipeline's cut to move to after `step` (cuts[0] = 0 < ... < cuts[S] = layers;
+  // every rank must return the same), whatever parallel.recut says; empty keeps the cut. One
+  // stage per replica has no cut: the data-parallel engine refuses it (ConfigError). Default:
+  // none.
+  std::function<std::vector<int>(std::int64_t step)> cut_at;
   // Records a timeline of the steps it covers: per micro-batch forward and backward, the padding
   // of an emulated device, each gradient bucket's all-reduce, the step's figures, the optimizer,
   // evaluations and checkpoints. Not owned; must outlive the calls it is passed to. One stage per
