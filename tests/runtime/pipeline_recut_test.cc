@@ -133,6 +133,17 @@ TEST(PipelineRecut, MovesEveryReplicaOfAHybridAlike) {
   expectBitwiseEqual(train(2, 2, gpipe, kMoves), train(2, 2, gpipe, {}));
 }
 
+TEST(PipelineRecut, MovesAHybridOfFp16StagesWithACompressedAllReduce) {
+  // The rebuilt engines keep the replicas' codec engine and stage group and re-hook the fp16
+  // stages' unscalers. Activations cross in fp32 (a boundary in fp16 would round where the cut
+  // is) and the codec keeps no residual (its buckets change with the cut): then a move is
+  // transparent here too.
+  const std::vector<std::string> mixed = {
+      R"(precision.ranks=["fp16","fp16","fp16","fp16"])", "precision.loss_scale.init=1024",
+      "parallel.activations=fp32", "comm.compression=bf16", "comm.error_feedback=false"};
+  expectBitwiseEqual(train(2, 2, mixed, kMoves), train(2, 2, mixed, {}));
+}
+
 TEST(PipelineRecut, MovesAcrossMoreThanOneStage) {
   // Three stages from 2 + 2 + 2: layers 2-3 go from stage 1 to stage 0 and layer 4 from stage 2
   // to stage 1; then layer 1 from stage 0 to stage 1, layers 2-3 from stage 0 to stage 2 (past
