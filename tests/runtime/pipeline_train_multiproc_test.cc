@@ -83,6 +83,20 @@ TEST(PipelineTrainMultiproc, DropoutWithActivationCheckpointingTrainsAsWithout) 
           << "mode " << mode << ", step " << step;
 }
 
+// Evaluation sends each chunk's activation on while the stage computes the next, and holds at most
+// two such sends. It used to hold every chunk's until the end: the whole test split's activations
+// (26 MiB on the first stage here, where training peaks at 6 MiB), past the stage's budget.
+TEST(PipelineTrainMultiproc, EvaluatesTheWholeTestSplitWithinATightBudget) {
+  const TrainRun run = chorusTrain(
+      "--set model.kind=gpt --set data.dataset=synthetic --set train.global_batch=24"
+      " --set optimizer.name=sgd --set parallel.pipeline_stages=3 --set parallel.micro_batches=24"
+      " --set parallel.partition=[2,2,2] --set devices=cpu/16MiB,cpu/64MiB,cpu/64MiB --steps 2",
+      "pipeline_eval_budget");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("done: 2 steps"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("(whole test split)"), std::string::npos) << run.output;
+}
+
 TEST(PipelineTrainMultiproc, BadParallelConfigIsRefusedBeforeAnythingStarts) {
   const TrainRun run = chorusTrain(kExample + " --set devices=cpu,cpu,cpu", "pipeline_bad");
   EXPECT_EQ(run.exit_code, 2) << run.output;

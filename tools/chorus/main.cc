@@ -2,6 +2,8 @@
 // any chorus::Error into one clear line on stderr and a documented exit code.
 #include <unistd.h>
 
+#include <c10/util/Exception.h>
+
 #include <iostream>
 
 #include "chorus/chorus.h"
@@ -98,6 +100,11 @@ int main(int argc, char** argv) {
   } catch (const chorus::Error& error) {
     std::cerr << "chorus: " << error.kind() << ": " << error.message() << std::endl;
     return chorus::cli::exitCodeFor(error);
+  } catch (const c10::OutOfMemoryError& error) {
+    // A device (or an emulated budget) ran out of memory inside libtorch: the same exit and form
+    // as chorus's own OutOfMemoryError, without libtorch's backtrace.
+    std::cerr << "chorus: OutOfMemoryError: " << error.what_without_backtrace() << std::endl;
+    return chorus::cli::kExitDevice;
   } catch (const std::exception& error) {
     std::cerr << "chorus: unexpected error: " << error.what() << std::endl;
     return chorus::cli::kExitFailure;

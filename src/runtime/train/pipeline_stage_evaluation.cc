@@ -19,7 +19,11 @@ constexpr int kEvalTagBase = 1 << 24;
 constexpr int kMaxDims = 6;
 constexpr int kHeaderLength = kMaxDims + 2;
 
-// Sends stay in flight while the stage computes its next chunk; their tensors must live that long.
+// An activation's send stays in flight while the stage computes its next chunk; its tensors must
+// live that long. At most this many are held: the whole test split's activations would not fit a
+// stage's memory budget (the first stage of a GPT held 26 MiB of them, where training peaks at 6).
+constexpr std::size_t kSendsInFlight = 2;
+
 struct PendingSend {
   at::Tensor header;
   at::Tensor tensor;
@@ -50,6 +54,11 @@ void sendActivation(PipelineStageEngine& s, int chunk, const at::Tensor& output,
   send.header_work = world.send(send.header, next, tagged(s, kEvalTagBase + 2 * chunk));
   send.tensor_work = world.send(send.tensor, next, tagged(s, kEvalTagBase + 2 * chunk + 1));
   pending.push_back(std::move(send));
+  while (pending.size() > kSendsInFlight) {
+    pending.front().header_work.wait();
+    pending.front().tensor_work.wait();
+    pending.pop_front();
+  }
 }
 
 at::Tensor receiveActivation(PipelineStageEngine& s, int chunk) {
