@@ -11,7 +11,8 @@ constexpr double kMicros = 1e6;
 
 // Each rank has two tracks: compute, and communication (transfers, collectives).
 int trackOf(int rank, const std::string& category) {
-  return 2 * rank + (category == "p2p" || category == "allreduce" ? 1 : 0);
+  return 2 * rank +
+         (category == "p2p" || category == "allreduce" || category == "allgather" ? 1 : 0);
 }
 
 }  // namespace

@@ -130,10 +130,13 @@ double CostModel::microBatchSeconds(const DeviceType& type, Dtype dtype, int fir
 }
 
 double CostModel::stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
-                              int zero_stage, int group, bool checkpoint, int micro_batches) const {
-  return memory_.peakBytes(trainerStageRequest(
+                              int zero_stage, int group, bool checkpoint, int micro_batches,
+                              double shard_fraction) const {
+  StageMemoryRequest request = trainerStageRequest(
       first, last, memory_.model().layerCount(), dtype, micro_batch, in_flight, micro_batches,
-      zero_stage, group, checkpoint ? Checkpointing::kLayer : Checkpointing::kNone));
+      zero_stage, group, checkpoint ? Checkpointing::kLayer : Checkpointing::kNone);
+  request.shard_fraction = shard_fraction;
+  return memory_.peakBytes(request);
 }
 
 double CostModel::boundaryBytes(Dtype dtype, int last, double micro_batch) const {

@@ -25,22 +25,22 @@ void keep(std::optional<Plan>& best, Plan plan) {
 }
 
 RankBest bestForShare(const CostModel& model, const PlanOptions& options, const DeviceType& type,
-                      const BucketedAllReduce& sync, int group, int zero, int share,
-                      double optimizer) {
+                      const BucketedAllReduce& sync, int group, int zero, double shard_fraction,
+                      int share, double after_sync) {
   const int layers = model.model().layerCount();
   const Dtype dtype = CostModel::trainingDtype(type, options.precision);
   RankBest best;
   for (int checkpoint = 0; checkpoint < (options.allow_checkpointing ? 2 : 1); ++checkpoint)
     for (int mb = 1; mb <= share; ++mb) {
       // Priced as if accumulating, as searchDataParallel does, so that the two agree.
-      if (model.stageMemory(dtype, 0, layers, mb, 1, zero, group, checkpoint, 2) >
+      if (model.stageMemory(dtype, 0, layers, mb, 1, zero, group, checkpoint, 2, shard_fraction) >
           model.capacity(type))
         continue;
       double backward = 0;
       const double cost = detail::hostSeconds(model, share) +
                           detail::accumulateSeconds(model, type, dtype, 1.0, layers, share, mb,
                                                     checkpoint, &backward) +
-                          detail::tailSeconds(sync, backward, optimizer);
+                          detail::tailSeconds(sync, backward, after_sync);
       if (best.cost < 0 || cost < best.cost) best = {cost, mb, static_cast<bool>(checkpoint)};
     }
   return best;
@@ -57,23 +57,22 @@ void dataParallel(const CostModel& model, const PlanOptions& options,
   for (int id : devices)
     dtypes.push_back(CostModel::trainingDtype(cluster.device(id).type, options.precision));
   const int element = detail::gradElementBytes(dtypes);
-  const BucketedAllReduce sync =
-      detail::stageSync(model, detail::stageSyncCost(model, devices, element, comm, zero), element,
-                        model.params(0, model.model().layerCount()));
-  double optimizer = 0;
-  for (int id : devices)
-    optimizer =
-        std::max(optimizer, model.optimizerSeconds(cluster.device(id).type,
-                                                   model.params(0, model.model().layerCount()),
-                                                   zero >= 1 ? n : 1));
+  const double params = model.params(0, model.model().layerCount());
+  const BucketedAllReduce sync = detail::stageSync(
+      model, detail::stageSyncCost(model, devices, element, comm, zero), element, params);
+  const auto shards = detail::zeroShards(model, options, devices, zero);
+  if (!shards) return;
+  const double after_sync =
+      detail::groupOptimizerSeconds(model, devices, params, zero, *shards) +
+      detail::zeroGatherSeconds(detail::zeroGatherCost(model, devices, comm, zero), params);
   std::map<std::pair<int, int>, RankBest> memo;  // (type id, share)
   auto rankBest = [&](int i, int share) {
     const Device& device = cluster.device(devices[i]);
     auto key = std::make_pair(device.type_id, share);
     auto found = memo.find(key);
     if (found == memo.end())
-      found = memo.emplace(key, bestForShare(model, options, device.type, sync, n, zero, share,
-                                             optimizer))
+      found = memo.emplace(key, bestForShare(model, options, device.type, sync, n, zero,
+                                             shards->empty() ? 0 : (*shards)[i], share, after_sync))
                   .first;
     return found->second;
   };
@@ -112,6 +111,7 @@ void dataParallel(const CostModel& model, const PlanOptions& options,
   }
   Plan plan = detail::dataParallelPlan(model, options, devices, best_shares, micro_batches,
                                        checkpoint, zero, comm);
+  plan.zero_shards = *shards;
   if (detail::price(model, plan)) keep(best, std::move(plan));
 }
 
@@ -169,7 +169,7 @@ std::optional<Plan> exhaustivePlan(const Cluster& cluster, const ModelProfile& m
       const int share = detail::equalSplit(options.global_batch, shape.replicas()).back();
       for (int micro_batches : detail::microBatchCounts(share))
         for (Schedule schedule : options.schedules)
-          for (int zero : detail::zeroStages(options))
+          for (int zero : detail::pipelineZeroStages(options))
             for (const CommPlan& comm : comms)
               pipeline(cost_model, options, shape, micro_batches, schedule, zero, comm, best);
     }

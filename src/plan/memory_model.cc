@@ -257,6 +257,41 @@ std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
   return bytes;
 }
 
+namespace {
+
+// A rank's ZeRO state split into what sharding divides and what it leaves whole.
+struct ShardedSplit {
+  std::vector<double> fixed;  // per rank: replicated state and activations
+  double sharded = 0;         // the whole sharded state, the same on every rank
+};
+
+ShardedSplit splitShardedState(const MemoryModel& memory,
+                               std::vector<StageMemoryRequest> requests) {
+  // The peak is linear in the fraction: f = 1 and f = 1/2 give the sharded and the fixed parts.
+  ShardedSplit split;
+  for (StageMemoryRequest& request : requests) {
+    request.shard_fraction = 1;
+    const double whole = memory.peakBytes(request);
+    request.shard_fraction = 0.5;
+    const double half = memory.peakBytes(request);
+    split.sharded = 2 * (whole - half);
+    split.fixed.push_back(whole - split.sharded);
+  }
+  return split;
+}
+
+std::vector<double> proportionalFractions(const ShardedSplit& split,
+                                          const std::vector<double>& usable) {
+  double total = 0;
+  for (size_t r = 0; r < usable.size(); ++r) total += usable[r] - split.fixed[r];
+  std::vector<double> fractions;
+  for (size_t r = 0; r < usable.size(); ++r)
+    fractions.push_back((usable[r] - split.fixed[r]) / total);
+  return fractions;
+}
+
+}  // namespace
+
 std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
                                        std::vector<StageMemoryRequest> requests,
                                        const std::vector<double>& usable,
@@ -264,32 +299,38 @@ std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
   CHORUS_CHECK_CONFIG(
       !requests.empty() && requests.size() == usable.size() && usable.size() == names.size(),
       "ZeRO shards by memory: one request, capacity and name per rank");
-  // The peak is linear in the fraction: f = 1 and f = 1/2 give the sharded and the fixed parts.
-  std::vector<double> headroom;
-  double sharded = 0, total_headroom = 0;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    requests[r].shard_fraction = 1;
-    const double whole = memory.peakBytes(requests[r]);
-    requests[r].shard_fraction = 0.5;
-    const double half = memory.peakBytes(requests[r]);
-    sharded = 2 * (whole - half);
-    const double fixed = whole - sharded;
+  const ShardedSplit split = splitShardedState(memory, std::move(requests));
+  double total_headroom = 0;
+  for (size_t r = 0; r < usable.size(); ++r) {
+    const double fixed = split.fixed[r];
     CHORUS_CHECK_CONFIG(
         fixed < usable[r], "ZeRO shards by memory: device '", names[r], "' (rank ", r,
         ") cannot hold even its unsharded part: ", formatBytes(static_cast<std::uint64_t>(fixed)),
         " of ", formatBytes(static_cast<std::uint64_t>(usable[r])), " usable");
-    headroom.push_back(usable[r] - fixed);
     total_headroom += usable[r] - fixed;
   }
-  CHORUS_CHECK_CONFIG(total_headroom >= sharded,
+  CHORUS_CHECK_CONFIG(total_headroom >= split.sharded,
                       "ZeRO shards by memory: the devices together "
                       "have ",
                       formatBytes(static_cast<std::uint64_t>(total_headroom)),
                       " left for the sharded state, which needs ",
-                      formatBytes(static_cast<std::uint64_t>(sharded)));
-  std::vector<double> fractions;
-  for (double room : headroom) fractions.push_back(room / total_headroom);
-  return fractions;
+                      formatBytes(static_cast<std::uint64_t>(split.sharded)));
+  return proportionalFractions(split, usable);
+}
+
+std::optional<std::vector<double>> fitZeroShardsByMemory(const MemoryModel& memory,
+                                                         std::vector<StageMemoryRequest> requests,
+                                                         const std::vector<double>& usable) {
+  CHORUS_CHECK_CONFIG(!requests.empty() && requests.size() == usable.size(),
+                      "ZeRO shards by memory: one request and capacity per rank");
+  const ShardedSplit split = splitShardedState(memory, std::move(requests));
+  double total_headroom = 0;
+  for (size_t r = 0; r < usable.size(); ++r) {
+    if (split.fixed[r] >= usable[r]) return std::nullopt;
+    total_headroom += usable[r] - split.fixed[r];
+  }
+  if (total_headroom < split.sharded) return std::nullopt;
+  return proportionalFractions(split, usable);
 }
 
 }  // namespace chorus::plan

@@ -20,11 +20,49 @@ LinearCost stageSyncCost(const CostModel& model, const std::vector<int>& devices
   LinearCost cost =
       gradientAllReduceCost(model.cluster(), devices, comm.algorithm, comm.inter_node_codec,
                             element_bytes, model.options().codec_seconds_per_byte);
-  if (zero_stage >= 3) {
-    cost.latency *= 1.5;
-    cost.per_byte *= 1.5;
-  }
+  const double traffic = zero_stage == 2 ? 0.5 : zero_stage >= 3 ? 1.5 : 1;
+  cost.latency *= traffic;
+  cost.per_byte *= traffic;
   return cost;
+}
+
+LinearCost zeroGatherCost(const CostModel& model, const std::vector<int>& devices,
+                          const CommPlan& comm, int zero_stage) {
+  if (zero_stage < 1 || zero_stage > 2 || devices.size() < 2) return {};
+  return gradientAllReduceCost(model.cluster(), devices, comm.algorithm, Codec::kNone, 4);
+}
+
+std::optional<std::vector<double>> zeroShards(const CostModel& model, const PlanOptions& options,
+                                              const std::vector<int>& devices, int zero_stage) {
+  const int n = static_cast<int>(devices.size());
+  if (zero_stage == 0 || n < 2 || options.zero_shards == ZeroShards::kEven)
+    return std::vector<double>{};
+  const int layers = model.model().layerCount();
+  std::vector<StageMemoryRequest> requests;
+  std::vector<double> usable;
+  for (int id : devices) {
+    const DeviceType& type = model.cluster().device(id).type;
+    // One sample, accumulating, as the runtime's maxMicroBatch sees a rank.
+    requests.push_back(trainerStageRequest(0, layers, layers,
+                                           CostModel::trainingDtype(type, options.precision), 1, 1,
+                                           2, zero_stage, n, Checkpointing::kNone));
+    usable.push_back(model.capacity(type));
+  }
+  return fitZeroShardsByMemory(model.memory(), std::move(requests), usable);
+}
+
+double groupOptimizerSeconds(const CostModel& model, const std::vector<int>& devices, double params,
+                             int zero_stage, const std::vector<double>& shards) {
+  const int n = static_cast<int>(devices.size());
+  double slowest = 0;
+  for (int i = 0; i < n; ++i) {
+    const DeviceType& type = model.cluster().device(devices[i]).type;
+    const double seconds = !shards.empty()
+                               ? model.optimizerSeconds(type, params * shards[i], 1)
+                               : model.optimizerSeconds(type, params, zero_stage >= 1 ? n : 1);
+    slowest = std::max(slowest, seconds);
+  }
+  return slowest;
 }
 
 double accumulateSeconds(const CostModel& model, const DeviceType& type, Dtype dtype, double speed,
@@ -115,15 +153,22 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
   std::vector<double> replica_p2p(replicas, 0), replica_tail(replicas, 0),
       replica_bubble(replicas, 0);
   std::vector<double> replica_opt(replicas, 0);
-  // Per stage: the optimizer step of its slowest member, which follows the group's all-reduce.
-  std::vector<double> optimizer(stages, 0);
+  // Per stage: the optimizer step of its slowest member, which follows the group's reduction,
+  // and ZeRO-1/2's all-gather of the parameters after it.
+  std::vector<double> optimizer(stages, 0), gather(stages, 0);
   for (int s = 0; s < stages; ++s) {
     const StagePlan& stage = plan.replicas[0].stages[s];
-    const double shard = zero >= 1 ? replicas : 1;
-    for (const auto& replica : plan.replicas)
-      optimizer[s] = std::max(optimizer[s],
-                              optimizerSeconds(*ranks[replica.stages[s].rank].type,
-                                               params(stage.first_layer, stage.last_layer), shard));
+    std::vector<int> devices;
+    std::vector<double> shards;
+    for (const auto& replica : plan.replicas) {
+      const int rank = replica.stages[s].rank;
+      devices.push_back(plan.ranks[rank].device);
+      if (!plan.zero_shards.empty()) shards.push_back(plan.zero_shards[rank]);
+    }
+    const double stage_params = params(stage.first_layer, stage.last_layer);
+    optimizer[s] = detail::groupOptimizerSeconds(*this, devices, stage_params, zero, shards);
+    gather[s] = detail::zeroGatherSeconds(detail::zeroGatherCost(*this, devices, plan.comm, zero),
+                                          stage_params);
   }
   for (int r = 0; r < replicas; ++r) {
     const ReplicaPlan& replica = plan.replicas[r];
@@ -140,7 +185,7 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
                                          stage.checkpoint, &backward);
         cost.compute[stage.rank] = busy;
         pipeline = detail::hostSeconds(*this, replica.share) + busy;
-        tail = detail::tailSeconds(sync[0], backward, optimizer[0]);
+        tail = detail::tailSeconds(sync[0], backward, optimizer[0] + gather[0]);
         continue;
       }
       const double compute =
@@ -162,7 +207,8 @@ PlanCost CostModel::evaluate(const Plan& plan) const {
       p2p_total += 2 * p2p;
       busy = std::max(busy, compute * plan.micro_batches);
       cost.compute[stage.rank] = compute * plan.micro_batches;
-      tail = std::max(tail, detail::tailSeconds(sync[s], compute - forward, optimizer[s]));
+      tail =
+          std::max(tail, detail::tailSeconds(sync[s], compute - forward, optimizer[s] + gather[s]));
     }
     if (stages > 1) {
       pipeline =

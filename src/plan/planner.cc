@@ -71,19 +71,25 @@ void checkOptions(const PlanOptions& options, const Cluster& cluster, const Mode
   model.validate();
 }
 
-// ZeRO-1 and ZeRO-2 cost the same time (same traffic, same sharded optimizer step) and ZeRO-2
-// needs less memory; ZeRO-0 costs the same traffic with an unsharded (slower) optimizer step and
-// more memory. So over a group of several devices the search tries 2 and 3 only and relabels a
-// ZeRO-2 winner as ZeRO-1 when that fits too; a group of one device has nothing to shard.
-std::vector<int> searchedZeroStages(const PlanOptions& options, int group) {
-  if (group == 1) return {0};
-  std::vector<int> stages{std::min(options.max_zero_stage, 2)};
+// Over a group of several devices: ZeRO-0, whose all-reduce overlaps the backward pass; ZeRO-2,
+// whose reduce-scatter carries half that traffic and whose sharded optimizer step is shorter, but
+// whose parameter all-gather follows the step; and ZeRO-3. A data-parallel group tries every
+// stage (shards sized by memory differ from stage to stage, and the collector keeps the lower of
+// two equal times). In a pipeline's stage group (even shards) ZeRO-1 never beats ZeRO-2 (a whole
+// all-reduce, the same gather and step, more memory), so the search relabels a ZeRO-2 winner as
+// ZeRO-1 only where that fits and costs the same. A group of one device has nothing to shard;
+// pipelines' groups shard only with PlanOptions::zero_in_pipelines.
+std::vector<int> searchedZeroStages(const PlanOptions& options, int group, bool pipeline) {
+  if (group == 1 || (pipeline && !options.zero_in_pipelines)) return {0};
+  if (!pipeline) return detail::zeroStages(options);
+  std::vector<int> stages{0};
+  if (options.max_zero_stage >= 1) stages.push_back(std::min(options.max_zero_stage, 2));
   if (options.max_zero_stage >= 3) stages.push_back(3);
   return stages;
 }
 
 Plan relabelZero(const CostModel& model, Plan plan) {
-  if (plan.zero_stage != 2) return plan;
+  if (plan.zero_stage != 2 || !plan.zero_shards.empty()) return plan;
   Plan lower = plan;
   lower.zero_stage = 1;
   if (detail::price(model, lower) && lower.predicted.step_seconds <= plan.predicted.step_seconds)
@@ -100,12 +106,12 @@ bool crossesNodes(const Cluster& cluster, const std::vector<int>& devices) {
 void searchSubset(const CostModel& model, const PlanOptions& options,
                   const detail::DeviceSubset& subset, Collector& collector, long long& candidates) {
   const Cluster& cluster = model.cluster();
-  for (int zero : searchedZeroStages(options, static_cast<int>(subset.devices.size())))
+  for (int zero : searchedZeroStages(options, static_cast<int>(subset.devices.size()), false))
     for (const CommPlan& comm :
          detail::commChoices(crossesNodes(cluster, subset.devices), options)) {
       ++candidates;
       if (auto plan = detail::searchDataParallel(model, options, subset, zero, comm))
-        collector.offer(detail::strategyKey(subset, nullptr), relabelZero(model, std::move(*plan)));
+        collector.offer(detail::strategyKey(subset, nullptr), std::move(*plan));
     }
   if (!options.allow_pipelines) return;
   for (const auto& shape :
@@ -113,7 +119,7 @@ void searchSubset(const CostModel& model, const PlanOptions& options,
     const bool grouped = shape.replicas() > 1;
     const auto comms = grouped ? detail::commChoices(shape.groupsCrossNodes(cluster), options)
                                : std::vector<CommPlan>{CommPlan{}};
-    const auto shape_zeros = searchedZeroStages(options, shape.replicas());
+    const auto shape_zeros = searchedZeroStages(options, shape.replicas(), true);
     const int share = detail::equalSplit(options.global_batch, shape.replicas()).back();
     const std::string key = detail::strategyKey(subset, &shape);
     // Many micro-batches usually win (small bubble): trying them first tightens the bound early.
@@ -161,7 +167,7 @@ void uniformBaselines(const CostModel& model, const PlanOptions& options,
     const int share = detail::equalSplit(options.global_batch, shape.replicas()).back();
     for (int micro_batches : detail::microBatchCounts(share))
       for (Schedule schedule : options.schedules)
-        for (int zero : detail::zeroStages(options))
+        for (int zero : detail::pipelineZeroStages(options))
           for (const CommPlan& comm : comms)
             result.uniform_pipeline =
                 better(result.uniform_pipeline,

@@ -18,12 +18,12 @@ constexpr int kAccumulating = 2;
 
 // Largest micro-batch in [1, limit] whose memory fits `capacity` (0 when none).
 int largestFitting(const CostModel& model, Dtype dtype, int layers, int zero_stage, int group,
-                   bool checkpoint, double capacity, int limit) {
+                   double shard_fraction, bool checkpoint, double capacity, int limit) {
   auto fits = [&](int mb) {
     // Priced as if accumulating (gradients held through the backward pass), whatever the share:
     // one micro-batch size must serve every share the rank may get, and it only errs safe.
-    return model.stageMemory(dtype, 0, layers, mb, 1, zero_stage, group, checkpoint,
-                             kAccumulating) <= capacity;
+    return model.stageMemory(dtype, 0, layers, mb, 1, zero_stage, group, checkpoint, kAccumulating,
+                             shard_fraction) <= capacity;
   };
   if (!fits(1)) return 0;
   int low = 1, high = limit;
@@ -42,14 +42,15 @@ int largestFitting(const CostModel& model, Dtype dtype, int layers, int zero_sta
 std::optional<RankChoices> dataParallelChoices(const CostModel& model, const PlanOptions& options,
                                                const DeviceType& type,
                                                const BucketedAllReduce& sync, int group,
-                                               int zero_stage, int max_share, double optimizer) {
+                                               int zero_stage, double shard_fraction, int max_share,
+                                               double after_sync) {
   const int layers = model.model().layerCount();
   const Dtype dtype = CostModel::trainingDtype(type, options.precision);
   const double capacity = model.capacity(type);
   int largest[2] = {0, 0};
   for (int checkpoint = 0; checkpoint < (options.allow_checkpointing ? 2 : 1); ++checkpoint)
-    largest[checkpoint] =
-        largestFitting(model, dtype, layers, zero_stage, group, checkpoint, capacity, max_share);
+    largest[checkpoint] = largestFitting(model, dtype, layers, zero_stage, group, shard_fraction,
+                                         checkpoint, capacity, max_share);
   if (largest[0] == 0 && largest[1] == 0) return std::nullopt;
   RankChoices choices;
   for (int b = 1; b <= max_share; ++b) {
@@ -63,7 +64,7 @@ std::optional<RankChoices> dataParallelChoices(const CostModel& model, const Pla
       double backward = 0;
       const double compute =
           accumulateSeconds(model, type, dtype, 1.0, layers, b, mb, checkpoint, &backward);
-      const double cost = hostSeconds(model, b) + compute + tailSeconds(sync, backward, optimizer);
+      const double cost = hostSeconds(model, b) + compute + tailSeconds(sync, backward, after_sync);
       if (best_mb == 0 || cost < best) {
         best = cost;
         best_mb = mb;
@@ -88,25 +89,25 @@ std::optional<Plan> searchDataParallel(const CostModel& model, const PlanOptions
   for (int id : devices)
     dtypes.push_back(CostModel::trainingDtype(cluster.device(id).type, options.precision));
   const int element = gradElementBytes(dtypes);
+  const double params = model.params(0, model.model().layerCount());
   const BucketedAllReduce sync =
-      stageSync(model, stageSyncCost(model, devices, element, comm, zero_stage), element,
-                model.params(0, model.model().layerCount()));
+      stageSync(model, stageSyncCost(model, devices, element, comm, zero_stage), element, params);
   const int max_share = options.global_batch - (n - 1);
-  // Every rank steps its optimizer after the all-reduce; the slowest one ends the step.
-  const double shard = zero_stage >= 1 ? n : 1;
-  double optimizer = 0;
-  for (int id : devices)
-    optimizer = std::max(
-        optimizer, model.optimizerSeconds(cluster.device(id).type,
-                                          model.params(0, model.model().layerCount()), shard));
+  const auto shards = zeroShards(model, options, devices, zero_stage);
+  if (!shards) return std::nullopt;
+  // Every rank steps its optimizer after the reduction; the slowest one ends the step.
+  const double after_sync =
+      groupOptimizerSeconds(model, devices, params, zero_stage, *shards) +
+      zeroGatherSeconds(zeroGatherCost(model, devices, comm, zero_stage), params);
   // One cost table per device type present.
   std::vector<RankChoices> classes;
   std::vector<int> class_of_type(cluster.types().size(), -1), class_of(n);
   for (int i = 0; i < n; ++i) {
     const Device& device = cluster.device(devices[i]);
     if (class_of_type[device.type_id] < 0) {
+      // Devices of one type hold equal shards (zeroShards sizes them by type and format).
       auto choices = dataParallelChoices(model, options, device.type, sync, n, zero_stage,
-                                         max_share, optimizer);
+                                         shards->empty() ? 0 : (*shards)[i], max_share, after_sync);
       if (!choices) return std::nullopt;
       class_of_type[device.type_id] = static_cast<int>(classes.size());
       classes.push_back(std::move(*choices));
@@ -131,6 +132,7 @@ std::optional<Plan> searchDataParallel(const CostModel& model, const PlanOptions
   }
   Plan plan = dataParallelPlan(model, options, devices, shares, micro_batches, checkpoint,
                                zero_stage, comm);
+  plan.zero_shards = *shards;
   if (!price(model, plan)) return std::nullopt;
   return plan;
 }

@@ -18,8 +18,9 @@ struct StageContext {
   double capacity = 0;
   int in_flight = 1;
   int element = 4;
-  std::vector<LinearCost> sync;   // per communication choice
-  std::vector<LinearCost> links;  // the distinct links to stage s + 1
+  std::vector<LinearCost> sync;    // per communication choice
+  std::vector<LinearCost> gather;  // per communication choice (ZeRO-1/2)
+  std::vector<LinearCost> links;   // the distinct links to stage s + 1
 };
 
 // What a stage costs apart from its synchronization: shared by all communication choices.
@@ -62,8 +63,10 @@ class PipelineCosts {
           addDistinct(stage.links, p2pCost(cluster, shape.devices[r][s], shape.devices[r][s + 1]));
       }
       stage.element = gradElementBytes(dtypes);
-      for (const CommPlan& comm : comms)
+      for (const CommPlan& comm : comms) {
         stage.sync.push_back(stageSyncCost(model, group, stage.element, comm, zero_stage));
+        stage.gather.push_back(zeroGatherCost(model, group, comm, zero_stage));
+      }
       stages_.push_back(std::move(stage));
     }
   }
@@ -77,7 +80,8 @@ class PipelineCosts {
     cost.feasible = true;
     cost.time = work.compute + 2 * work.p2p;
     cost.tail = tailSeconds(stageSync(model_, stage.sync[comm], stage.element, work.params),
-                            work.compute - work.forward, work.optimizer);
+                            work.compute - work.forward,
+                            work.optimizer + zeroGatherSeconds(stage.gather[comm], work.params));
     cost.monotone = work.compute;
     cost.tag = work.checkpoint;
     return cost;

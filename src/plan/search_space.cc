@@ -155,6 +155,10 @@ std::vector<int> zeroStages(const PlanOptions& options) {
   return stages;
 }
 
+std::vector<int> pipelineZeroStages(const PlanOptions& options) {
+  return options.zero_in_pipelines ? zeroStages(options) : std::vector<int>{0};
+}
+
 namespace {
 
 RankPlan rankFor(const CostModel& model, const PlanOptions& options, int device_id) {

@@ -51,6 +51,9 @@ std::vector<int> equalSplit(int total, int parts);
 
 // ZeRO stages the exhaustive enumeration walks: 0..max.
 std::vector<int> zeroStages(const PlanOptions& options);
+// The ZeRO stages of pipelines' stage groups: zeroStages, or {0} without
+// PlanOptions::zero_in_pipelines.
+std::vector<int> pipelineZeroStages(const PlanOptions& options);
 
 // Builders. Ranks are numbered in device order (data parallel) or replica-major (pipelines).
 Plan dataParallelPlan(const CostModel& model, const PlanOptions& options,

@@ -19,12 +19,14 @@ struct RankChoices {
 };
 
 // Choices of a device type in a data-parallel group of `group` devices with synchronization
-// `sync` (bucketed, per step) followed by an optimizer step of `optimizer` seconds (the group's
-// slowest); nullopt when even one sample does not fit.
+// `sync` (bucketed, per step) followed by `after_sync` seconds (the group's slowest optimizer
+// step, and ZeRO-1/2's all-gather), holding `shard_fraction` of ZeRO's sharded state (0: even);
+// nullopt when even one sample does not fit.
 std::optional<RankChoices> dataParallelChoices(const CostModel& model, const PlanOptions& options,
                                                const DeviceType& type,
                                                const BucketedAllReduce& sync, int group,
-                                               int zero_stage, int max_share, double optimizer);
+                                               int zero_stage, double shard_fraction, int max_share,
+                                               double after_sync);
 
 // The best uneven-share data-parallel plan over `subset` (or with equal shares when
 // `equal_shares`), priced; nullopt when none fits.

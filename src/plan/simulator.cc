@@ -47,6 +47,9 @@ class StepGraph {
       }
       if (task.category == "compute" || task.category == "optimizer")
         result.ranks[task.rank].finish = std::max(result.ranks[task.rank].finish, task.end);
+      if (task.category == "allgather")
+        for (int rank : membersOf(id))
+          result.ranks[rank].finish = std::max(result.ranks[rank].finish, task.end);
       if (!trace) continue;
       for (int rank : membersOf(id))
         result.spans.push_back({task.name, task.category, rank, task.start, task.duration});
@@ -195,12 +198,25 @@ class StepGraph {
       previous = bucket;
     }
     const double shard = plan_.zero_stage >= 1 ? plan_.replicas.size() : 1;
+    std::vector<int> steps;
     for (int rank : ranks) {
-      const double seconds = model_.optimizerSeconds(typeOf(rank), params, shard);
+      const double seconds =
+          plan_.zero_shards.empty()
+              ? model_.optimizerSeconds(typeOf(rank), params, shard)
+              : model_.optimizerSeconds(typeOf(rank), params * plan_.zero_shards[rank], 1);
       const int step = engine_.add({"optimizer", "optimizer", rank, seconds, {}});
       engine_.depend(step, order_[rank].back());
       if (previous >= 0) engine_.depend(step, previous);
+      steps.push_back(step);
     }
+    // ZeRO-1/2 all-gather the updated parameters once every member has stepped its slice.
+    const double gather = detail::zeroGatherSeconds(
+        detail::zeroGatherCost(model_, devices, plan_.comm, plan_.zero_stage), params);
+    if (gather <= 0) return;
+    const int all_gather = engine_.add(
+        {"allgather s" + std::to_string(s), "allgather", ranks.front(), gather, resources});
+    members_[all_gather] = ranks;
+    for (int step : steps) engine_.depend(all_gather, step);
   }
 
   std::vector<int> membersOf(int id) const {

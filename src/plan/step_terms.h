@@ -2,9 +2,11 @@
 // compute every number the same way (the search's exactness tests compare them).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "chorus/plan/cost_model.h"
+#include "chorus/plan/planner.h"
 
 namespace chorus::plan::detail {
 
@@ -12,10 +14,36 @@ namespace chorus::plan::detail {
 // the same 16-bit format, else fp32.
 int gradElementBytes(const std::vector<Dtype>& dtypes);
 
-// The all-reduce of a stage's gradients over `devices` (its data-parallel group). ZeRO-3 adds the
-// parameter all-gathers of forward and backward: 1.5x the all-reduce's traffic.
+// The reduction of a stage's gradients over `devices` (its data-parallel group), overlapping the
+// backward pass: an all-reduce; ZeRO-2's reduce-scatter carries half its traffic, and ZeRO-3 adds
+// the parameter all-gathers of forward and backward, prefetched (1.5x the all-reduce's traffic).
 LinearCost stageSyncCost(const CostModel& model, const std::vector<int>& devices, int element_bytes,
                          const CommPlan& comm, int zero_stage);
+
+// ZeRO-1 and -2 all-gather the updated fp32 parameters after the optimizer step
+// (parallel/zero.h), and nothing overlaps it: half the traffic of an fp32 all-reduce over the
+// group, whose cost this is. Zero for stages 0 and 3 (stage 3 gathers during the layers, in
+// stageSyncCost) and for one device.
+LinearCost zeroGatherCost(const CostModel& model, const std::vector<int>& devices,
+                          const CommPlan& comm, int zero_stage);
+
+// That all-gather of `params` parameters.
+inline double zeroGatherSeconds(const LinearCost& cost, double params) {
+  return cost.latency == 0 && cost.per_byte == 0 ? 0 : 0.5 * cost.seconds(params * 4);
+}
+
+// Each device's fraction of ZeRO's sharded state over the data-parallel group `devices`, as the
+// runtime sizes `zero.shards = "memory"` (runtime/job/zero_shards.cc): in proportion to what a
+// device's capacity leaves after its replicated state and one sample's activations. Empty for
+// stage 0, one device or PlanOptions::zero_shards = kEven (even shards); nullopt when the devices
+// cannot hold the state.
+std::optional<std::vector<double>> zeroShards(const CostModel& model, const PlanOptions& options,
+                                              const std::vector<int>& devices, int zero_stage);
+
+// The slowest optimizer step of the group `devices` over `params` parameters, each device
+// stepping its fraction (`shards`, empty: 1/n with ZeRO, everything without).
+double groupOptimizerSeconds(const CostModel& model, const std::vector<int>& devices, double params,
+                             int zero_stage, const std::vector<double>& shards);
 
 // That all-reduce for a stage of `params` parameters, in buckets.
 inline BucketedAllReduce stageSync(const CostModel& model, const LinearCost& cost,

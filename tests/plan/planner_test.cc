@@ -26,6 +26,8 @@ PlanOptions smallOptions(std::mt19937& random) {
   options.allow_checkpointing = random() % 4 != 0;
   // Host work per sample falls on each replica's own share: it moves data-parallel shares.
   if (random() % 2 == 0) options.cost.host_seconds_per_sample = 1e-3 * (random() % 100) / 100;
+  options.zero_shards = random() % 2 ? ZeroShards::kMemory : ZeroShards::kEven;
+  options.zero_in_pipelines = random() % 4 != 0;
   return options;
 }
 

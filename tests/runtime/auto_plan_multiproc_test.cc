@@ -36,6 +36,22 @@ TEST(AutoPlanMultiproc, TrainRunsThePlannedSharesFromTheFirstStep) {
   EXPECT_NE(run.output.find("done: 3 steps"), std::string::npos) << run.output;
 }
 
+// Budgets twice apart: replicated, the GPT with AdamW fits only the largest. The plan shards with
+// ZeRO (sized by memory), predicted well ahead of the pipeline that also fits, and trains.
+TEST(AutoPlanMultiproc, AJobThatFitsReplicatedOnlyOnOneDeviceTrainsSharded) {
+  const TrainRun run = chorusTrain(
+      "--set plan=auto --set devices=cpu/10MiB,cpu/20MiB,cpu/40MiB --set model.kind=gpt"
+      " --set data.dataset=synthetic --set train.global_batch=24 --set optimizer.name=adamw"
+      " --set train.eval_samples=48 --steps 3",
+      "auto_zero");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto line = run.output.find("chorus train: plan = auto: data parallel with ZeRO-");
+  ASSERT_NE(line, std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("; ZeRO: ZeRO-", line), std::string::npos) << run.output;
+  EXPECT_EQ(run.steps.size(), 3u) << run.output;
+  EXPECT_NE(run.output.find("done: 3 steps"), std::string::npos) << run.output;
+}
+
 TEST(AutoPlanMultiproc, AKeyThePlanSetsIsAConfigErrorBeforeAnythingStarts) {
   const TrainRun run =
       chorusTrain("--set plan=auto --set devices=cpu,cpu --set balancer.shares=[40,24]" + kSmallJob,

@@ -85,8 +85,10 @@ TEST(AutoPlan, EqualDevicesGetEqualShares) {
 // activations between stages: the planner pipelines, and the settings configure the pipeline
 // trainer with the planned cut, micro-batches and schedule.
 TEST(AutoPlan, PipelinesAGptWhenGradientsOutweighActivations) {
-  const Planned run = planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=256",
-                                    "model.layers=6", "train.global_batch=16"},
+  // A small global batch keeps compute short beside the gradients, whose exchange no stage of
+  // ZeRO hides either: its gather follows the optimizer step.
+  const Planned run = planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=512",
+                                    "model.layers=6", "train.global_batch=4"},
                                    fakeCpu(100, 0.4));
   const plan::Plan& plan = run.planned.plan;
   ASSERT_GT(plan.stageCount(), 1) << run.planned.summary;
@@ -115,7 +117,7 @@ TEST(AutoPlan, PipelinesAGptWhenGradientsOutweighActivations) {
 // log line says why.
 TEST(AutoPlan, JobSettingsThatRuleOutPipelinesKeepItDataParallel) {
   const Planned run =
-      planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=256",
+      planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=512",
                     "model.layers=6", "train.global_batch=16", "train.micro_batch=4"},
                    fakeCpu(100, 0.4));
   EXPECT_EQ(run.planned.plan.stageCount(), 1);
@@ -152,6 +154,47 @@ TEST(AutoPlan, ShardsWithZeroWhenNothingElseFits) {
                          fakeCpu())
                 .planned.plan.zero_stage,
             0);
+}
+
+// Budgets twice apart: replicated, the GPT with AdamW fits only the largest device. ZeRO is weighed
+// against the pipeline that fits, by predicted step time, with shards sized by memory as the run
+// sizes them.
+TEST(AutoPlan, WeighsZeroAgainstAPipelineByPredictedTime) {
+  const std::vector<std::string> job{"devices=cpu/10MiB,cpu/20MiB,cpu/40MiB", "model.kind=gpt",
+                                     "train.global_batch=24", "optimizer.name=adamw"};
+  const Planned run = planAndApply(job, fakeCpu());
+  EXPECT_EQ(run.planned.plan.zero_stage, 3) << run.planned.summary;
+  EXPECT_EQ(run.job.zero.stage, 3);
+  EXPECT_EQ(run.job.zero.shards, "memory");
+  ASSERT_EQ(run.planned.plan.zero_shards.size(), 3u);
+  EXPECT_LT(run.planned.plan.zero_shards[0], run.planned.plan.zero_shards[1]);
+  EXPECT_LT(run.planned.plan.zero_shards[1], run.planned.plan.zero_shards[2]);
+  EXPECT_NE(run.planned.summary.find("ZeRO: ZeRO-3 predicted +"), std::string::npos)
+      << run.planned.summary;
+  EXPECT_NE(run.planned.summary.find("faster than 1 pipeline of 3 stages"), std::string::npos)
+      << run.planned.summary;
+  // Elastic recovery does not recover ZeRO slices or pipeline stages: nothing is left that fits,
+  // and the error says why ZeRO was not tried.
+  std::vector<std::string> elastic = job;
+  elastic.push_back("elastic.enabled=true");
+  try {
+    planAndApply(elastic, fakeCpu());
+    ADD_FAILURE() << "planned a job that fits nowhere";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(error.message().find("ZeRO not tried: elastic recovery"), std::string::npos)
+        << error.message();
+  }
+}
+
+// Where the cost model sees ZeRO within a few percent of replication, the plan stays replicated.
+TEST(AutoPlan, KeepsReplicationWhereZeroGainsLittle) {
+  const Planned run = planAndApply({"devices=cpu,cpu", "optimizer.name=adamw"}, fakeCpu());
+  EXPECT_EQ(run.planned.plan.zero_stage, 0) << run.planned.summary;
+  EXPECT_EQ(run.job.zero.stage, 0);
+  const auto note = run.planned.summary.find("; ZeRO: ");
+  if (note != std::string::npos)
+    EXPECT_NE(run.planned.summary.find("under the 5% it must gain", note), std::string::npos)
+        << run.planned.summary;
 }
 
 TEST(AutoPlan, KeysThePlanSetsConflictWithPlanAuto) {

@@ -140,9 +140,11 @@ class CostModel {
   const MemoryModel& memory() const { return memory_; }
   // Bytes a stage needs: `in_flight` micro-batches of activations, state sharded over `group`,
   // layer-wise recomputation when `checkpoint`, as chorus's trainers run it with `micro_batches`
-  // micro-batches per step (trainerStageRequest; a stage of all layers is a one-stage replica).
+  // micro-batches per step (trainerStageRequest; a stage of all layers is a one-stage replica),
+  // holding `shard_fraction` of the sharded state (0: 1 / group).
   double stageMemory(Dtype dtype, int first, int last, double micro_batch, int in_flight,
-                     int zero_stage, int group, bool checkpoint, int micro_batches) const;
+                     int zero_stage, int group, bool checkpoint, int micro_batches,
+                     double shard_fraction = 0) const;
   // Bytes a stage boundary after layer `last - 1` carries per micro-batch.
   double boundaryBytes(Dtype dtype, int last, double micro_batch) const;
   // Parameters of layers [first, last).

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "chorus/plan/device_catalog.h"
@@ -192,5 +193,11 @@ std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
                                        std::vector<StageMemoryRequest> requests,
                                        const std::vector<double>& usable,
                                        const std::vector<std::string>& names);
+
+// The same fractions without the diagnosis (the planner's search): nullopt where
+// zeroShardsByMemory throws.
+std::optional<std::vector<double>> fitZeroShardsByMemory(const MemoryModel& memory,
+                                                         std::vector<StageMemoryRequest> requests,
+                                                         const std::vector<double>& usable);
 
 }  // namespace chorus::plan

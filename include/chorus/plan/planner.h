@@ -32,6 +32,12 @@
 
 namespace chorus::plan {
 
+// How the planner sizes ZeRO's shards of a data-parallel group.
+enum class ZeroShards {
+  kEven,    // 1/n each
+  kMemory,  // by the memory each device has left, as `zero.shards = "memory"` runs them
+};
+
 struct PlanOptions {
   // Samples per step. REQUIRES: >= 1.
   int global_batch = 0;
@@ -48,6 +54,12 @@ struct PlanOptions {
   std::vector<Schedule> schedules = {Schedule::kOneFOneB};
   // Highest ZeRO stage considered. Default: 3.
   int max_zero_stage = 3;
+  // Shards of data-parallel ZeRO plans (Plan::zero_shards); a pipeline's stage groups are priced
+  // with even shards. Default: kMemory (the runtime's default).
+  ZeroShards zero_shards = ZeroShards::kMemory;
+  // Consider ZeRO in pipelines' stage groups too (the runtime shards one-stage replicas only).
+  // Default: true.
+  bool zero_in_pipelines = true;
   // Consider activation checkpointing (per stage or rank, only where it pays). Default: true.
   bool allow_checkpointing = true;
   // Consider pipelines and data x pipeline hybrids besides data parallelism. Default: true.

@@ -22,7 +22,7 @@ namespace chorus::plan {
 // One span on the timeline. Value type.
 struct TraceSpan {
   std::string name;      // "F3", "B3", "act 0->1 #3", "allreduce s0 b2/4", "optimizer"
-  std::string category;  // "compute", "p2p", "allreduce", "optimizer"
+  std::string category;  // "compute", "p2p", "allreduce", "optimizer", "allgather" (ZeRO-1/2)
   int rank = 0;          // the rank whose track shows it
   double start = 0;      // seconds from the start of the step
   double duration = 0;
@@ -33,7 +33,7 @@ struct RankActivity {
   double utilization = 0;  // busy / step
   // Idle fraction of the compute phase: 1 - busy / (end of the last compute of any rank).
   double bubble = 0;
-  double finish = 0;  // end of the rank's optimizer step
+  double finish = 0;  // end of the rank's optimizer step (and of ZeRO-1/2's all-gather)
 };
 
 struct SimResult {

@@ -23,8 +23,8 @@ bool computesInFp32(const JobConfig& job, const std::vector<DeviceSpec>& devices
   return true;
 }
 
-// The first job setting that rules pipelines out (what checkParallel refuses with
-// pipeline_stages > 1), or "" when a pipeline could run. Compression too: a pipeline takes it
+// The first job setting that rules pipelines out (what checkParallel and checkElastic refuse
+// with pipeline_stages > 1), or "" when a pipeline could run. Compression too: a pipeline takes it
 // only with replicas, and the planner does not price codecs.
 std::string pipelineBlocker(const JobConfig& job) {
   if (job.train.micro_batch != 0) return "train.micro_batch";
@@ -32,6 +32,7 @@ std::string pipelineBlocker(const JobConfig& job) {
   if (job.comm.sync_every != 1) return "comm.sync_every";
   if (job.comm.compression != "none") return "comm.compression";
   if (job.comm.algorithm != "flat") return "comm.algorithm";
+  if (job.elastic.enabled) return "elastic.enabled";
   return "";
 }
 
@@ -61,6 +62,8 @@ plan::CostOptions costOptions(const JobConfig& job) {
   // without one share the host's memory anyway: reserving the process's 1 GiB would only make
   // small budgets look full.
   cost.cpu_reserved_bytes = 0;
+  // The trainers keep a tenth of a budget spare (maxMicroBatch, and ZeRO's shards by memory).
+  cost.memory_headroom = 0.1;
   // The optimizer the job runs, in fp32 (the cost model's defaults are Adam's): bytes of state
   // (as the memory model counts them) and of traffic per parameter.
   cost.optimizer_state_bytes = optimizerStateBytes(job.optimizer);
@@ -163,7 +166,8 @@ std::string describe(const plan::Plan& plan) {
 }
 
 std::string summaryOf(const JobConfig& job, const plan::PlanResult& result,
-                      const std::vector<DeviceSpec>& ordered, const std::string& left_out) {
+                      const std::vector<DeviceSpec>& ordered, const std::string& left_out,
+                      const std::string& zero_note) {
   const plan::Plan& best = result.plans.front();
   std::string line = "plan = auto: " + describe(best) + " on " + toString(ordered) +
                      ": predicted " + milliseconds(best.predicted.step_seconds) + "/step; " +
@@ -171,12 +175,56 @@ std::string summaryOf(const JobConfig& job, const plan::PlanResult& result,
   if (result.plans.size() > 1)
     line += "; next best " + describe(result.plans[1]) + ", " +
             milliseconds(result.plans[1].predicted.step_seconds) + ": " + result.plans[1].reason;
-  if (!left_out.empty())
-    line += (best.zero_stage > 0 ? "; ZeRO: " : "; pipelines not considered: ") + left_out;
+  if (!left_out.empty()) line += "; pipelines not considered: " + left_out;
+  if (!zero_note.empty()) line += "; ZeRO: " + zero_note;
   if (best.stageCount() == 1 && best.replicas.size() > 1)
     line += job.balancer.mode == "off" ? "; the planned shares stay fixed (balance = off)"
                                        : "; the balancer starts from the planned shares";
   return line;
+}
+
+// The first job setting that keeps ZeRO out of the plan (what checkZero or checkElastic would
+// refuse with it, or what the planner does not price), or "" when the plan may shard.
+std::string zeroBlocker(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+  if (job.zero.stage != 0) return "zero.stage is set";
+  if (job.comm.sync_every != 1) return "comm.sync_every is set";
+  if (job.comm.compression != "none") return "comm.compression is set";
+  if (job.comm.algorithm != "flat") return "comm.algorithm is set";
+  if (job.elastic.enabled) return "elastic recovery does not recover ZeRO slices";
+  for (const DeviceSpec& device : devices)
+    if (device.memory_budget.has_value() != devices.front().memory_budget.has_value())
+      return "some devices have a memory budget and some do not";
+  return "";
+}
+
+// ZeRO's gain is the sharded optimizer step and the larger micro-batches the freed memory allows;
+// its cost, in stages 1 and 2, the parameter all-gather after the step, which nothing hides. Where
+// the two nearly cancel, the cost model cannot tell them apart (bench/zero.py measured no
+// difference between the stages on this host), and a replicated plan is what elastic recovery,
+// local SGD and the hierarchical all-reduce accept: so ZeRO must be predicted this much faster.
+constexpr double kZeroGain = 0.05;
+
+struct ZeroChoice {
+  bool take = false;
+  std::string note;  // for the summary; "" when ZeRO had nothing to offer
+};
+
+ZeroChoice weighZero(const plan::PlanResult& replicated, const plan::PlanResult& sharded) {
+  if (sharded.plans.empty() || sharded.plans.front().zero_stage == 0) return {};
+  const plan::Plan& zero = sharded.plans.front();
+  const std::string name = "ZeRO-" + std::to_string(zero.zero_stage);
+  if (replicated.plans.empty()) return {true, "nothing fits replicated"};
+  const double gain =
+      replicated.plans.front().predicted.step_seconds / zero.predicted.step_seconds - 1;
+  char percent[32];
+  std::snprintf(percent, sizeof percent, "%+.1f%%", 100 * gain);
+  if (gain >= kZeroGain)
+    return {true, name + " predicted " + percent + " faster than " +
+                      describe(replicated.plans.front()) + " (" +
+                      milliseconds(replicated.plans.front().predicted.step_seconds) + ")"};
+  return {false, name + " predicted " + milliseconds(zero.predicted.step_seconds) + ", " + percent +
+                     " against this plan, under the " +
+                     std::to_string(static_cast<int>(100 * kZeroGain)) + "% it must gain"};
 }
 
 }  // namespace
@@ -187,32 +235,37 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
   const plan::ModelProfile model = jobModelProfile(job, "job model " + job.model.kind);
   const std::string blocker = pipelineBlocker(job);
   const bool fp32 = computesInFp32(job, devices);
-  std::string left_out = blocker.empty() ? "" : blocker + " is set";
+  const std::string left_out = blocker.empty() ? "" : blocker + " is set";
   // The planner's memory model is the one the pipeline cut and the micro-batch sizing use (the
   // job's calibrated profile and optimizer), so what it plans fits by their reckoning too.
   plan::PlanResult result =
       plan::planCluster(cluster, model, planOptions(job, blocker.empty(), fp32));
-  // Nothing fits without ZeRO (pipelines included, where the job allows them): data parallelism
-  // with ZeRO, if the job leaves [zero] to the plan and runs what ZeRO combines with. The planner
-  // sizes ZeRO's shards evenly; the run sizes them by memory (zero.shards = "memory", the default),
-  // which fits wherever even shards do.
-  const bool zero_allowed = job.zero.stage == 0 && job.comm.sync_every == 1 &&
-                            job.comm.compression == "none" && job.comm.algorithm == "flat";
-  if (result.plans.empty() && zero_allowed) {
-    plan::PlanOptions sharded = planOptions(job, /*pipelines=*/false, fp32);
-    sharded.max_zero_stage = 3;
-    result = plan::planCluster(cluster, model, sharded);
-    if (!result.plans.empty()) left_out = "nothing fits replicated";
+  // ZeRO, where the job leaves [zero] to the plan and runs what ZeRO combines with: data
+  // parallelism with ZeRO-1 to 3, shards sized as the run sizes them (by memory with budgets).
+  const std::string zero_blocker = zeroBlocker(job, devices);
+  std::string zero_note;
+  if (zero_blocker.empty()) {
+    plan::PlanOptions options = planOptions(job, /*pipelines=*/false, fp32);
+    options.max_zero_stage = 3;
+    options.zero_in_pipelines = false;
+    options.zero_shards =
+        devices.front().memory_budget ? plan::ZeroShards::kMemory : plan::ZeroShards::kEven;
+    plan::PlanResult sharded = plan::planCluster(cluster, model, options);
+    const ZeroChoice choice = weighZero(result, sharded);
+    zero_note = choice.note;
+    if (choice.take) result = std::move(sharded);
   }
   if (result.plans.empty())
     CHORUS_THROW(ConfigError, "plan = \"auto\": no plan fits ", model.name, " with batch ",
                  job.train.global_batch, " on ", toString(devices), " (memory",
-                 zero_allowed ? ", ZeRO-1 to 3 with even shards included" : "", ")");
+                 zero_blocker.empty() ? std::string(", ZeRO-1 to 3 included")
+                                      : "; ZeRO not tried: " + zero_blocker,
+                 ")");
   PlannedJob planned;
   planned.plan = result.plans.front();
   const std::vector<DeviceSpec> ordered = rankDevices(planned.plan, devices);
   planned.settings = settingsOf(planned.plan, devices, ordered);
-  planned.summary = summaryOf(job, result, ordered, left_out);
+  planned.summary = summaryOf(job, result, ordered, left_out, zero_note);
   return planned;
 }
 
