@@ -36,6 +36,7 @@ struct PlanArgs {
   bool allow_compression = false;
   bool no_pipelines = false;
   bool gpipe = false;
+  std::string zero_shards = "memory";
   CostFlags cost;
   // One all-reduce priced alone: its size ("" = plan a model), algorithm and codec.
   std::string allreduce;
@@ -205,6 +206,8 @@ int runPlan(const PlanArgs& args) {
   options.allow_compression = args.allow_compression;
   options.allow_pipelines = !args.no_pipelines;
   if (args.gpipe) options.schedules = {plan::Schedule::kGpipe, plan::Schedule::kOneFOneB};
+  options.zero_shards =
+      args.zero_shards == "even" ? plan::ZeroShards::kEven : plan::ZeroShards::kMemory;
   options.cost = costOptions(args.cost, cluster);
   const bool fixed = !args.shares.empty() || !args.cuts.empty();
   const plan::PlanResult result = fixed ? fixedResult(args, cluster, model, options)
@@ -244,6 +247,13 @@ void addPlanCommand(CLI::App& app, Action& action) {
                     "Consider lossy fp16/int8 gradient compression across nodes");
   command->add_flag("--no-pipelines", args->no_pipelines, "Data parallelism only");
   command->add_flag("--gpipe", args->gpipe, "Also consider the GPipe schedule");
+  command
+      ->add_option("--zero-shards", args->zero_shards,
+                   "How data-parallel ZeRO plans size their shards: memory (each device's share "
+                   "of the sharded state by the memory it has left, as zero.shards = \"memory\" "
+                   "runs them) or even")
+      ->check(CLI::IsMember({"memory", "even"}))
+      ->capture_default_str();
   addCostFlags(*command, args->cost);
   command->add_option("--allreduce", args->allreduce,
                       "Price one fp32 all-reduce of SIZE bytes per device (e.g. 64M) over the "
