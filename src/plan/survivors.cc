@@ -76,10 +76,39 @@ void addRank(Plan& next, const Plan& plan, const std::map<int, const ReplicaPlan
   next.replicas.push_back(replica);
 }
 
+// ZeRO's shards of the next generation: the kept ranks' fractions, then each joiner's launch
+// fraction scaled as the kept ranks' fractions grew since launch (`kept_slots`: their launch
+// ranks; unscaled without them), all scaled to sum to 1. Shards sized by memory stay so: a rank's
+// fraction is its headroom over the group's, and no rank's headroom depends on the others. Empty
+// stays empty (even).
+std::vector<double> regroupZeroShards(const Plan& current, const std::vector<int>& kept,
+                                      const Plan& launch, const std::vector<int>& joiner_slots,
+                                      const std::vector<int>& kept_slots) {
+  if (current.zero_shards.empty()) return {};
+  const auto launchFraction = [&launch](int slot) {
+    return launch.zero_shards.empty() ? 1.0 / static_cast<double>(launch.ranks.size())
+                                      : launch.zero_shards.at(slot);
+  };
+  std::vector<double> fractions;
+  double now = 0, then = 0;
+  for (int rank : kept) {
+    fractions.push_back(current.zero_shards.at(rank));
+    now += fractions.back();
+  }
+  for (int slot : kept_slots) then += launchFraction(slot);
+  const double scale = kept_slots.size() == kept.size() && then > 0 ? now / then : 1.0;
+  for (int slot : joiner_slots) fractions.push_back(launchFraction(slot) * scale);
+  const double total = std::accumulate(fractions.begin(), fractions.end(), 0.0);
+  CHORUS_CHECK_CONFIG(total > 0, "survivors: the kept ranks hold no ZeRO shard");
+  for (double& fraction : fractions) fraction /= total;
+  return fractions;
+}
+
 }  // namespace
 
 Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& launch,
-                 const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares) {
+                 const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares,
+                 const std::vector<int>& kept_slots) {
   checkKept(kept, current.ranks.size());
   CHORUS_CHECK_CONFIG(shares.size() == kept.size() + joiner_slots.size(),
                       "survivors: ", shares.size(), " shares for ",
@@ -92,6 +121,7 @@ Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& 
   std::size_t index = 0;
   for (int rank : kept) addRank(next, current, current_replicas, rank, shares[index++]);
   for (int slot : joiner_slots) addRank(next, launch, launch_replicas, slot, shares[index++]);
+  next.zero_shards = regroupZeroShards(current, kept, launch, joiner_slots, kept_slots);
   return next;
 }
 

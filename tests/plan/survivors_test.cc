@@ -174,6 +174,27 @@ TEST(RegroupPlan, SurvivorsThenJoinersTakeTheirLaunchEntries) {
   EXPECT_EQ(joined.global_batch, 120);
 }
 
+TEST(RegroupPlan, ZeroShardsKeepTheirProportions) {
+  Plan launch = dataParallelPlan({10, 20, 40, 50});
+  launch.zero_stage = 2;
+  launch.zero_shards = {0.1, 0.2, 0.3, 0.4};
+  const Plan survivors = regroupPlan(launch, {0, 2, 3}, launch, {}, {12, 48, 60});
+  ASSERT_EQ(survivors.zero_shards.size(), 3u);
+  EXPECT_DOUBLE_EQ(survivors.zero_shards[0], 0.125);
+  EXPECT_DOUBLE_EQ(survivors.zero_shards[1], 0.375);
+  EXPECT_DOUBLE_EQ(survivors.zero_shards[2], 0.5);
+  EXPECT_NO_THROW(survivors.validate(launch.replicas[0].stages[0].last_layer));
+  // Launch rank 1's replacement brings back the launch fractions: the survivors (launch ranks 0,
+  // 2, 3) grew from 0.8 to 1 in all, and its 0.2 grows with them.
+  const Plan joined = regroupPlan(survivors, {0, 1, 2}, launch, {1}, {10, 40, 50, 20}, {0, 2, 3});
+  ASSERT_EQ(joined.zero_shards.size(), 4u);
+  const std::vector<double> launch_order{0.1, 0.3, 0.4, 0.2};
+  for (size_t r = 0; r < 4; ++r) EXPECT_NEAR(joined.zero_shards[r], launch_order[r], 1e-12);
+  // Even shards stay even.
+  launch.zero_shards.clear();
+  EXPECT_TRUE(regroupPlan(launch, {0, 2}, launch, {}, {60, 60}).zero_shards.empty());
+}
+
 TEST(RegroupPlan, WrongSizesAndSlotsAreRefused) {
   const Plan launch = dataParallelPlan({10, 20});
   EXPECT_THROW(regroupPlan(launch, {0}, launch, {}, {10, 20}), ConfigError);

@@ -192,7 +192,7 @@ const std::vector<JobRow>& jobRows() {
       {{"JOB-50", "ConfigError", "config key 'elastic.heartbeat_ms': must be at least 50"},
        {"elastic.enabled=true", "elastic.heartbeat_ms=10"}},
       {{"JOB-51", "ConfigError",
-        "config key 'zero.stage': cannot be combined with elastic.enabled = true"},
+        "config key 'zero.stage': with elastic.enabled = true needs checkpoint.dir"},
        {"elastic.enabled=true", "zero.stage=1"}},
       {{"JOB-52", "ConfigError",
         "config key 'parallel.pipeline_stages': cannot be combined with elastic.enabled = true"},

@@ -3,7 +3,8 @@
 // optimizer step (rank 0, the log's writer), during the recovery itself (a second failure), and
 // a hung worker (SIGSTOP) that is left out and refused when it comes back, a killed worker
 // that the agent replaces (elastic.max_restarts), whose replacement joins, and a worker killed
-// while a background checkpoint is being written. Each run must finish
+// while a background checkpoint is being written, and a ZeRO-2 rank whose slice comes back from
+// the last checkpoint. Each run must finish
 // with exit code 0, log every step exactly once, and end with the parameters of an uninterrupted
 // run (fixed shares, fp32: the reduction order is the only difference).
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "chorus/runtime/checkpoint/checkpoint.h"
@@ -273,6 +275,49 @@ TEST(ElasticMultiproc, KilledWhileAnAsyncCheckpointIsBeingWritten) {
   EXPECT_EQ(checkpoints.front(), runtime::checkpointName(kSteps));
   for (const std::string& name : checkpoints)
     EXPECT_NO_THROW(runtime::verifyCheckpoint(dir + "/" + name)) << name;
+  expectSameModel(run, reference("cpu,cpu,cpu", extra));
+}
+
+// ZeRO-2: a lost rank's slice of the optimizer state is held nowhere else. The survivors restore
+// the last complete checkpoint (after step 8; rank 1 dies in step 10's forward), resharded over
+// the two of them, and redo steps 9 and 10: step 9 is logged twice, and the run ends where an
+// uninterrupted one does.
+TEST(ElasticMultiproc, AZeroSliceOfALostRankComesBackFromTheLastCheckpoint) {
+  const std::string extra = "--set zero.stage=2 --set checkpoint.every=4";
+  const ElasticRun run = runElastic("zero", "cpu,cpu,cpu", "1:forward:9:KILL", extra);
+  expectRecovered(run, {0, 2}, {1});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 9);
+  EXPECT_NE(run.run.output.find("go on from step 8"), std::string::npos) << run.run.output;
+  std::vector<int> logged;
+  for (const auto& step : run.steps) logged.push_back(step.at("step").get<int>());
+  std::vector<int> expected;
+  for (int step = 1; step <= 9; ++step) expected.push_back(step);
+  for (int step = 9; step <= kSteps; ++step) expected.push_back(step);
+  EXPECT_EQ(logged, expected) << run.run.output;
+  expectSameModel(run, reference("cpu,cpu,cpu", extra));
+}
+
+// ZeRO-1 with a replacement: the loss and the join each take the members back to the last
+// checkpoint (a join reshards the slices too, and the old world is gone), the joiner included,
+// which restores its new slice from there. Every step is logged, the steps since a checkpoint
+// again after each restore, and the run ends where an uninterrupted one does.
+TEST(ElasticMultiproc, AReplacementOfAZeroRankRestoresItsSliceFromTheLastCheckpoint) {
+  const std::string extra =
+      "--set zero.stage=1 --set checkpoint.every=2 --set elastic.max_restarts=1";
+  const ElasticRun run =
+      runElastic("zero_restart", "cpu,cpu,cpu", "1:forward:2:KILL,0:forward:0:SLOW400", extra);
+  EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
+  ASSERT_GE(run.recoveries.size(), 1u) << run.run.output;
+  const nlohmann::json& join = run.recoveries.back();
+  EXPECT_EQ(join.at("joined").get<std::vector<int>>(), (std::vector<int>{3})) << join.dump();
+  EXPECT_EQ(join.at("members").get<std::vector<int>>(), (std::vector<int>{0, 2, 3}));
+  // Each recovery went back to a checkpoint: an even step.
+  for (const auto& recovery : run.recoveries)
+    EXPECT_EQ(recovery.at("redo_step").get<int>() % 2, 1) << recovery.dump();
+  std::set<int> logged;
+  for (const auto& step : run.steps) logged.insert(step.at("step").get<int>());
+  EXPECT_EQ(static_cast<int>(logged.size()), kSteps) << run.run.output;
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
   expectSameModel(run, reference("cpu,cpu,cpu", extra));
 }
 

@@ -46,9 +46,12 @@ BalancerState survivorBalancerState(const BalancerState& state, const std::vecto
 // (`joiner_slots`: the launch rank each joiner runs in place of), ranks renumbered in that order,
 // each replica with its share of `shares` (one per kept rank, then one per joiner). A replica
 // that ran its share in one pass still does (its micro-batch follows the share); a memory limit
-// stays. Throws ConfigError for a plan of pipeline replicas, ranks out of range or sizes that
-// differ.
+// stays. ZeRO shards (Plan::zero_shards) keep their proportions: the kept ranks' fractions and
+// the joiners' launch fractions, these scaled as the kept ones grew since launch (`kept_slots`:
+// the kept ranks' launch ranks; without them unscaled), all scaled to sum to 1. Throws ConfigError
+// for a plan of pipeline replicas, ranks out of range or sizes that differ.
 Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& launch,
-                 const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares);
+                 const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares,
+                 const std::vector<int>& kept_slots = {});
 
 }  // namespace chorus::plan

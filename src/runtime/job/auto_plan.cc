@@ -190,7 +190,8 @@ std::string zeroBlocker(const JobConfig& job, const std::vector<DeviceSpec>& dev
   if (job.comm.sync_every != 1) return "comm.sync_every is set";
   if (job.comm.compression != "none") return "comm.compression is set";
   if (job.comm.algorithm != "flat") return "comm.algorithm is set";
-  if (job.elastic.enabled) return "elastic recovery does not recover ZeRO slices";
+  if (job.elastic.enabled)
+    return "elastic recovery brings a lost ZeRO slice back only from the last checkpoint";
   for (const DeviceSpec& device : devices)
     if (device.memory_budget.has_value() != devices.front().memory_budget.has_value())
       return "some devices have a memory budget and some do not";

@@ -32,8 +32,11 @@ void checkElastic(const JobConfig& job) {
   const std::string with = "cannot be combined with elastic.enabled = true";
   require(job.parallel.pipeline_stages == 1, "parallel.pipeline_stages",
           with + " (recovering a lost pipeline stage is not built; data parallelism only)");
-  require(job.zero.stage == 0, "zero.stage",
-          with + " (recovering a lost rank's ZeRO slices is not built)");
+  // A lost rank's ZeRO slice exists nowhere else: the survivors go back to the last checkpoint
+  // (the job writes one at its first step), so there must be somewhere to write them.
+  require(job.zero.stage == 0 || !job.checkpoint.dir.empty(), "zero.stage",
+          "with elastic.enabled = true needs checkpoint.dir: a lost rank's ZeRO slice comes back "
+          "only from the last checkpoint");
   require(job.comm.sync_every == 1, "comm.sync_every",
           with + " (under local SGD the replicas differ between averages, so no survivor " +
               "holds the state of a lost one)");

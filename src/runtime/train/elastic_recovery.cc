@@ -5,7 +5,10 @@
 // survivors, a joiner's share planned as its device was at launch), and the loop redoes the
 // interrupted step: the parameters and the optimizer state change only after a step's reduction
 // completed on every rank, and the sampler's batches depend on the step alone, so the run goes on
-// along the trajectory of an uninterrupted one. A joiner starts here too (joinRunningJob).
+// along the trajectory of an uninterrupted one. Not with ZeRO: a lost rank's slice of the
+// optimizer state is held nowhere else, so the members restore the last complete checkpoint,
+// resharded over the new generation, and redo the steps since. A joiner starts here too
+// (joinRunningJob).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -90,8 +93,8 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, const Change&
   const std::vector<std::int64_t> shares =
       plan::regroupShares(s.engine->shares(), change.kept, plannedShares(s.launch_plan, kept_slots),
                           plannedShares(s.launch_plan, change.joiner_slots));
-  const plan::Plan next_plan =
-      plan::regroupPlan(s.plan, change.kept, s.launch_plan, change.joiner_slots, shares);
+  const plan::Plan next_plan = plan::regroupPlan(s.plan, change.kept, s.launch_plan,
+                                                 change.joiner_slots, shares, kept_slots);
   nlohmann::json slots = nlohmann::json::array();
   for (int member : next.members) {
     const auto joined = next.joined.find(member);
@@ -117,10 +120,24 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
     s.slots[pair.at(0).get<int>()] = pair.at(1).get<int>();
   s.engine.reset();  // its reducer's hooks go before the new one's are set
   s.engine = makeDataParallelEngine(c, s.plan);
-  s.engine->adopt(handover, carry);
   s.engine_members = next.members;
   s.next_step = next.step;
+  if (parsed.contains("checkpoint")) {
+    // ZeRO: the lost slices come back from the last checkpoint, resharded over this generation,
+    // and the run goes on from its step.
+    restoreCheckpoint(s, parsed.at("checkpoint").get<std::string>());
+  } else {
+    s.engine->adopt(handover, carry);
+  }
   resetCheckpointWriter(s, next.number);
+}
+
+// The checkpoint a ZeRO job's next generation restores: the last complete one (every job with
+// elastic recovery and ZeRO writes one before its first step).
+std::string withLastCheckpoint(const Trainer::State& s, const std::string& header) {
+  nlohmann::json parsed = nlohmann::json::parse(header);
+  parsed["checkpoint"] = resolveCheckpoint("latest", s.context->job.checkpoint.dir);
+  return parsed.dump();
 }
 
 // One attempt: agree, regroup, hand over, rebuild. Throws CommError when another member is lost
@@ -137,8 +154,12 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   std::string header, handover;
   if (next.source == c.worker->member()) {
     const Regroup regroup = regroupOf(s, next, change);
-    header = regroup.header;
-    handover = s.engine->handover(change.kept, regroup.shares);
+    if (s.plan.zero_stage > 0) {
+      header = withLastCheckpoint(s, regroup.header);
+    } else {
+      header = regroup.header;
+      handover = s.engine->handover(change.kept, regroup.shares);
+    }
   }
   const LocalCarry carry = s.engine->localCarry();
   membership.regroup(next);
@@ -149,7 +170,7 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   record.lost = next.lost;
   for (const auto& joined : next.joined) record.joined.push_back(joined.first);
   record.reason = next.reason;
-  record.step = next.step;
+  record.step = s.next_step;  // next.step, or the checkpoint's for ZeRO
   record.source = next.source;
   record.shares = s.engine->shares();
   record.agree_seconds = agree_seconds;

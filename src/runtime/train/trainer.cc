@@ -56,14 +56,15 @@ ElasticOptions elasticOptions(const JobConfig& job, const Worker& worker) {
   return options;
 }
 
-// Elastic recovery runs one-stage replicas without ZeRO; a plan = "auto" job may have been given
-// another plan, which the job's own checks could not see.
+// Elastic recovery runs one-stage replicas, with ZeRO only where checkpoints are written; a plan
+// given with --plan may differ from the job's own settings, which the job's checks saw.
 void checkElasticPlan(const JobConfig& job, const plan::Plan& plan) {
   if (!job.elastic.enabled) return;
   CHORUS_CHECK_CONFIG(plan.stageCount() == 1, "elastic.enabled: the plan has ", plan.stageCount(),
                       " stages per replica; recovering a lost pipeline stage is not built");
-  CHORUS_CHECK_CONFIG(plan.zero_stage == 0, "elastic.enabled: the plan shards with ZeRO stage ",
-                      plan.zero_stage, "; recovering a lost rank's slices is not built");
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || !job.checkpoint.dir.empty(),
+                      "elastic.enabled: the plan shards with ZeRO stage ", plan.zero_stage,
+                      ", whose lost slices come back only from a checkpoint: set checkpoint.dir");
 }
 
 // Runs `body`; with elastic recovery, a CommError (a lost worker) is recovered from and `body`
@@ -178,6 +179,9 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   TrainResult result;
   Stopwatch clock;
   std::int64_t samples = 0;
+  // Elastic recovery brings a lost rank's ZeRO slice back from the last checkpoint: there must be
+  // one from the start.
+  if (s.membership && s.plan.zero_stage > 0) elastically(s, hooks, [&] { checkpoint(true); });
   while (s.next_step < train.steps) {
     StepRecord record;
     elastically(s, hooks, [&] { record = step(inner); });

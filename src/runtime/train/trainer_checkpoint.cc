@@ -66,8 +66,7 @@ std::string Trainer::checkpoint() {
   return s.last_checkpoint_path;
 }
 
-void Trainer::resume(const std::string& checkpoint_dir) {
-  State& s = *state_;
+void restoreCheckpoint(Trainer::State& s, const std::string& checkpoint_dir) {
   TrainingContext& c = *s.context;
   translateRestoreErrors(checkpoint_dir, [&] {
     CheckpointSource source{checkpoint_dir, readManifest(checkpoint_dir), {}};
@@ -77,7 +76,13 @@ void Trainer::resume(const std::string& checkpoint_dir) {
     s.next_step = resumeSampler(*c.sampler, source.saved.at("sampler"));
     s.last_checkpoint_step = s.next_step;
   });
-  if (c.worker->rank() == 0) logInfo("resumed from ", checkpoint_dir, " at step ", s.next_step);
+}
+
+void Trainer::resume(const std::string& checkpoint_dir) {
+  State& s = *state_;
+  restoreCheckpoint(s, checkpoint_dir);
+  if (s.context->worker->rank() == 0)
+    logInfo("resumed from ", checkpoint_dir, " at step ", s.next_step);
 }
 
 // Asynchronous checkpoints snapshot now and write on a background thread while training goes on.

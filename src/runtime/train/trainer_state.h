@@ -96,10 +96,16 @@ struct Trainer::State {
 bool writeCheckpointIfDue(Trainer::State& s, bool final_or_requested);
 // Waits for a background write in flight, if any; rethrows its error.
 void finishPendingCheckpoint(Trainer::State& s);
+// Restores the engine and the sampler from the checkpoint at `checkpoint_dir` (resharding ZeRO's
+// slices when the world differs) and sets next_step to its step. Collective over the engine's
+// world when the engine's restore is.
+void restoreCheckpoint(Trainer::State& s, const std::string& checkpoint_dir);
 
 // Elastic recovery (elastic_recovery.cc) after `failure`, a CommError of the current generation:
 // agrees on the survivors with the others, rebuilds the engine for their plan from the state of
-// the survivor that got furthest, and sets next_step to the step to redo. Tries again when
+// the survivor that got furthest, and sets next_step to the step to redo. A ZeRO engine's lost
+// slice exists nowhere else: it rebuilds from the last complete checkpoint instead, and next_step
+// goes back to that checkpoint's step. Tries again when
 // another member is lost meanwhile. Throws CommError when this worker was left out, or (after a
 // checkpoint, with checkpoint.dir) when fewer than elastic.min_devices are left.
 void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const TrainerHooks& hooks);
