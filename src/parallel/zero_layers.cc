@@ -1,8 +1,6 @@
 #include "chorus/parallel/zero_layers.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/Allocator.h>
-#include <c10/core/StorageImpl.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -10,27 +8,9 @@
 
 #include "chorus/core/error.h"
 #include "chorus/model/zoo_model.h"
+#include "chorus/parallel/storage_bytes.h"
 
 namespace chorus::parallel {
-namespace {
-
-// Drops the bytes of `buffer`'s storage, keeping the storage object that views share.
-void dropBytes(const at::Tensor& buffer) {
-  c10::StorageImpl* storage = buffer.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, buffer.device()));
-  storage->set_nbytes(0);
-}
-
-// Gives `buffer`'s storage its bytes again, from the device's allocator as it is now (a memory
-// budget installed after the buffer was made counts them).
-void allocateBytes(const at::Tensor& buffer) {
-  c10::StorageImpl* storage = buffer.storage().unsafeGetStorageImpl();
-  const std::size_t bytes = static_cast<std::size_t>(buffer.numel()) * buffer.element_size();
-  storage->set_data_ptr_noswap(c10::GetAllocator(buffer.device().type())->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
-
-}  // namespace
 
 struct ZeroLayers::Layer {
   std::int64_t begin = 0, end = 0;   // the layer's range of the flat order
@@ -93,7 +73,7 @@ ZeroLayers::ZeroLayers(std::vector<at::Tensor> parameters,
           parameter.register_hook([this, at](const at::Tensor&) { onParameterGradient(at); }));
       hooked_.push_back(parameter);
     }
-    dropBytes(layer.buffer);
+    dropStorageBytes(layer.buffer);
   }
 }
 
@@ -125,7 +105,7 @@ int ZeroLayers::gatheredLayers() const {
 void ZeroLayers::startGather(int l) {
   Layer& layer = layers_.at(l);
   if (layer.gathered || layer.end == layer.begin) return;
-  allocateBytes(layer.buffer);
+  allocateStorageBytes(layer.buffer);
   layer.gathered = true;
   layer.work = communicator_->allGatherV(layer.piece, layer.buffer, layer.counts);
 }
@@ -154,7 +134,7 @@ void ZeroLayers::free(int l) {
   Layer& layer = layers_[l];
   if (!layer.gathered) return;
   if (layer.work) awaitGather(l);  // the transport may still write into the bytes
-  dropBytes(layer.buffer);
+  dropStorageBytes(layer.buffer);
   layer.gathered = false;
 }
 

@@ -134,9 +134,8 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
     if (zero < from_stage) return bytes;
     return request.shard_fraction > 0 ? bytes * request.shard_fraction : bytes / request.group;
   };
-  const double resident = request.whole_model ? params_.back() : params;
   MemoryEstimate bytes;
-  bytes.weights = sharded(resident * kParameterBytes, 3);
+  bytes.weights = sharded(params * kParameterBytes, 3);
   // The local gradients are whole in every stage (parallel/zero.h): accumulated over micro-batches
   // before the reduction; ZeRO-2 frees each one as it is copied into its bucket.
   const double gradients = params * kParameterBytes;
@@ -221,7 +220,6 @@ StageMemoryRequest trainerStageRequest(int first, int last, int layers, Dtype dt
     request.gradients_held = micro_batches > 1;
   } else {
     request.batch_micro_batches = micro_batches;
-    request.whole_model = true;
     // The engine posts a stage's next receive before it computes (prefetch), and backward holds
     // the received gradient until the stage's backward pass ends.
     if (last < layers) request.received_gradients = std::min(2, in_flight + 1);

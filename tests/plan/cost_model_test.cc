@@ -100,7 +100,6 @@ TEST(CostModel, StageMemoryIsTheMemoryModels) {
   stage.in_flight = 2;
   stage.checkpointing = Checkpointing::kLayer;
   stage.batch_micro_batches = 4;
-  stage.whole_model = true;
   stage.received_gradients = 2;
   stage.prefetched_inputs = 1;
   EXPECT_DOUBLE_EQ(model.stageMemory(Dtype::kFp32, 1, 3, 2, 2, 0, 1, true, 4),

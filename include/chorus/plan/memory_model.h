@@ -4,8 +4,8 @@
 // budget (runtime) all ask it, so they cannot disagree.
 //
 // A rank running layers [first, last) of a model holds, in bytes:
-//   state        fp32 weights (autocast keeps fp32 master parameters) of its layers, or of the
-//                whole model where the runtime builds all of it (sharded by ZeRO 3); fp32
+//   state        fp32 weights (autocast keeps fp32 master parameters) of its layers (sharded by
+//                ZeRO 3; a pipeline rank builds the whole model but keeps its stage's); fp32
 //                gradients (whole in every stage: the local ones exist before the reduction); the
 //                optimizer's state (MemoryOptions), sharded by ZeRO 1 and up, which then adds an
 //                fp32 master copy of the rank's slice (in stage 3 that is its weights) and the
@@ -100,9 +100,6 @@ struct StageMemoryRequest {
   // Inputs received ahead of their forward pass (a later pipeline stage posts the next receive
   // while it computes). Default: 0.
   int prefetched_inputs = 0;
-  // Whether the rank holds the weights of every layer, though it trains only its own: the
-  // pipeline trainer builds the whole model on every rank. Default: false.
-  bool whole_model = false;
 };
 
 // Predicted bytes of one rank at its peak, by kind. Value type.
@@ -169,8 +166,9 @@ class MemoryModel {
 // stage and group, `checkpointing` when the stage checkpoints, of a model of `layers` layers. A
 // one-stage replica (the data-parallel trainer) holds the reducer's buckets, loads one
 // micro-batch at a time and holds its gradients at the peak only when it accumulates
-// (micro_batches > 1); a pipeline stage holds the data of its replica's share (at the ends), the
-// whole model's weights (the pipeline trainer builds all of it) and its transfers' buffers. The
+// (micro_batches > 1); a pipeline stage holds the data of its replica's share (at the ends), its
+// layers' weights (the pipeline trainer drops the others' after building) and its transfers'
+// buffers. The
 // planner's search, rankMemory() and the pipeline cut ask the model through it.
 StageMemoryRequest trainerStageRequest(int first, int last, int layers, Dtype dtype,
                                        double micro_batch, int in_flight, int micro_batches,

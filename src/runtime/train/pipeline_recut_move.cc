@@ -7,13 +7,14 @@
 // kind (0 none, 1 SGD, 2 AdamW), then per parameter whether it has state, its AdamW step and
 // whether it has max_exp_avg_sq — then one flat tensor of the parameters' values followed by
 // their state tensors, parameter by parameter. The receiver knows the parameters' shapes: every
-// rank holds the whole model.
+// rank builds the whole model (and holds the values of its stage's layers only).
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
 #include "chorus/core/error.h"
+#include "chorus/parallel/storage_bytes.h"
 #include "train/pipeline_recut.h"
 #include "train/pipeline_stage_engine.h"
 
@@ -150,6 +151,8 @@ void receive(PipelineStageEngine& s, const Group& group, int index, ReceivedStat
   };
   for (std::size_t p = 0; p < parameters.size(); ++p) {
     at::Tensor parameter = parameters[p];
+    // A layer of another stage until now: this rank held its shape only.
+    if (parallel::storageBytesDropped(parameter)) parallel::allocateStorageBytes(parameter);
     parameter.copy_(next(parameter));
     const void* key = parameter.unsafeGetTensorImpl();
     if (counts[p] == 0) continue;
@@ -193,6 +196,7 @@ void rebuildStage(PipelineStageEngine& s, const std::vector<int>& cuts, Received
   std::unique_ptr<torch::optim::Optimizer> old_optimizer = std::move(s.optimizer);
   s.engine.reset();
   s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, cuts, resources);
+  s.holdStageLayersOnly();
   s.stage_cuts = cuts;
   s.attachUnscaler();
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());

@@ -190,6 +190,7 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   s.codec = jobCodec(s.job);
   s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts,
                                                         engineResources(nullptr));
+  s.holdStageLayersOnly();
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
   if (parallel::needsLossScaling(s.options.precision))
     s.scaler.emplace(lossScalerOptions(s.job.precision, s.worker->identity().device.kind));

@@ -1,6 +1,6 @@
 // Private to runtime: the step engine of a plan with S > 1 stages per replica — pipeline and hybrid
 // parallelism (trainer.h). Its files: pipeline_stage_engine.cc (construction and the step),
-// pipeline_stage_evaluation.cc and pipeline_stage_checkpoint.cc.
+// pipeline_stage_evaluation.cc, pipeline_stage_checkpoint.cc and pipeline_stage_layers.cc.
 #pragma once
 
 #include <torch/optim.h>
@@ -24,7 +24,8 @@ namespace chorus::runtime {
 
 // One rank's stage: owns the parallel::PipelineEngine over the stage's layers, the optimizer over
 // their parameters and the replicas' balancer; the job, data, sampler and model (all of it is
-// built with the job's seed; only the stage's layers train here) are the context's. The members
+// built with the job's seed; only the stage's layers train here and hold values) are the
+// context's. The members
 // are the state its files share. Used by one thread; non-copyable.
 struct PipelineStageEngine final : StepEngine {
   PipelineStageEngine(TrainingContext& context, const plan::Plan& plan);
@@ -53,6 +54,11 @@ struct PipelineStageEngine final : StepEngine {
   parallel::PipelineResources engineResources(const parallel::PipelineEngine* previous) const;
   // Hooks an fp16 stage's unscaler onto the engine's parameters (again after a new cut).
   void attachUnscaler();
+  // Keeps the values of the stage's layers only (pipeline_stage_layers.cc): every rank builds the
+  // whole model, and the other layers' parameters give their bytes back; a stage parameter
+  // without bytes (a layer a new cut brought here) gets them again, uninitialized. Again after a
+  // new cut.
+  void holdStageLayersOnly();
 
   int stages() const { return options.pipeline_stages; }
   bool firstStage() const { return position().stage == 0; }

@@ -1,0 +1,32 @@
+#include "chorus/parallel/storage_bytes.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/StorageImpl.h>
+
+namespace chorus::parallel {
+namespace {
+
+std::size_t elementBytes(const at::Tensor& tensor) {
+  return static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
+}
+
+}  // namespace
+
+void dropStorageBytes(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+void allocateStorageBytes(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  const std::size_t bytes = elementBytes(tensor);
+  storage->set_data_ptr_noswap(c10::GetAllocator(tensor.device().type())->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+bool storageBytesDropped(const at::Tensor& tensor) {
+  return tensor.numel() > 0 && tensor.storage().nbytes() < elementBytes(tensor);
+}
+
+}  // namespace chorus::parallel
