@@ -3,11 +3,19 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/StorageImpl.h>
 
+#include <algorithm>
+#include <map>
+
 namespace chorus::parallel {
 namespace {
 
 std::size_t elementBytes(const at::Tensor& tensor) {
   return static_cast<std::size_t>(tensor.numel()) * tensor.element_size();
+}
+
+// Bytes of the storage a contiguous tensor reaches: its offset and its elements.
+std::size_t extentBytes(const at::Tensor& tensor) {
+  return static_cast<std::size_t>(tensor.storage_offset() + tensor.numel()) * tensor.element_size();
 }
 
 }  // namespace
@@ -26,7 +34,20 @@ void allocateStorageBytes(const at::Tensor& tensor) {
 }
 
 bool storageBytesDropped(const at::Tensor& tensor) {
-  return tensor.numel() > 0 && tensor.storage().nbytes() < elementBytes(tensor);
+  return tensor.numel() > 0 && tensor.storage().nbytes() < extentBytes(tensor);
+}
+
+void allocateDroppedStorages(const std::vector<at::Tensor>& tensors) {
+  std::map<c10::StorageImpl*, std::size_t> needed;
+  for (const at::Tensor& tensor : tensors) {
+    if (!storageBytesDropped(tensor)) continue;
+    std::size_t& bytes = needed[tensor.storage().unsafeGetStorageImpl()];
+    bytes = std::max(bytes, extentBytes(tensor));
+  }
+  for (const auto& [storage, bytes] : needed) {
+    storage->set_data_ptr_noswap(c10::GetAllocator(storage->device_type())->allocate(bytes));
+    storage->set_nbytes(bytes);
+  }
 }
 
 }  // namespace chorus::parallel

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_model.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 
 namespace {
@@ -81,31 +82,9 @@ bool waitFor(const std::function<bool()>& done, std::chrono::seconds limit) {
   return false;
 }
 
-// Every tensor of a module archive (submodules are nested archives), by dotted name.
-void collectTensors(torch::serialize::InputArchive& archive, const std::string& prefix,
-                    std::map<std::string, at::Tensor>& tensors) {
-  for (const auto& key : archive.keys()) {
-    at::Tensor value;
-    torch::serialize::InputArchive nested;
-    if (archive.try_read(key, value))
-      tensors[prefix + key] = value;
-    else if (archive.try_read(key, nested))
-      collectTensors(nested, prefix + key + ".", tensors);
-  }
-}
-
 // The checkpoint's model; a ZeRO-3 checkpoint's consolidated from its slices first.
 std::map<std::string, at::Tensor> modelOf(const std::string& checkpoint) {
-  std::string file = checkpoint + "/model.pt";
-  if (!std::filesystem::exists(file)) {
-    file = checkpoint + ".consolidated.pt";
-    chorus::runtime::consolidateCheckpoint(checkpoint, file);
-  }
-  torch::serialize::InputArchive archive;
-  archive.load_from(file);
-  std::map<std::string, at::Tensor> tensors;
-  collectTensors(archive, "", tensors);
-  return tensors;
+  return chorus::testing::checkpointModel(checkpoint);
 }
 
 std::vector<std::string> jobArgs(const std::string& dir) {

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "checkpoint_model.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus_cli.h"
 
@@ -51,15 +52,8 @@ struct ElasticRun {
 
 std::map<std::string, at::Tensor> finalModel(const std::string& dir) {
   const auto checkpoints = runtime::listCheckpoints(dir);
-  std::map<std::string, at::Tensor> tensors;
-  if (checkpoints.empty()) return tensors;
-  torch::serialize::InputArchive archive;
-  archive.load_from(dir + "/" + checkpoints.front() + "/model.pt");
-  for (const auto& key : archive.keys()) {
-    at::Tensor value;
-    if (archive.try_read(key, value)) tensors[key] = value;
-  }
-  return tensors;
+  if (checkpoints.empty()) return {};
+  return checkpointModel(dir + "/" + checkpoints.front());
 }
 
 // Runs the job with CHORUS_FAULT=`fault` on `devices`.
@@ -294,6 +288,17 @@ TEST(ElasticMultiproc, AZeroSliceOfALostRankComesBackFromTheLastCheckpoint) {
   for (int step = 1; step <= 9; ++step) expected.push_back(step);
   for (int step = 9; step <= kSteps; ++step) expected.push_back(step);
   EXPECT_EQ(logged, expected) << run.run.output;
+  expectSameModel(run, reference("cpu,cpu,cpu", extra));
+}
+
+// ZeRO-3: the parameters too are sliced; the survivors take the lost rank's slice of them from the
+// checkpoint as well (its rank file; a ZeRO-3 checkpoint has no model file).
+TEST(ElasticMultiproc, AZeroThreeRanksParametersComeBackFromTheLastCheckpoint) {
+  const std::string extra = "--set zero.stage=3 --set checkpoint.every=4";
+  const ElasticRun run = runElastic("zero3", "cpu,cpu,cpu", "2:forward:9:KILL", extra);
+  expectRecovered(run, {0, 1}, {2});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 9);
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
   expectSameModel(run, reference("cpu,cpu,cpu", extra));
 }
 

@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace chorus::parallel {
 
 // Drops the bytes of `tensor`'s storage, keeping the storage object that views share. Reading
@@ -18,5 +20,9 @@ void allocateStorageBytes(const at::Tensor& tensor);
 
 // Whether `tensor`'s storage holds fewer bytes than its elements need (dropped).
 bool storageBytesDropped(const at::Tensor& tensor);
+
+// Gives every dropped storage among `tensors` bytes again, uninitialized, enough for all of
+// `tensors` that view it (ZeRO-3's parameters are views of one flat buffer per layer).
+void allocateDroppedStorages(const std::vector<at::Tensor>& tensors);
 
 }  // namespace chorus::parallel

@@ -19,6 +19,7 @@
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
+#include "chorus/parallel/storage_bytes.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/survivors.h"
 #include "train/data_parallel_engine.h"
@@ -119,6 +120,9 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   for (const auto& pair : parsed.at("slots"))
     s.slots[pair.at(0).get<int>()] = pair.at(1).get<int>();
   s.engine.reset();  // its reducer's hooks go before the new one's are set
+  // ZeRO-3 leaves the parameters without bytes between steps, and the next engine is built over
+  // them (their values come from the checkpoint).
+  parallel::allocateDroppedStorages(c.model->parameters());
   s.engine = makeDataParallelEngine(c, s.plan);
   s.engine_members = next.members;
   s.next_step = next.step;
