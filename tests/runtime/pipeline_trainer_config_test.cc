@@ -121,7 +121,7 @@ TEST(ParallelConfig, EachBadValueGetsItsOwnMessage) {
       {{"comm.compression=int8"},
        "config key 'comm.compression': needs parallel.replicas > 1 in a pipeline"},
       {{"comm.algorithm=hierarchical"}, "config key 'comm.algorithm': is not supported with"},
-      {{"devices=cpu,cpu/64KiB"}, "fits the devices' memory"},
+      {{"devices=cpu,cpu/4KiB"}, "fits the devices' memory"},
   };
   for (const BadCase& bad : cases) {
     const std::string message = errorOf(bad.settings);
