@@ -152,8 +152,8 @@ TEST(MemoryModel, PipelineStagesHoldTheirDataTransfersAndTheirLayers) {
   profile.target_bytes = 8;
   const MemoryModel model(profile, MemoryOptions{0});
   // The last stage, 1F1B with one micro-batch of 2 in flight, 4 per step: its layers' weights
-  // (the trainer drops the others'), their gradients and a fresh one, the targets of 8 samples, the next input received
-  // ahead (2 x 10), and backward's peak (2 x (10 + 500 + 7)).
+  // (the trainer drops the others'), their gradients and a fresh one, the targets of 8 samples,
+  // the next input received ahead (2 x 10), and backward's peak (2 x (10 + 500 + 7)).
   const StageMemoryRequest last =
       trainerStageRequest(1, 3, 3, Dtype::kFp32, 2, 1, 4, 0, 1, Checkpointing::kNone);
   EXPECT_DOUBLE_EQ(model.peakBytes(last), 8000 + 8000 + 4000 + (8 * 8 + 2 * 10 + 2 * 517));
