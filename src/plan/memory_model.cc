@@ -290,6 +290,11 @@ std::vector<double> proportionalFractions(const ShardedSplit& split,
 
 }  // namespace
 
+StageMemoryRequest zeroShardRequest(int layers, Dtype dtype, int zero_stage, int group) {
+  return trainerStageRequest(0, layers, layers, dtype, 1, 1, 2, zero_stage, group,
+                             Checkpointing::kNone);
+}
+
 std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
                                        std::vector<StageMemoryRequest> requests,
                                        const std::vector<double>& usable,

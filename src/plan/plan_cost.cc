@@ -42,10 +42,8 @@ std::optional<std::vector<double>> zeroShards(const CostModel& model, const Plan
   std::vector<double> usable;
   for (int id : devices) {
     const DeviceType& type = model.cluster().device(id).type;
-    // One sample, accumulating, as the runtime's maxMicroBatch sees a rank.
-    requests.push_back(trainerStageRequest(0, layers, layers,
-                                           CostModel::trainingDtype(type, options.precision), 1, 1,
-                                           2, zero_stage, n, Checkpointing::kNone));
+    requests.push_back(
+        zeroShardRequest(layers, CostModel::trainingDtype(type, options.precision), zero_stage, n));
     usable.push_back(model.capacity(type));
   }
   return fitZeroShardsByMemory(model.memory(), std::move(requests), usable);

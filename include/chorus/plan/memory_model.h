@@ -192,6 +192,11 @@ std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
                                        const std::vector<double>& usable,
                                        const std::vector<std::string>& names);
 
+// A data-parallel rank's request as ZeRO's shards by memory size it, in the runtime and the
+// planner alike: the whole model of `layers` layers in `dtype`, one sample, accumulating (as the
+// trainers' micro-batch sizing sees a rank), ZeRO `zero_stage` over `group` ranks.
+StageMemoryRequest zeroShardRequest(int layers, Dtype dtype, int zero_stage, int group);
+
 // The same fractions without the diagnosis (the planner's search): nullopt where
 // zeroShardsByMemory throws.
 std::optional<std::vector<double>> fitZeroShardsByMemory(const MemoryModel& memory,

@@ -21,10 +21,8 @@ std::vector<double> fractionsByMemory(const JobConfig& job,
   std::vector<std::string> names;
   for (int r = 0; r < ranks; ++r) {
     const plan::Dtype dtype = plan::parseDtype(precisionOf(job.precision, r, devices[r]));
-    // As maxMicroBatch sees a rank: one sample, accumulating (runtime/train/optimization.cc).
-    requests.push_back(plan::trainerStageRequest(0, layers, layers, dtype, 1, 1, 2,
-                                                 static_cast<int>(job.zero.stage), ranks,
-                                                 plan::Checkpointing::kNone));
+    requests.push_back(
+        plan::zeroShardRequest(layers, dtype, static_cast<int>(job.zero.stage), ranks));
     // maxMicroBatch keeps a tenth of a budget spare.
     usable.push_back(0.9 * static_cast<double>(*devices[r].memory_budget));
     names.push_back(devices[r].toString());
