@@ -188,4 +188,28 @@ BalancerState survivorBalancerState(const BalancerState& state, const std::vecto
   return next;
 }
 
+int addJoinedDevice(Plan& launch, RankPlan rank, std::int64_t micro_batch) {
+  replicaOfRank(launch);  // one-stage replicas only
+  CHORUS_CHECK_CONFIG(launch.zero_stage == 0,
+                      "survivors: a new device cannot join a job that "
+                      "shards with ZeRO stage ",
+                      launch.zero_stage);
+  CHORUS_CHECK_CONFIG(!launch.replicas.empty(), "survivors: a launch plan without replicas");
+  std::int64_t total = 0;
+  for (const ReplicaPlan& replica : launch.replicas) total += replica.share;
+  const auto replicas = static_cast<std::int64_t>(launch.replicas.size());
+  const std::int64_t share = std::max<std::int64_t>(1, (total + replicas / 2) / replicas);
+  const int slot = static_cast<int>(launch.ranks.size());
+  rank.device = slot;
+  launch.ranks.push_back(std::move(rank));
+  ReplicaPlan replica;
+  replica.share = static_cast<int>(share);
+  StagePlan stage = launch.replicas.front().stages.front();  // the layers, checkpointing
+  stage.rank = slot;
+  stage.micro_batch = static_cast<int>(micro_batch > 0 ? std::min(micro_batch, share) : share);
+  replica.stages.push_back(stage);
+  launch.replicas.push_back(replica);
+  return slot;
+}
+
 }  // namespace chorus::plan

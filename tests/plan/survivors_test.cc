@@ -201,5 +201,41 @@ TEST(RegroupPlan, WrongSizesAndSlotsAreRefused) {
   EXPECT_THROW(regroupPlan(launch, {0}, launch, {5}, {10, 20}), ConfigError);
 }
 
+TEST(AddJoinedDevice, ANewDeviceTakesTheLaunchMeanShareAndRegroupsLikeALaunchRank) {
+  Plan launch = dataParallelPlan({10, 20, 40, 51});
+  RankPlan device;
+  device.device_type = "cpu@0.5";
+  device.node = "node1";
+  const int slot = addJoinedDevice(launch, device, 0);
+  EXPECT_EQ(slot, 4);
+  ASSERT_EQ(launch.ranks.size(), 5u);
+  EXPECT_EQ(launch.ranks[4].device_type, "cpu@0.5");
+  EXPECT_EQ(launch.ranks[4].device, 4);
+  EXPECT_EQ(launch.replicas[4].share, 30);  // 121 / 4, rounded
+  EXPECT_EQ(launch.replicas[4].stages[0].rank, 4);
+  EXPECT_EQ(launch.replicas[4].stages[0].micro_batch, 30);  // one pass
+  EXPECT_EQ(launch.replicas[4].stages[0].last_layer, 3);
+  // Joining four running members as their fifth rank: its entry, renumbered.
+  const Plan current = dataParallelPlan({10, 20, 40, 51});
+  const Plan joined = regroupPlan(current, {0, 1, 2, 3}, launch, {slot}, {8, 16, 32, 41, 24});
+  ASSERT_EQ(joined.ranks.size(), 5u);
+  EXPECT_EQ(joined.ranks[4].node, "node1");
+  EXPECT_EQ(joined.replicas[4].share, 24);
+  EXPECT_EQ(joined.replicas[4].stages[0].micro_batch, 24);
+  // A micro-batch cap applies; a second device gets the next slot.
+  EXPECT_EQ(addJoinedDevice(launch, device, 8), 5);
+  EXPECT_EQ(launch.replicas[5].stages[0].micro_batch, 8);
+}
+
+TEST(AddJoinedDevice, ZeroAndPipelinesAreRefused) {
+  Plan zero = dataParallelPlan({10, 20});
+  zero.zero_stage = 1;
+  EXPECT_THROW(addJoinedDevice(zero, RankPlan{}, 0), ConfigError);
+  Plan pipeline = dataParallelPlan({10, 20});
+  pipeline.replicas[0].stages.push_back(pipeline.replicas[1].stages[0]);
+  pipeline.replicas.pop_back();
+  EXPECT_THROW(addJoinedDevice(pipeline, RankPlan{}, 0), ConfigError);
+}
+
 }  // namespace
 }  // namespace chorus::plan

@@ -104,6 +104,15 @@ const std::vector<CliRow>& cliRows() {
        "train " + kSyntheticJob + " -H a,b --nnodes 2"},
       {{"CLI-34", "ConfigError", "--secret-stdin and --secret-file both name the job secret"},
        "run --devices cpu --secret-stdin --secret-file /nonexistent -- true"},
+      {{"CLI-35", "ConfigError", "--join needs --rdzv-endpoint HOST:PORT"},
+       "run --join --devices cpu --secret-file /nonexistent -- true"},
+      {{"CLI-36", "ConfigError", "--join needs the job's secret"},
+       "run --join --devices cpu --rdzv-endpoint 127.0.0.1:1 -- true"},
+      {{"CLI-37", "ConfigError",
+        "--set train.steps=5: only devices and elastic.max_restarts are this node's"},
+       "train --join --rdzv-endpoint 127.0.0.1:1 --secret-file /nonexistent --set train.steps=5"},
+      {{"CLI-38", "ConfigError", "-H starts a whole job and --join adds a node to a running one"},
+       "run -H a,b --join --devices cpu,cpu -- true"},
   };
   return rows;
 }

@@ -44,6 +44,9 @@ std::vector<std::string> remoteRun(const runtime::AgentOptions& agent,
 
 int runOnHostList(const runtime::AgentOptions& agent, const HostListArgs& hosts) {
   refuseWithHostList(agent.nnodes, agent.node_rank, agent.secret_file, agent.secret_stdin);
+  CHORUS_CHECK_CONFIG(!agent.join,
+                      "-H starts a whole job and --join adds a node to a running "
+                      "one: give one of them");
   runtime::HostLaunchOptions launch = hostLaunchOptions(hosts, agent.rdzv_endpoint);
   const auto devices = runtime::devicesPerHost(launch.hosts, agent.devices);
   const int nnodes = static_cast<int>(launch.hosts.size());
@@ -64,7 +67,10 @@ void addRunCommand(CLI::App& app, Action& action) {
       "Example: chorus run --devices cpu@1.0,cpu@0.5 -- ./my_trainer --epochs 3\n"
       "Several nodes: chorus run --devices cuda:0,cuda:1 --nnodes 2 --node-rank 0 \\\n"
       "                 --rdzv-endpoint 10.0.0.1:29500 --secret-file job.secret -- ./trainer\n"
-      "Over ssh:      chorus run -H gpu0:2,gpu1:1 --devices cuda:0,cuda:1,cuda:0 -- ./trainer");
+      "Over ssh:      chorus run -H gpu0:2,gpu1:1 --devices cuda:0,cuda:1,cuda:0 -- ./trainer\n"
+      "A new node:    chorus run --join --rdzv-endpoint 10.0.0.1:29500 --secret-file job.secret "
+      "\\\n"
+      "                 --devices cuda:0 -- chorus train --worker");
   auto options = std::make_shared<runtime::AgentOptions>();
   auto devices = std::make_shared<std::string>("auto");
   auto timeout_s = std::make_shared<double>(60.0);
@@ -91,6 +97,10 @@ void addRunCommand(CLI::App& app, Action& action) {
   run->add_flag("--elastic", options->elastic,
                 "Elastic job: a failed worker does not stop the others; the agent posts its loss "
                 "to the job's store (elastic/exited/RANK) and the survivors go on");
+  run->add_flag("--join", options->join,
+                "Join the running elastic job whose store is at --rdzv-endpoint (with its "
+                "--secret-file) as a new node: its workers take shares at a step boundary. "
+                "Implies --elastic");
   run->add_option("--max-restarts", options->max_restarts,
                   "Needs --elastic: start a replacement for a failed worker, at most N times on "
                   "this node, under a new rank (CHORUS_RANK) that names the one it replaces in "
@@ -111,6 +121,7 @@ void addRunCommand(CLI::App& app, Action& action) {
       options->comm_timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000));
       options->grace = std::chrono::milliseconds(static_cast<long long>(*grace_s * 1000));
       options->prefix_output = !*no_prefix;
+      if (options->join) options->elastic = true;
       options->log_level = app.get_option("--log-level")->as<std::string>();
       return hosts->given() ? runOnHostList(*options, *hosts) : runtime::runAgent(*options);
     };

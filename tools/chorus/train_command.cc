@@ -262,7 +262,7 @@ int trainWorker(const TrainArgs& args, const runtime::JobPackage& package,
   runtime::Trainer trainer(job, package.plan, worker);
   // A replacement worker took the members' state when it joined: the checkpoint the job started
   // from is long behind.
-  if (!args.resume.empty() && worker->identity().replaces < 0) trainer.resume(args.resume);
+  if (!args.resume.empty() && !worker->identity().joins()) trainer.resume(args.resume);
   // Rank 0 writes; under elastic recovery, only while its generation is the job's (a stopped
   // and continued worker must not write over its successors' log).
   TrainReport report(
@@ -351,6 +351,10 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_flag("--secret-stdin", args->secret_stdin,
                   "Read the job secret from the first line of standard input, and stop this node "
                   "when standard input ends (how -H starts nodes over ssh)");
+  train->add_flag("--join", args->join,
+                  "Join the running elastic job whose store is at --rdzv-endpoint (its "
+                  "--secret-file) with this node's devices (--set devices=...): they take shares "
+                  "at a step boundary; the job's config comes from the job");
   addHostListOptions(*train, args->host_list);
   train->add_flag("--worker", args->worker, "Internal: run as one worker of the job")
       ->group("");  // hidden
@@ -361,6 +365,7 @@ void addTrainCommand(CLI::App& app, Action& action) {
       if (startedByOtherLauncher(environment))
         return trainLaunchedRank(*args, std::move(environment));
       args->log_level = app.get_option("--log-level")->as<std::string>();
+      if (args->join) return trainJoin(*args);
       return args->host_list.given() ? trainOnHostList(*args) : runFrontEnd(*args);
     };
   });

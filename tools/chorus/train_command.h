@@ -41,6 +41,8 @@ struct TrainArgs {
   std::string secret_file;
   // The secret on standard input's first line, and stop when it ends (AgentOptions::secret_stdin).
   bool secret_stdin = false;
+  // Join the running elastic job at rdzv_endpoint as a new node (train_join.cc).
+  bool join = false;
   // -H: start the job's nodes over ssh (host_launch.h).
   HostListArgs host_list;
   std::string log_level = "info";  // chorus --log-level, passed on to the nodes of -H
@@ -68,5 +70,9 @@ int trainLaunchedRank(const TrainArgs& args, runtime::Environment environment);
 
 // `chorus train -H HOSTS`: the job's nodes started over ssh, one per host (train_hosts.cc).
 int trainOnHostList(const TrainArgs& args);
+
+// `chorus train --join`: this node's devices join the running elastic job whose store is at
+// --rdzv-endpoint (train_join.cc).
+int trainJoin(const TrainArgs& args);
 
 }  // namespace chorus::cli

@@ -54,4 +54,14 @@ Plan regroupPlan(const Plan& current, const std::vector<int>& kept, const Plan& 
                  const std::vector<int>& joiner_slots, const std::vector<std::int64_t>& shares,
                  const std::vector<int>& kept_slots = {});
 
+// Appends to `launch` a device the launch plan did not have — a node that joined the running job
+// brought it — as one more one-stage replica, and returns its slot (its rank index in `launch`),
+// which regroupPlan and regroupShares then take like a launch rank's. Its planned share is the
+// launch plan's mean share (rounded, at least 1): where the balancer starts a device it knows
+// nothing of, before it profiles it in. It runs its share in one pass unless `micro_batch` (> 0)
+// caps it. `launch` is then a record of every device that ever joined, not a plan to run (its
+// shares sum past the global batch). Throws ConfigError for a plan of pipeline replicas or one
+// with ZeRO (a new device's slice would have to be sized and restored: not built).
+int addJoinedDevice(Plan& launch, RankPlan rank, std::int64_t micro_batch);
+
 }  // namespace chorus::plan

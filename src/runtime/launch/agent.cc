@@ -21,6 +21,7 @@
 #include "chorus/runtime/launch/identity.h"
 #include "chorus/runtime/launch/supervisor.h"
 #include "launch/child_process.h"
+#include "launch/elastic_losses.h"
 #include "launch/node_rendezvous.h"
 
 namespace chorus::runtime {
@@ -46,6 +47,20 @@ void validateOptions(const AgentOptions& options) {
   CHORUS_CHECK_CONFIG(!options.secret_stdin || options.secret_file.empty(),
                       "chorus run: --secret-stdin and --secret-file both name the job secret; give "
                       "one");
+  if (options.join) {
+    CHORUS_CHECK_CONFIG(options.elastic,
+                        "chorus run: --join needs --elastic: only an elastic job takes new nodes");
+    CHORUS_CHECK_CONFIG(options.nnodes == 1 && options.node_rank == 0,
+                        "chorus run: --join takes this node's rank from the running job; do not "
+                        "give --nnodes or --node-rank");
+    CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
+                        "chorus run: --join needs --rdzv-endpoint HOST:PORT, where the job's store "
+                        "is (node 0's agent logs it)");
+    CHORUS_CHECK_CONFIG(!options.secret_file.empty() || options.secret_stdin,
+                        "chorus run: --join needs the job's secret (--secret-file, or "
+                        "--secret-stdin); a job started without --secret-file has a secret no "
+                        "other node knows");
+  }
   if (options.nnodes > 1) {
     CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
                         "chorus run: a job of several nodes needs --rdzv-endpoint HOST:PORT");
@@ -105,9 +120,6 @@ struct StoreConnection {
   std::string endpoint;  // what workers connect to
 };
 
-// A worker's own store connection and its elastic monitor's (Worker::openStoreConnection).
-constexpr int kConnectionsPerWorker = 2;
-
 // The store server's connection limit: each worker's and each agent's connections, and room for
 // replacements (a lost worker's sockets close when it dies, but its replacement may connect first).
 int storeConnectionLimit(int workers, int agents, long long replacements) {
@@ -122,7 +134,7 @@ StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret&
   std::string host = "127.0.0.1";
   int port = 0;
   if (!options.rdzv_endpoint.empty()) std::tie(host, port) = parseEndpoint(options.rdzv_endpoint);
-  if (options.node_rank == 0) {
+  if (options.node_rank == 0 && !options.join) {
     comm::TcpStoreServerOptions server;
     server.host = options.nnodes > 1 ? "0.0.0.0" : host;
     server.port = port;
@@ -217,81 +229,6 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
   return workers;
 }
 
-// Elastic jobs: what the agent does when one of its workers ends on its own. It tells the
-// survivors of each lost worker through the job's store as soon as it is reaped, and then, while
-// restarts remain (AgentOptions::max_restarts), starts a replacement under a new member id. A
-// store that cannot be reached (node 0 gone) must not end the supervision of the others, nor
-// must a replacement that cannot start. Lives on the supervisor's run() thread (its on_exit).
-class ElasticLosses {
- public:
-  ElasticLosses(comm::Store& store, int world_size, int max_restarts)
-      : store_(store), world_size_(world_size), max_restarts_(max_restarts) {}
-  ElasticLosses(const ElasticLosses&) = delete;
-  ElasticLosses& operator=(const ElasticLosses&) = delete;
-
-  // Where replacements start, and the launches they copy. REQUIRES: before the first onExit().
-  void attach(Supervisor& supervisor, const std::vector<WorkerLaunch>& launches) {
-    supervisor_ = &supervisor;
-    for (const WorkerLaunch& launch : launches) launches_.emplace(launch.rank, launch);
-  }
-
-  // SupervisorOptions::on_exit.
-  void onExit(const WorkerExit& exit) {
-    if (exit.success() || exit.stopped) return;
-    announce(exit);
-    if (restarts_ < max_restarts_) restart(exit);
-  }
-
-  // Ranks whose worker was lost and replaced.
-  const std::set<int>& replaced() const { return replaced_; }
-
- private:
-  void announce(const WorkerExit& exit) {
-    const std::string description = exit.describe();
-    try {
-      store_.setString(elasticExitKey(exit.rank), description);
-    } catch (const std::exception& error) {
-      logWarn("chorus run: cannot post the loss of rank ", exit.rank,
-              " to the job's store: ", error.what());
-    }
-    logWarn("chorus run: lost ", description, ": elastic, the others go on");
-  }
-
-  void restart(const WorkerExit& exit) {
-    WorkerLaunch launch = launches_.at(exit.rank);
-    try {
-      launch.rank = world_size_ + static_cast<int>(store_.add(kElasticJoinedKey, 1)) - 1;
-    } catch (const std::exception& error) {
-      logWarn("chorus run: cannot restart rank ", exit.rank,
-              ": no member id from the job's store: ", error.what());
-      return;
-    }
-    launch.env[env::kRank] = std::to_string(launch.rank);
-    // The launch rank whose device and place in the plan it takes: a replacement of a replacement
-    // keeps the one its predecessor had.
-    launch.env.emplace(env::kElasticReplaces, std::to_string(exit.rank));
-    ++restarts_;
-    logWarn("chorus run: restarting rank ", exit.rank, " as rank ", launch.rank, " (restart ",
-            restarts_, " of ", max_restarts_, ")");
-    try {
-      if (!supervisor_->add(launch)) return;  // the agent is stopping every worker
-    } catch (const std::exception& error) {
-      logError("chorus run: cannot restart rank ", exit.rank, ": ", error.what());
-      return;
-    }
-    replaced_.insert(exit.rank);
-    launches_.emplace(launch.rank, std::move(launch));
-  }
-
-  comm::Store& store_;
-  const int world_size_;  // the job's launch world size: member ids of replacements start here
-  const int max_restarts_;
-  Supervisor* supervisor_ = nullptr;
-  std::map<int, WorkerLaunch> launches_;  // by rank, replacements included
-  std::set<int> replaced_;
-  int restarts_ = 0;
-};
-
 // The exit code of an elastic job's node once all its workers ended on their own (runAgent): each
 // local worker counts by its last life, the last replacement of a lost one.
 int elasticResult(const SupervisorOutcome& outcome, const std::set<int>& replaced) {
@@ -348,59 +285,117 @@ void publishJob(const AgentOptions& options, const NodeSlot& slot, comm::Store& 
 
 std::string elasticExitKey(int rank) { return "elastic/exited/" + std::to_string(rank); }
 
+namespace {
+
+// Starts this node's workers and supervises them to the end; returns runAgent's exit code.
+// `options.node_rank` is this node's (a joining node's own), `world_size` the launch world size,
+// and `admit` node 0's admission of joining nodes, run with every supervision check (else empty).
+int supervise(const AgentOptions& options, const std::vector<WorkerLaunch>& launches,
+              StoreConnection& store, int world_size, const std::function<void()>& admit) {
+  SupervisorOptions supervision;
+  supervision.prefix_output = options.prefix_output;
+  supervision.log_dir = options.log_dir;
+  supervision.grace = options.grace;
+  ElasticLosses losses(*store.client, world_size, options.max_restarts);
+  if (options.elastic) {
+    supervision.stop_on_failure = false;
+    supervision.on_exit = [&losses](const WorkerExit& exit) { losses.onExit(exit); };
+  }
+  Supervisor supervisor(supervision);
+  losses.attach(supervisor, launches);
+  supervisor.start(launches);
+  std::function<std::optional<std::string>()> remote_failure;
+  Clock::time_point last_beat{};
+  if (options.nnodes > 1 || options.elastic)
+    remote_failure = [&]() -> std::optional<std::string> {
+      if (options.elastic) beatNode(*store.client, options.node_rank, last_beat);
+      if (admit) admit();
+      return jobFailure(*store.client);
+    };
+  const SupervisorOutcome outcome = supervisor.run(remote_failure);
+  const int code = report(options, outcome, *store.client, losses.replaced());
+  reportNodeDone(*store.client, options.node_rank);
+  if (store.server && options.elastic) {
+    // The other nodes' survivors (and nodes that joined) may go on for days and still need the
+    // store, but a node whose agent no longer beats (killed, cut off) will never say it is done.
+    if (options.nnodes > 1)
+      logInfo("chorus run: keeping the job's store up until every node's workers are done");
+    awaitNodesDoneOrGone(*store.client, options.nnodes, kNodeLease, admit);
+  } else if (store.server && options.nnodes > 1) {
+    awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
+  }
+  return code;
+}
+
+// AgentOptions::join: this node joins the running elastic job at options.rdzv_endpoint.
+int runJoiningNode(const AgentOptions& options, const std::vector<DeviceSpec>& devices, int cores,
+                   const comm::JobSecret& secret) {
+  StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
+  const LaunchInfo launch = launchInfo(*store.client, options.rdzv_endpoint);
+  AgentOptions node = options;
+  node.node_rank = announceJoiningNode(*store.client, launch, devices, options.max_restarts);
+  node.nnodes = node.node_rank + 1;
+  node.comm_timeout = launch.comm_timeout;
+  node.cpu_transport = launch.cpu_transport;
+  logInfo("chorus run: node ", node.node_rank, " asks to join the running job at ", store.endpoint,
+          " (", launch.world_size, " launch ranks on ", launch.nnodes, " nodes) with ",
+          toString(devices));
+  awaitNodeAdmitted(*store.client, node.node_rank, options.rdzv_timeout);
+  NodeSlot slot;
+  slot.world_size = launch.world_size;
+  std::vector<WorkerLaunch> launches = describeWorkers(node, devices, cores, slot, store, secret);
+  std::vector<int> ranks;
+  for (WorkerLaunch& worker : launches) {
+    worker.rank = launch.world_size + static_cast<int>(store.client->add(kElasticJoinedKey, 1)) - 1;
+    worker.env[env::kRank] = std::to_string(worker.rank);
+    worker.env[env::kElasticNewDevice] = "1";
+    ranks.push_back(worker.rank);
+  }
+  logInfo("chorus run: node ", node.node_rank, " admitted: ranks ", joinInts(ranks), " on ",
+          toString(devices), " ask the job's workers to take them in");
+  return supervise(node, launches, store, launch.world_size, {});
+}
+
+}  // namespace
+
 int runAgent(const AgentOptions& options) {
   validateOptions(options);
   const auto found = options.discovered.empty() ? device::discoverDevices() : options.discovered;
   const std::vector<DeviceSpec> devices = device::expandAuto(options.devices, found);
   device::validateSpecs(devices, found);
   const comm::JobSecret secret = jobSecret(options);
+  if (options.join) return runJoiningNode(options, devices, found.front().cores, secret);
   StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
   const NodeSlot slot =
       joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);
-  if (store.server)
-    store.server->setMaxConnections(
+  int store_limit = 0;
+  if (store.server) {
+    store_limit =
         storeConnectionLimit(slot.world_size, options.nnodes,
-                             static_cast<long long>(options.nnodes) * options.max_restarts));
+                             static_cast<long long>(options.nnodes) * options.max_restarts);
+    store.server->setMaxConnections(store_limit);
+  }
   if (options.prepare_job && options.node_rank == 0) publishJob(options, slot, *store.client);
   logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
           "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
           " on ", toString(devices), ", store ", store.endpoint);
-
-  SupervisorOptions supervision;
-  supervision.prefix_output = options.prefix_output;
-  supervision.log_dir = options.log_dir;
-  supervision.grace = options.grace;
-  ElasticLosses losses(*store.client, slot.world_size, options.max_restarts);
-  if (options.elastic) {
-    supervision.stop_on_failure = false;
-    supervision.on_exit = [&losses](const WorkerExit& exit) { losses.onExit(exit); };
+  // Node 0 of an elastic job takes in nodes that join later (`chorus run --join`), making room
+  // for their connections in the store first.
+  std::function<void()> admit;
+  const LaunchInfo launch{slot.world_size, options.nnodes, options.comm_timeout,
+                          options.cpu_transport};
+  if (store.server && options.elastic) {
+    publishLaunchInfo(*store.client, launch);
+    admit = [&] {
+      admitJoiningNodes(*store.client, launch, [&](int connections) {
+        store_limit += connections;
+        store.server->setMaxConnections(store_limit);
+      });
+    };
   }
-  Supervisor supervisor(supervision);
   const std::vector<WorkerLaunch> launches =
       describeWorkers(options, devices, found.front().cores, slot, store, secret);
-  losses.attach(supervisor, launches);
-  supervisor.start(launches);
-  std::function<std::optional<std::string>()> remote_failure;
-  Clock::time_point last_beat{};
-  if (options.nnodes > 1)
-    remote_failure = [&]() -> std::optional<std::string> {
-      if (options.elastic) beatNode(*store.client, options.node_rank, last_beat);
-      return jobFailure(*store.client);
-    };
-  const SupervisorOutcome outcome = supervisor.run(remote_failure);
-  const int code = report(options, outcome, *store.client, losses.replaced());
-  reportNodeDone(*store.client, options.node_rank);
-  if (store.server && options.nnodes > 1) {
-    // Elastic: the other nodes' survivors may go on for days and still need the store, but a
-    // node whose agent no longer beats (killed, cut off) will never say it is done.
-    if (options.elastic) {
-      logInfo("chorus run: keeping the job's store up until every node's workers are done");
-      awaitNodesDoneOrGone(*store.client, options.nnodes);
-    } else {
-      awaitNodesDone(*store.client, options.nnodes, options.rdzv_timeout);
-    }
-  }
-  return code;
+  return supervise(options, launches, store, slot.world_size, admit);
 }
 
 }  // namespace chorus::runtime

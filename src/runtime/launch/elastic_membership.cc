@@ -49,6 +49,15 @@ constexpr const char* kJoinedCounter = "joined";
 
 std::string joinKey(int member) { return "join/" + std::to_string(member); }
 
+// Set by the members when they finished the job (ElasticMembership::finish).
+constexpr const char* kFinishedKey = "finished";
+
+// How a joiner takes part: "in place of rank 2" or "with a new device".
+std::string joinsAs(int replaces) {
+  return replaces == kNewDevice ? "with a new device"
+                                : "in place of rank " + std::to_string(replaces);
+}
+
 // Whether the agent reported `member`'s process ended, or the members refused it.
 bool ended(comm::Store& store, int member) {
   return store.check({"exited/" + std::to_string(member)}) ||
@@ -275,7 +284,8 @@ void ElasticMembership::watchJoins(comm::Store& store) {
         store.check({"admitted/" + std::to_string(member)}) || ended(store, member))
       continue;
     store.setString(memberKey(generation.number + 1, "joiner", member), replaces);
-    const std::string why = detail::concat("rank ", member, " joins in place of rank ", replaces);
+    const std::string why =
+        detail::concat("rank ", member, " joins ", joinsAs(std::stoi(replaces)));
     setFirst(store, genKey(generation.number + 1, "open"), why);
     abortWorld("elastic: " + why);
   }
@@ -301,6 +311,9 @@ Generation ElasticMembership::awaitAdmission(int replaces) {
   for (int number = 1;;) {
     if (const std::string why = peek(store, "refused/" + std::to_string(me)); !why.empty())
       refuse(why);
+    if (const std::string end = peek(store, kFinishedKey); !end.empty())
+      CHORUS_THROW(CommError, "elastic: rank ", me, " asked to join the job ", joinsAs(replaces),
+                   ", but the job's workers finished (", end, ") before they admitted it");
     if (const std::string decision = peek(store, genKey(number, "decision")); !decision.empty()) {
       Generation generation = Generation::fromJson(decision);
       if (generation.rankOf(me) >= 0) {
@@ -315,8 +328,8 @@ Generation ElasticMembership::awaitAdmission(int replaces) {
         !store.check({memberKey(number, "arrived", me)}))
       store.setString(memberKey(number, "arrived", me), "-1");
     if (deadline.expired())
-      CHORUS_THROW(TimeoutError, "elastic: rank ", me, " asked to join the job in place of rank ",
-                   replaces, ", but no generation admitted it within ",
+      CHORUS_THROW(TimeoutError, "elastic: rank ", me, " asked to join the job ", joinsAs(replaces),
+                   ", but no generation admitted it within ",
                    std::chrono::duration<double>(patience).count(),
                    " s (are the job's workers running?)");
     std::this_thread::sleep_for(kPoll);
@@ -350,6 +363,15 @@ std::vector<int> ElasticMembership::lostMembers(comm::Store& store, const Genera
       lost.push_back(member);
   }
   return lost;
+}
+
+void ElasticMembership::finish(const std::string& what) {
+  try {
+    setFirst(*store_, kFinishedKey, what);
+  } catch (const std::exception& error) {
+    // The training is done; only a joiner that came too late waits longer.
+    logDebug("elastic: cannot say the job finished: ", error.what());
+  }
 }
 
 void ElasticMembership::refuse(const std::string& why) {

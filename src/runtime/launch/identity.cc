@@ -140,7 +140,15 @@ void validate(const WorkerIdentity& identity) {
   if (identity.replaces >= 0 && identity.replaces >= identity.rank)
     CHORUS_THROW(ConfigError, "worker identity: ", env::kElasticReplaces, "=", identity.replaces,
                  " names no earlier rank than this worker's own, ", identity.rank);
-  const bool rank_in_world = identity.rank < identity.world_size || identity.replaces >= 0;
+  if (identity.replaces >= 0 && identity.new_device)
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kElasticReplaces, " and ",
+                 env::kElasticNewDevice,
+                 " both set: a joining worker either replaces a launch "
+                 "rank or brings a new device");
+  if (identity.new_device && identity.rank < identity.world_size)
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kElasticNewDevice, " is set, but rank ",
+                 identity.rank, " is a launch rank (world size ", identity.world_size, ")");
+  const bool rank_in_world = identity.rank < identity.world_size || identity.joins();
   if (identity.world_size < 1 || !rank_in_world)
     CHORUS_THROW(ConfigError, "worker identity: rank ", identity.rank, " is outside world size ",
                  identity.world_size, " (launcher: ", identity.launcher, ")");
@@ -220,6 +228,7 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.log_level = readString(environment, env::kLogLevel, identity.log_level);
   identity.emulation_offset = readFraction(environment, env::kEmulationOffset, 0);
   identity.replaces = readInt(environment, env::kElasticReplaces, -1);
+  identity.new_device = readInt(environment, env::kElasticNewDevice, 0) != 0;
   validate(identity);
   return identity;
 }

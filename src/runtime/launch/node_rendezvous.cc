@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <thread>
 
 #include "chorus/core/clock.h"
@@ -19,6 +20,14 @@ constexpr const char* kFailureKey = "job/failure";
 std::string nodeKey(int node) { return "agents/" + std::to_string(node); }
 std::string doneKey(int node) { return "done/" + std::to_string(node); }
 std::string beatKey(int node) { return "agents/beat/" + std::to_string(node); }
+
+constexpr const char* kLaunchInfoKey = "agents/launch";
+constexpr const char* kJoiningNodesKey = "agents/joining";
+std::string joiningKey(int node) { return "agents/joining/" + std::to_string(node); }
+std::string admittedKey(int node) { return "agents/admitted/" + std::to_string(node); }
+
+// Nodes that took a joining node rank so far (some may not have announced themselves yet).
+int joiningNodes(comm::Store& store) { return static_cast<int>(store.add(kJoiningNodesKey, 0)); }
 
 std::vector<int> absentNodes(comm::Store& store, int nnodes, std::string (*key)(int)) {
   std::vector<int> absent;
@@ -85,17 +94,22 @@ void beatNode(comm::Store& store, int node_rank, Clock::time_point& last) {
 }
 
 std::vector<int> awaitNodesDoneOrGone(comm::Store& store, int nnodes,
-                                      std::chrono::milliseconds lease) {
+                                      std::chrono::milliseconds lease,
+                                      const std::function<void()>& each_round) {
   struct Seen {
     std::int64_t beats = -1;
     Clock::time_point since = Clock::now();
   };
-  std::vector<Seen> seen(static_cast<size_t>(nnodes));
+  std::vector<Seen> seen;
   std::vector<int> gone;
-  std::vector<bool> settled(static_cast<size_t>(nnodes), false);
+  std::vector<bool> settled;
   for (int waiting = nnodes; waiting > 0;) {
+    if (each_round) each_round();
+    const int nodes = nnodes + joiningNodes(store);
+    seen.resize(static_cast<size_t>(nodes));
+    settled.resize(static_cast<size_t>(nodes), false);
     waiting = 0;
-    for (int node = 0; node < nnodes; ++node) {
+    for (int node = 0; node < nodes; ++node) {
       if (settled[node]) continue;
       if (store.check({doneKey(node)})) {
         settled[node] = true;
@@ -115,6 +129,60 @@ std::vector<int> awaitNodesDoneOrGone(comm::Store& store, int nnodes,
     if (waiting > 0) std::this_thread::sleep_for(kNodeBeatInterval / 4);
   }
   return gone;
+}
+
+void publishLaunchInfo(comm::Store& store, const LaunchInfo& size) {
+  store.setString(kLaunchInfoKey,
+                  detail::concat(size.world_size, " ", size.nnodes, " ", size.comm_timeout.count(),
+                                 " ", size.cpu_transport));
+}
+
+LaunchInfo launchInfo(comm::Store& store, const std::string& endpoint) {
+  if (!store.check({kLaunchInfoKey}))
+    CHORUS_THROW(ConfigError, "chorus run --join: the job at ", endpoint,
+                 " does not take new nodes: it is not elastic (--elastic, elastic.enabled), or its "
+                 "nodes have not all started yet");
+  LaunchInfo size;
+  std::istringstream text(store.getString(kLaunchInfoKey, std::chrono::milliseconds(5000)));
+  long long timeout_ms = 0;
+  text >> size.world_size >> size.nnodes >> timeout_ms >> size.cpu_transport;
+  size.comm_timeout = std::chrono::milliseconds(timeout_ms);
+  return size;
+}
+
+int announceJoiningNode(comm::Store& store, const LaunchInfo& size,
+                        const std::vector<DeviceSpec>& devices, int max_restarts) {
+  const int node = size.nnodes + static_cast<int>(store.add(kJoiningNodesKey, 1)) - 1;
+  store.setString(nodeKey(node), toString(devices));
+  store.setString(joiningKey(node),
+                  std::to_string(devices.size()) + " " + std::to_string(max_restarts));
+  return node;
+}
+
+void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds timeout) {
+  try {
+    store.wait({admittedKey(node)}, timeout);
+  } catch (const TimeoutError&) {
+    CHORUS_THROW(TimeoutError, "chorus run --join: node 0's agent did not admit this node (node ",
+                 node, ") within ", timeout.count() / 1000,
+                 " s; is the job still running, and is node 0's agent still supervising?");
+  }
+}
+
+void admitJoiningNodes(comm::Store& store, const LaunchInfo& size,
+                       const std::function<void(int connections)>& make_room) {
+  const int joining = joiningNodes(store);
+  for (int node = size.nnodes; node < size.nnodes + joining; ++node) {
+    // A node that took its rank but has not announced its devices yet waits for the next call.
+    if (store.check({admittedKey(node)}) || !store.check({joiningKey(node)})) continue;
+    std::istringstream text(store.getString(joiningKey(node), std::chrono::milliseconds(5000)));
+    int workers = 0, restarts = 0;
+    text >> workers >> restarts;
+    make_room(1 + kConnectionsPerWorker * workers * (1 + restarts));
+    store.setString(admittedKey(node), "1");
+    logInfo("chorus run: node ", node, " joins the running job with ",
+            store.getString(nodeKey(node), std::chrono::milliseconds(5000)));
+  }
 }
 
 std::string localAddressToward(const std::string& host, int port) {

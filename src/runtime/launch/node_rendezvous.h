@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,9 +48,44 @@ constexpr std::chrono::milliseconds kNodeLease{10000};
 void beatNode(comm::Store& store, int node_rank, Clock::time_point& last);
 
 // Waits until every node is done, or gone: not done and no beat seen for `lease` (measured from
-// this call for a node never seen beating). Returns the nodes given up as gone, logged.
+// this call for a node never seen beating). Nodes that joined the running job count too, as many
+// as have announced themselves by each round; `each_round` (may be empty) runs once per round
+// (node 0 admits joining nodes there). Returns the nodes given up as gone, logged.
 std::vector<int> awaitNodesDoneOrGone(comm::Store& store, int nnodes,
-                                      std::chrono::milliseconds lease = kNodeLease);
+                                      std::chrono::milliseconds lease = kNodeLease,
+                                      const std::function<void()>& each_round = {});
+
+// Nodes joining a running elastic job (`chorus run --join`). Node 0 publishes what a joining
+// node must know of the launch once every launch node arrived; a joining node's agent reads it,
+// takes the next node rank (launch nodes and up, never reused), announces its devices and
+// restarts, and waits until node 0 has admitted it (made room for its connections in the store)
+// before it starts workers.
+struct LaunchInfo {
+  int world_size = 0;  // the launch world size: joined workers' member ids start here
+  int nnodes = 0;
+  // The workers' communication deadline and CPU transport, which joined workers must share.
+  std::chrono::milliseconds comm_timeout{0};
+  std::string cpu_transport;
+};
+void publishLaunchInfo(comm::Store& store, const LaunchInfo& size);
+// What node 0 published; throws ConfigError when there is none (the job is not elastic, or has
+// not started yet).
+LaunchInfo launchInfo(comm::Store& store, const std::string& endpoint);
+// Returns the joining node's rank.
+int announceJoiningNode(comm::Store& store, const LaunchInfo& size,
+                        const std::vector<DeviceSpec>& devices, int max_restarts);
+// Throws TimeoutError when node 0 did not admit `node` within `timeout`.
+void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds timeout);
+
+// Node 0's side: admits every node that announced itself and is not admitted yet, calling
+// `make_room(connections)` before each with the store connections it needs (its agent, and
+// kConnectionsPerWorker per worker and per replacement it may start). A node whose announcement
+// is not complete yet is admitted by a later call.
+void admitJoiningNodes(comm::Store& store, const LaunchInfo& size,
+                       const std::function<void(int connections)>& make_room);
+
+// A worker's own store connection and its elastic monitor's (Worker::openStoreConnection).
+constexpr int kConnectionsPerWorker = 2;
 
 // The local address this host uses to reach `host` (no packet is sent), for binding transports.
 std::string localAddressToward(const std::string& host, int port);

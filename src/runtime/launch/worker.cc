@@ -140,7 +140,7 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   }
   // A replacement of a lost worker has no place in the launch world: it joins a later generation's
   // (ElasticMembership::join).
-  if (options.connect && identity.replaces < 0)
+  if (options.connect && !identity.joins())
     worker->world_ = comm::Communicator::create(worker->store_, identity.rank, identity.world_size,
                                                 worker->worldOptions());
   return worker;

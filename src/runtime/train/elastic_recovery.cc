@@ -23,6 +23,7 @@
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/survivors.h"
 #include "train/data_parallel_engine.h"
+#include "train/joined_device.h"
 #include "train/trainer_state.h"
 
 namespace chorus::runtime {
@@ -45,7 +46,8 @@ std::string broadcastBytes(comm::Communicator& world, const std::string& bytes, 
 // last in `next` too.
 struct Change {
   std::vector<int> kept;
-  std::vector<int> joiner_slots;
+  std::vector<int> joiner_slots;  // kNewDevice for a device the launch plan does not have
+  std::vector<int> joiners;       // their member ids
 };
 
 Change changeOf(const std::vector<int>& engine_members, const Generation& next) {
@@ -56,6 +58,7 @@ Change changeOf(const std::vector<int>& engine_members, const Generation& next) 
       change.kept.push_back(static_cast<int>(found - engine_members.begin()));
     } else if (next.joined.count(member) > 0) {
       change.joiner_slots.push_back(next.joined.at(member));
+      change.joiners.push_back(member);
     } else {
       CHORUS_THROW(CommError, "elastic: rank ", member, " of generation ", next.number,
                    " neither trained with this worker nor joined");
@@ -81,27 +84,43 @@ std::vector<std::int64_t> plannedShares(const plan::Plan& launch, const std::vec
 }
 
 // What the source works out for `next`: its members' shares, and the header every member needs
-// before it can build its engine — the next plan (the joiners' entries taken from the launch plan)
-// and the launch rank each member runs in place of.
+// before it can build its engine — the next plan (the joiners' entries taken from the launch plan),
+// the launch rank each member runs in place of, and the launch plan with the new devices that
+// joined appended.
 struct Regroup {
   std::vector<std::int64_t> shares;
   std::string header;
 };
 
-Regroup regroupOf(const Trainer::State& s, const Generation& next, const Change& change) {
+Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change) {
+  // A new device gets a slot of its own, at the end of the launch plan; a failed attempt leaves
+  // every member's launch plan as it was (they take this one from the header).
+  plan::Plan launch = s.launch_plan;
+  std::map<int, int> slot_of_joiner;
+  for (std::size_t j = 0; j < change.joiners.size(); ++j) {
+    int& slot = change.joiner_slots[j];
+    if (slot == kNewDevice)
+      slot = plan::addJoinedDevice(launch,
+                                   joinedDeviceOf(*s.context->worker->store(), change.joiners[j]),
+                                   s.context->job.train.micro_batch);
+    slot_of_joiner[change.joiners[j]] = slot;
+  }
   std::vector<int> kept_slots;
   for (int rank : change.kept) kept_slots.push_back(slotOf(s, s.engine_members.at(rank)));
   const std::vector<std::int64_t> shares =
-      plan::regroupShares(s.engine->shares(), change.kept, plannedShares(s.launch_plan, kept_slots),
-                          plannedShares(s.launch_plan, change.joiner_slots));
-  const plan::Plan next_plan = plan::regroupPlan(s.plan, change.kept, s.launch_plan,
-                                                 change.joiner_slots, shares, kept_slots);
+      plan::regroupShares(s.engine->shares(), change.kept, plannedShares(launch, kept_slots),
+                          plannedShares(launch, change.joiner_slots));
+  const plan::Plan next_plan =
+      plan::regroupPlan(s.plan, change.kept, launch, change.joiner_slots, shares, kept_slots);
   nlohmann::json slots = nlohmann::json::array();
   for (int member : next.members) {
-    const auto joined = next.joined.find(member);
-    slots.push_back({member, joined != next.joined.end() ? joined->second : slotOf(s, member)});
+    const auto joined = slot_of_joiner.find(member);
+    slots.push_back({member, joined != slot_of_joiner.end() ? joined->second : slotOf(s, member)});
   }
-  return {shares, nlohmann::json{{"plan", plan::toJson(next_plan)}, {"slots", slots}}.dump()};
+  return {shares,
+          nlohmann::json{
+              {"plan", plan::toJson(next_plan)}, {"slots", slots}, {"launch", plan::toJson(launch)}}
+              .dump()};
 }
 
 // Every member's side of the regrouping once `next` formed: the source's header and handover
@@ -116,6 +135,7 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   handover = broadcastBytes(world, handover, root);
   const nlohmann::json parsed = nlohmann::json::parse(header);
   s.plan = plan::parsePlanJson(parsed.at("plan").dump(), "the elastic handover");
+  s.launch_plan = plan::parsePlanJson(parsed.at("launch").dump(), "the elastic handover");
   s.slots.clear();
   for (const auto& pair : parsed.at("slots"))
     s.slots[pair.at(0).get<int>()] = pair.at(1).get<int>();
@@ -237,10 +257,13 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
 
 void joinRunningJob(Trainer::State& s, const ElasticOptions& options) {
   TrainingContext& c = *s.context;
-  const int replaces = c.worker->identity().replaces;
-  logInfo("elastic: rank ", c.worker->member(), " asks to join the job in place of rank ",
-          replaces);
+  const bool new_device = c.worker->identity().new_device;
+  const int replaces = new_device ? kNewDevice : c.worker->identity().replaces;
+  logInfo("elastic: rank ", c.worker->member(), " asks to join the job ",
+          new_device ? "with a new device, " + c.worker->identity().device.toString()
+                     : "in place of rank " + std::to_string(replaces));
   Stopwatch clock;
+  if (new_device) postJoinedDevice(c.job, *c.worker);
   s.membership = ElasticMembership::join(c.worker, options, replaces);
   const Generation next = s.membership->current();
   s.membership->regroup(next);

@@ -12,6 +12,7 @@
 #include "chorus/core/logging.h"
 #include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "train/joined_device.h"
 #include "train/trainer_state.h"
 
 namespace chorus::runtime {
@@ -105,8 +106,10 @@ Trainer::Trainer(JobConfig job, std::shared_ptr<Worker> worker)
 Trainer::Trainer(JobConfig job, plan::Plan plan, std::shared_ptr<Worker> worker)
     : state_(std::make_unique<State>()) {
   State& s = *state_;
-  const bool joining = worker->identity().replaces >= 0;
-  if (joining)
+  const bool joining = worker->identity().joins();
+  if (worker->identity().new_device)
+    checkNewDeviceJoin(job, plan, *worker);
+  else if (joining)
     checkPlanForJoiner(job, plan, *worker);
   else
     checkPlanForWorld(plan, *worker);
@@ -221,6 +224,8 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   });
   result.last_checkpoint = s.last_checkpoint_path;
   if (!result.interrupted) elastically(s, hooks, [&] { result.test_accuracy = evaluate(0).first; });
+  // A node that asks to join now would wait for an agreement that never comes.
+  if (s.membership) s.membership->finish(detail::concat("after step ", s.next_step));
   result.skipped_steps = s.engine->skippedSteps();
   result.wall_seconds = clock.seconds();
   result.samples_per_second = samples / std::max(result.wall_seconds, 1e-9);

@@ -92,6 +92,19 @@ struct AgentOptions {
   // is lost and replaced in turn while restarts remain. REQUIRES: >= 0, and 0 unless `elastic`.
   // Default: 0 (a lost worker is not replaced).
   int max_restarts = 0;
+  // Join a running elastic job as a new node (`chorus run --join`): instead of meeting the other
+  // agents at launch, connect to the store at rdzv_endpoint (with the job's secret, secret_file
+  // or secret_stdin), take the next node rank (the launch's node count and up), wait until node
+  // 0's agent admits the node, and start one worker per device with a new member id (drawn from
+  // kElasticJoinedKey, as replacements are) and env::kElasticNewDevice = 1: each asks the job's
+  // workers to admit it at a step boundary, with its device, which the launch plan did not have.
+  // Its workers take the job's communication deadline and CPU transport from node 0 (comm_timeout
+  // and cpu_transport here are not used). The node then works as any elastic node (beats,
+  // losses, its own max_restarts). Node 0's agent keeps
+  // the store up until joined nodes are done too. Throws ConfigError when the job at the endpoint
+  // is not elastic; TimeoutError when node 0 does not admit the node within rdzv_timeout.
+  // REQUIRES: elastic, rdzv_endpoint, a secret; nnodes and node_rank are not used. Default: false.
+  bool join = false;
 
   // Keeps freed memory in the process instead of returning it to the OS. By default glibc serves
   // every block over 128 KiB (up to 32 MiB as it adapts) with its own mmap() and gives it back on
@@ -110,8 +123,9 @@ struct AgentOptions {
 std::string elasticExitKey(int rank);
 
 // The store counter from which an elastic job's agents draw the member id of each replacement
-// worker (AgentOptions::max_restarts): the job's n-th replacement, on whichever node, gets
-// world_size + n - 1, so member ids are unique across the job and never reused.
+// worker (AgentOptions::max_restarts) and of each worker of a joining node (AgentOptions::join):
+// the job's n-th, on whichever node, gets world_size + n - 1, so member ids are unique across the
+// job and never reused.
 constexpr const char* kElasticJoinedKey = "elastic/joined";
 
 // Runs the job's part on this node and returns the exit code for `chorus run`: 0 when every

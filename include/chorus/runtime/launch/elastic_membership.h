@@ -53,6 +53,10 @@ struct ElasticOptions {
   std::chrono::milliseconds agreement_timeout{60000};
 };
 
+// What Generation::joined holds for a worker that brings a device the launch plan did not have
+// (a node that joined the running job, `chorus run --join`) instead of a launch rank it replaces.
+constexpr int kNewDevice = -1;
+
 // One generation's membership, as every member of it sees it. Value type.
 struct Generation {
   int number = 0;
@@ -63,7 +67,7 @@ struct Generation {
   std::int64_t step = 0;
   std::vector<int> lost;  // members of the previous generation left out
   // Members that joined in this generation -> the launch rank whose device each runs on (whose
-  // place in the launch plan it takes).
+  // place in the launch plan it takes), or kNewDevice.
   std::map<int, int> joined;
   std::string reason;  // how the change was noticed (the first report)
 
@@ -117,7 +121,8 @@ class ElasticMembership {
  public:
   // A worker of the job as launched: a member of generation 0.
   ElasticMembership(std::shared_ptr<Worker> worker, ElasticOptions options);
-  // A worker that joins the running job in place of launch rank `replaces`: asks to join and
+  // A worker that joins the running job in place of launch rank `replaces` (kNewDevice: with a
+  // device of its own, env::kElasticNewDevice): asks to join and
   // waits until a generation admits it (its members agreed with it among them), then watches its
   // peers like any member. The caller regroup()s onto the returned current(). Throws CommError
   // when the job refuses it (it came too late for an agreement) or TimeoutError when no
@@ -143,6 +148,10 @@ class ElasticMembership {
   // `next_step` is the step this worker would run next. Throws CommError when this worker was
   // declared lost (it must not go on: the survivors have gone ahead without it).
   Generation agree(std::int64_t next_step, const std::exception& failure);
+
+  // Says in the store that the members finished the job (`what`, e.g. "after step 40"): a worker
+  // still waiting to join is refused with a CommError saying so rather than wait out its deadline.
+  void finish(const std::string& what);
 
   // Makes `next` current: joins its world communicator (rank = its index of this member) and
   // regroups the worker onto it. Throws CommError when a member is lost meanwhile (the caller

@@ -44,6 +44,9 @@ constexpr const char* kLogLevel = "CHORUS_LOG_LEVEL";
 // launch plan it takes (the lost worker's rank, or, for a replacement of a replacement, the launch
 // rank its predecessor took).
 constexpr const char* kElasticReplaces = "CHORUS_ELASTIC_REPLACES";
+// Set ("1") for a worker that a node joining a running elastic job started (`chorus run --join`):
+// its device was not in the launch plan, and the members plan a place for it when they admit it.
+constexpr const char* kElasticNewDevice = "CHORUS_ELASTIC_NEW_DEVICE";
 // Where an emulated CPU worker computes within a step (device::staggerOffsets); set by the agent.
 constexpr const char* kEmulationOffset = "CHORUS_EMULATION_OFFSET";
 }  // namespace env
@@ -75,8 +78,14 @@ struct WorkerIdentity {
   // in for (env::kElasticReplaces), < rank; then `rank` is a member id that may be >= world_size
   // (the launch world size). Default: -1 (not a replacement).
   int replaces = -1;
+  // A worker of a node that joined the running elastic job (env::kElasticNewDevice): like a
+  // replacement its rank is a member id >= world_size, but it stands in for no launch rank.
+  // Default: false.
+  bool new_device = false;
 
   bool hasStore() const { return !store_host.empty(); }
+  // Whether this worker joins a running elastic job rather than start with it.
+  bool joins() const { return replaces >= 0 || new_device; }
 };
 
 // Reads the identity from `environment`. Throws ConfigError naming the variable that is missing
