@@ -55,6 +55,9 @@ def parse_args():
     parser.add_argument("--chorus", default=hetero_dp.DEFAULT_CHORUS)
     parser.add_argument("--pythonpath", default=os.path.join(REPO, "build", "python"),
                         help="where `import chorus` finds the package (default: the build tree)")
+    parser.add_argument("--sets", default="fixed,adaptive",
+                        help="which device sets to run: fixed (cpu@1,cpu@1, equal fixed shares) "
+                             "and/or adaptive (cpu@1,cpu@0.5, with DDP)")
     parser.add_argument("--json-out", default=DEFAULT_JSON)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
@@ -123,7 +126,7 @@ def main():
                                                     "blocks", "groups", "data_size")},
         "seeds": seeds, "sets": []}
     with tempfile.TemporaryDirectory() as workdir:
-        for speeds, balance in SETS:
+        for speeds, balance in [entry for entry in SETS if entry[1] in args.sets.split(",")]:
             runs = {"cpp": [], "python": [], "ddp": []}
             for seed in seeds:  # interleaved, so that a slow minute of the host hits all alike
                 runs["cpp"].append(run_cpp(args, workdir, speeds, balance, seed))
