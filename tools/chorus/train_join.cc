@@ -2,6 +2,8 @@
 // node (runtime::AgentOptions::join). The job — its model, data, plan and settings — is the
 // running one's, read by the workers from its store; so this command line says only where the job
 // is, how to prove membership, which devices to bring, and what this node's agent does.
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "chorus/core/error.h"
@@ -31,39 +33,27 @@ void refuseJobOptions(const TrainArgs& args) {
                       "--nnodes, --node-rank and -H");
 }
 
-int restartsOf(const std::string& value) {
-  std::size_t used = 0;
-  int restarts = -1;
-  try {
-    restarts = std::stoi(value, &used);
-  } catch (const std::exception&) {
-  }
-  CHORUS_CHECK_CONFIG(used == value.size() && restarts >= 0,
-                      "chorus train --join: ", kMaxRestartsKey,
-                      " must be a whole number >= 0, got '", value, "'");
-  return restarts;
-}
-
 }  // namespace
 
 int trainJoin(const TrainArgs& args) {
   refuseJobOptions(args);
-  runtime::AgentOptions agent;
-  std::string devices = "auto";
   for (const std::string& setting : args.settings) {
-    const std::size_t equals = setting.find('=');
-    const std::string key = setting.substr(0, equals);
-    CHORUS_CHECK_CONFIG(
-        equals != std::string::npos && (key == kDevicesKey || key == kMaxRestartsKey),
-        "chorus train --join: --set ", setting, ": only ", kDevicesKey, " and ", kMaxRestartsKey,
-        " are this node's; the rest is the running job's");
-    const std::string value = setting.substr(equals + 1);
-    if (key == kDevicesKey)
-      devices = value;
-    else
-      agent.max_restarts = restartsOf(value);
+    const std::string key = setting.substr(0, setting.find('='));
+    CHORUS_CHECK_CONFIG(key == kDevicesKey || key == kMaxRestartsKey, "chorus train --join: --set ",
+                        setting, ": only ", kDevicesKey, " and ", kMaxRestartsKey,
+                        " are this node's; the rest is the running job's");
   }
-  agent.devices = parseDeviceSpecs(devices);
+  // Those keys alone, parsed as a job file's are (not the built-in job, whose devices are not
+  // this node's).
+  Config config = Config::parseString("", "--set");
+  for (const std::string& setting : args.settings) config.set(setting);
+  const std::int64_t restarts = config.getInt(kMaxRestartsKey, 0);
+  CHORUS_CHECK_CONFIG(restarts >= 0 && restarts <= std::numeric_limits<int>::max(),
+                      "chorus train --join: ", kMaxRestartsKey, " must be 0 to ",
+                      std::numeric_limits<int>::max(), ", got ", restarts);
+  runtime::AgentOptions agent;
+  agent.max_restarts = static_cast<int>(restarts);
+  agent.devices = parseDeviceSpecs(config.getString(kDevicesKey, "auto"));
   agent.join = true;
   agent.elastic = true;
   agent.rdzv_endpoint = args.rdzv_endpoint;

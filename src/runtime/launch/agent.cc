@@ -310,7 +310,8 @@ int supervise(const AgentOptions& options, const std::vector<WorkerLaunch>& laun
     remote_failure = [&]() -> std::optional<std::string> {
       if (options.elastic) beatNode(*store.client, options.node_rank, last_beat);
       if (admit) admit();
-      return jobFailure(*store.client);
+      // Only a job of several nodes posts a failure there (elastic nodes never do).
+      return options.nnodes > 1 ? jobFailure(*store.client) : std::nullopt;
     };
   const SupervisorOutcome outcome = supervisor.run(remote_failure);
   const int code = report(options, outcome, *store.client, losses.replaced());
@@ -346,7 +347,7 @@ int runJoiningNode(const AgentOptions& options, const std::vector<DeviceSpec>& d
   std::vector<WorkerLaunch> launches = describeWorkers(node, devices, cores, slot, store, secret);
   std::vector<int> ranks;
   for (WorkerLaunch& worker : launches) {
-    worker.rank = launch.world_size + static_cast<int>(store.client->add(kElasticJoinedKey, 1)) - 1;
+    worker.rank = drawMemberId(*store.client, launch.world_size);
     worker.env[env::kRank] = std::to_string(worker.rank);
     worker.env[env::kElasticNewDevice] = "1";
     ranks.push_back(worker.rank);

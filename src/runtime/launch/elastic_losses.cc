@@ -3,6 +3,7 @@
 #include "chorus/core/logging.h"
 #include "chorus/runtime/launch/agent.h"
 #include "chorus/runtime/launch/identity.h"
+#include "launch/node_rendezvous.h"
 
 namespace chorus::runtime {
 
@@ -31,7 +32,7 @@ void ElasticLosses::announce(const WorkerExit& exit) {
 void ElasticLosses::restart(const WorkerExit& exit) {
   WorkerLaunch launch = launches_.at(exit.rank);
   try {
-    launch.rank = world_size_ + static_cast<int>(store_.add(kElasticJoinedKey, 1)) - 1;
+    launch.rank = drawMemberId(store_, world_size_);
   } catch (const std::exception& error) {
     logWarn("chorus run: cannot restart rank ", exit.rank,
             ": no member id from the job's store: ", error.what());

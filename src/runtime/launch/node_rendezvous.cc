@@ -11,6 +11,7 @@
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
+#include "chorus/runtime/launch/agent.h"
 
 namespace chorus::runtime {
 namespace {
@@ -131,10 +132,10 @@ std::vector<int> awaitNodesDoneOrGone(comm::Store& store, int nnodes,
   return gone;
 }
 
-void publishLaunchInfo(comm::Store& store, const LaunchInfo& size) {
+void publishLaunchInfo(comm::Store& store, const LaunchInfo& info) {
   store.setString(kLaunchInfoKey,
-                  detail::concat(size.world_size, " ", size.nnodes, " ", size.comm_timeout.count(),
-                                 " ", size.cpu_transport));
+                  detail::concat(info.world_size, " ", info.nnodes, " ", info.comm_timeout.count(),
+                                 " ", info.cpu_transport));
 }
 
 LaunchInfo launchInfo(comm::Store& store, const std::string& endpoint) {
@@ -142,17 +143,17 @@ LaunchInfo launchInfo(comm::Store& store, const std::string& endpoint) {
     CHORUS_THROW(ConfigError, "chorus run --join: the job at ", endpoint,
                  " does not take new nodes: it is not elastic (--elastic, elastic.enabled), or its "
                  "nodes have not all started yet");
-  LaunchInfo size;
+  LaunchInfo info;
   std::istringstream text(store.getString(kLaunchInfoKey, std::chrono::milliseconds(5000)));
   long long timeout_ms = 0;
-  text >> size.world_size >> size.nnodes >> timeout_ms >> size.cpu_transport;
-  size.comm_timeout = std::chrono::milliseconds(timeout_ms);
-  return size;
+  text >> info.world_size >> info.nnodes >> timeout_ms >> info.cpu_transport;
+  info.comm_timeout = std::chrono::milliseconds(timeout_ms);
+  return info;
 }
 
-int announceJoiningNode(comm::Store& store, const LaunchInfo& size,
+int announceJoiningNode(comm::Store& store, const LaunchInfo& launch,
                         const std::vector<DeviceSpec>& devices, int max_restarts) {
-  const int node = size.nnodes + static_cast<int>(store.add(kJoiningNodesKey, 1)) - 1;
+  const int node = launch.nnodes + static_cast<int>(store.add(kJoiningNodesKey, 1)) - 1;
   store.setString(nodeKey(node), toString(devices));
   store.setString(joiningKey(node),
                   std::to_string(devices.size()) + " " + std::to_string(max_restarts));
@@ -169,10 +170,10 @@ void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds t
   }
 }
 
-void admitJoiningNodes(comm::Store& store, const LaunchInfo& size,
+void admitJoiningNodes(comm::Store& store, const LaunchInfo& launch,
                        const std::function<void(int connections)>& make_room) {
   const int joining = joiningNodes(store);
-  for (int node = size.nnodes; node < size.nnodes + joining; ++node) {
+  for (int node = launch.nnodes; node < launch.nnodes + joining; ++node) {
     // A node that took its rank but has not announced its devices yet waits for the next call.
     if (store.check({admittedKey(node)}) || !store.check({joiningKey(node)})) continue;
     std::istringstream text(store.getString(joiningKey(node), std::chrono::milliseconds(5000)));
@@ -183,6 +184,10 @@ void admitJoiningNodes(comm::Store& store, const LaunchInfo& size,
     logInfo("chorus run: node ", node, " joins the running job with ",
             store.getString(nodeKey(node), std::chrono::milliseconds(5000)));
   }
+}
+
+int drawMemberId(comm::Store& store, int world_size) {
+  return world_size + static_cast<int>(store.add(kElasticJoinedKey, 1)) - 1;
 }
 
 std::string localAddressToward(const std::string& host, int port) {

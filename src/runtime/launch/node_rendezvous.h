@@ -67,12 +67,12 @@ struct LaunchInfo {
   std::chrono::milliseconds comm_timeout{0};
   std::string cpu_transport;
 };
-void publishLaunchInfo(comm::Store& store, const LaunchInfo& size);
+void publishLaunchInfo(comm::Store& store, const LaunchInfo& info);
 // What node 0 published; throws ConfigError when there is none (the job is not elastic, or has
 // not started yet).
 LaunchInfo launchInfo(comm::Store& store, const std::string& endpoint);
 // Returns the joining node's rank.
-int announceJoiningNode(comm::Store& store, const LaunchInfo& size,
+int announceJoiningNode(comm::Store& store, const LaunchInfo& launch,
                         const std::vector<DeviceSpec>& devices, int max_restarts);
 // Throws TimeoutError when node 0 did not admit `node` within `timeout`.
 void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds timeout);
@@ -81,8 +81,13 @@ void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds t
 // `make_room(connections)` before each with the store connections it needs (its agent, and
 // kConnectionsPerWorker per worker and per replacement it may start). A node whose announcement
 // is not complete yet is admitted by a later call.
-void admitJoiningNodes(comm::Store& store, const LaunchInfo& size,
+void admitJoiningNodes(comm::Store& store, const LaunchInfo& launch,
                        const std::function<void(int connections)>& make_room);
+
+// A new member id for a worker that joins the running elastic job (a replacement, or a worker
+// of a joining node), drawn from kElasticJoinedKey: `world_size` (the launch's) + n - 1 for the
+// job's n-th. Throws CommError when the store cannot be reached.
+int drawMemberId(comm::Store& store, int world_size);
 
 // A worker's own store connection and its elastic monitor's (Worker::openStoreConnection).
 constexpr int kConnectionsPerWorker = 2;
