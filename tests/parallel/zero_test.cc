@@ -190,6 +190,60 @@ TEST(ZeroOptimizer, SlicedAdamWStepsAsTheWholeOne) {
   });
 }
 
+// zero.redundancy: each rank's replica of its successor's slice — master and AdamW state —
+// equals the successor's own after every step, bit for bit: in stage 1 from the whole averaged
+// gradient, in stage 2 from the gradient slice the successor sends.
+TEST(ZeroOptimizer, AReplicaStepsAsItsOwnersSlice) {
+  const std::vector<double> fractions{0.2, 0.5, 0.3};
+  for (int stage : {1, 2}) {
+    comm::testing::runRankThreads(3, [&](std::shared_ptr<comm::Communicator> comm) {
+      auto parameters = makeParameters(1);
+      const std::vector<int> order = flatOrder(bucketLayoutOf(parameters, smallBuckets()));
+      const auto bounds = shardBounds(totalElements(), fractions);
+      ZeroOptimizer zero(stage, parameters, order, bounds, comm, makeAdamW, /*redundant=*/true);
+      ASSERT_TRUE(zero.redundant());
+      EXPECT_EQ(zero.successor(), (comm->rank() + 1) % 3);
+      EXPECT_EQ(zero.replicaBegin(), bounds[zero.successor()]);
+      for (int step = 0; step < 3; ++step) {
+        for (size_t p = 0; p < kShapes.size(); ++p)
+          parameters[p].mutable_grad() = integerGradient(step, p) * 0.01;
+        if (stage == 1) {
+          zero.takeGradientSlice();
+        } else {  // as the reduce-scatter leaves it: the rank's own slice only
+          zero.takeGradientSlice();
+          zero.exchangeReplicaGradients();
+        }
+        zero.clearGradients();
+        zero.step();
+      }
+      // Every rank's own slices and states, put together, cut at the successor's range.
+      std::vector<std::int64_t> counts;
+      for (int r = 0; r < 3; ++r) counts.push_back(bounds[r + 1] - bounds[r]);
+      const auto gathered = [&](const at::Tensor& mine) {
+        at::Tensor whole = at::empty({totalElements()}, at::kFloat);
+        comm->allGatherV(mine.contiguous(), whole, counts).wait();
+        return whole.narrow(0, zero.replicaBegin(), zero.replicaEnd() - zero.replicaBegin());
+      };
+      EXPECT_TRUE(at::equal(gathered(zero.masterSlice()), zero.replicaMasterSlice()));
+      const auto own = zero.sliceState(), replica = zero.replicaState();
+      for (const char* name : {"exp_avg", "exp_avg_sq"})
+        EXPECT_TRUE(at::equal(gathered(own.at(name)), replica.at(name))) << name;
+      EXPECT_EQ(replica.at("step").item<double>(), 3.0);
+    });
+  }
+}
+
+// A world of one keeps no replica of itself.
+TEST(ZeroOptimizer, ALoneRankKeepsNoReplica) {
+  comm::testing::runRankThreads(1, [&](std::shared_ptr<comm::Communicator> comm) {
+    auto parameters = makeParameters(0);
+    const std::vector<int> order = flatOrder(bucketLayoutOf(parameters, smallBuckets()));
+    ZeroOptimizer zero(1, parameters, order, shardBounds(totalElements(), {1.0}), comm, makeAdamW,
+                       /*redundant=*/true);
+    EXPECT_FALSE(zero.redundant());
+  });
+}
+
 TEST(ZeroOptimizer, WholeStateIsCutToTheSlice) {
   comm::testing::runRankThreads(2, [&](std::shared_ptr<comm::Communicator> comm) {
     auto parameters = makeParameters(0);

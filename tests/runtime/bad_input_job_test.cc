@@ -229,6 +229,15 @@ const std::vector<JobRow>& jobRows() {
       {{"JOB-63", "ConfigError",
         "config key 'parallel.activations': 'fp8' is unknown; expected compute, fp32"},
        {"parallel.pipeline_stages=2", "parallel.activations=fp8"}},
+      {{"JOB-64", "ConfigError", "config key 'zero.redundancy': must be 0 or 1"},
+       {"zero.stage=1", "zero.redundancy=2"}},
+      {{"JOB-65", "ConfigError",
+        "config key 'zero.redundancy': needs zero.stage >= 1 (stage 0 replicates everything)"},
+       {"zero.redundancy=1"}},
+      {{"JOB-66", "ConfigError",
+        "config key 'zero.redundancy': needs elastic.enabled = true (the replicas serve only "
+        "elastic recovery)"},
+       {"zero.stage=2", "zero.redundancy=1"}},
   };
   return rows;
 }

@@ -302,6 +302,85 @@ TEST(ElasticMultiproc, AZeroThreeRanksParametersComeBackFromTheLastCheckpoint) {
   expectSameModel(run, reference("cpu,cpu,cpu", extra));
 }
 
+// zero.redundancy = 1: rank 0 keeps a replica of rank 1's slice, so rank 1's loss in step 10's
+// forward costs no going back: the survivors cut the slices anew from what they hold and redo
+// step 10 alone. Every step is logged once and the run ends where an uninterrupted run without
+// replicas does.
+TEST(ElasticMultiproc, AZeroSliceOfALostRankComesBackFromItsReplica) {
+  const std::string zero = "--set zero.stage=2 --set checkpoint.every=4";
+  const ElasticRun run = runElastic("zero_replica", "cpu,cpu,cpu", "1:forward:9:KILL",
+                                    zero + " --set zero.redundancy=1");
+  expectRecovered(run, {0, 2}, {1});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 10);
+  EXPECT_NE(run.run.output.find("rebuilt from the members' replicas at step 9"), std::string::npos)
+      << run.run.output;
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu", zero));
+}
+
+// Rank 0 dies after every rank's figures of step 7 arrived: the others step their slices (rank
+// 2 its replica of rank 0's too) and then fail the parameters' all-gather. The step is theirs:
+// they log it, and the next generation goes on from step 8 with the parameters put together from
+// the slices.
+TEST(ElasticMultiproc, AZeroRankLostBeforeTheOptimizerStepLeavesTheStepDone) {
+  const std::string zero = "--set zero.stage=1 --set checkpoint.every=4";
+  const ElasticRun run = runElastic("zero_replica_optimizer", "cpu,cpu,cpu", "0:optimizer:6:KILL",
+                                    zero + " --set zero.redundancy=1");
+  expectRecovered(run, {1, 2}, {0});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 8);
+  EXPECT_NE(run.run.output.find("rebuilt from the members' replicas"), std::string::npos)
+      << run.run.output;
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu", zero));
+}
+
+// ZeRO-3: the lost rank's slice of the parameters comes back from its replica too.
+TEST(ElasticMultiproc, AZeroThreeRanksParametersComeBackFromTheirReplica) {
+  const std::string zero = "--set zero.stage=3 --set checkpoint.every=4";
+  const ElasticRun run = runElastic("zero3_replica", "cpu,cpu,cpu", "2:reduce:8:KILL",
+                                    zero + " --set zero.redundancy=1");
+  expectRecovered(run, {0, 1}, {2});
+  EXPECT_NE(run.run.output.find("rebuilt from the members' replicas"), std::string::npos)
+      << run.run.output;
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu", zero));
+}
+
+// ZeRO-1 with replicas and a replacement: neither the loss nor the join goes back to a
+// checkpoint; the replacement's slice (and its replica of its successor's) is cut for it from
+// the members'. Every step is logged once.
+TEST(ElasticMultiproc, AReplacementOfAZeroRankTakesItsSliceFromTheMembersReplicas) {
+  const std::string zero = "--set zero.stage=1 --set checkpoint.every=2";
+  const ElasticRun run =
+      runElastic("zero_replica_restart", "cpu,cpu,cpu", "1:forward:2:KILL,0:forward:0:SLOW400",
+                 zero + " --set zero.redundancy=1 --set elastic.max_restarts=1");
+  EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
+  // The replacement may join in the generation that lost rank 1, or in the next.
+  ASSERT_GE(run.recoveries.size(), 1u) << run.run.output;
+  EXPECT_EQ(run.recoveries.back().at("joined").get<std::vector<int>>(), (std::vector<int>{3}));
+  EXPECT_EQ(run.recoveries.back().at("members").get<std::vector<int>>(),
+            (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(run.run.output.find("cannot come back from replicas"), std::string::npos)
+      << run.run.output;
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu,cpu", zero));
+}
+
+// Ranks 1 and 2 die together: rank 2's replica was on rank 1, so its slice is nowhere; the
+// survivors go back to the last checkpoint as without replicas (steps 9 and 10 logged twice).
+TEST(ElasticMultiproc, TwoNeighboursLostTakeTheZeroJobBackToTheLastCheckpoint) {
+  const std::string zero = "--set zero.stage=2 --set checkpoint.every=4";
+  const ElasticRun run =
+      runElastic("zero_replica_neighbours", "cpu,cpu,cpu,cpu", "1:forward:9:KILL,2:forward:9:KILL",
+                 zero + " --set zero.redundancy=1");
+  expectRecovered(run, {0, 3}, {1, 2});
+  EXPECT_NE(run.run.output.find("cannot come back from replicas"), std::string::npos)
+      << run.run.output;
+  EXPECT_EQ(run.recoveries.back().at("redo_step").get<int>(), 9);
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
+  expectSameModel(run, reference("cpu,cpu,cpu,cpu", zero));
+}
+
 // ZeRO-1 with a replacement: the loss and the join each take the members back to the last
 // checkpoint (a join reshards the slices too, and the old world is gone), the joiner included,
 // which restores its new slice from there. Every step is logged, the steps since a checkpoint

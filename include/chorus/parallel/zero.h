@@ -10,6 +10,12 @@
 // parameters after each step. In stage 3 the master slice is all this rank keeps of the
 // parameters: ZeroLayers (zero_layers.h) gathers each layer from every rank's slice when it runs,
 // and the step gathers nothing.
+//
+// Redundancy (zero.redundancy = 1, for elastic recovery): rank r also keeps a replica of its
+// successor's slice, rank (r + 1) mod n — the master copy and the optimizer state — and steps it
+// with that slice's averaged gradient (taken from the whole gradient in stage 1, received from
+// the successor in stages 2 and 3), so the replica stays equal to the owner's slice, bit for bit
+// on one kind of device. A lost rank's slice then survives on its predecessor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,29 +49,49 @@ class ZeroOptimizer {
       std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
 
   // `bounds` as shardBounds gives them, over the flattened `parameters` in `order` (fp32, all of
-  // them); `make` builds the optimizer over the one slice tensor. Not collective.
+  // them); `make` builds the optimizer over the one slice tensor (and one more over the replica).
+  // `redundant`: keep a replica of the successor's slice (none in a world of one). Not collective.
   ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, std::vector<int> order,
                 std::vector<std::int64_t> bounds, std::shared_ptr<comm::Communicator> communicator,
-                const MakeOptimizer& make);
+                const MakeOptimizer& make, bool redundant = false);
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   int stage() const { return stage_; }
+  // This rank, whose slice is [begin(), end()).
+  int rank() const { return rank_; }
   const std::vector<std::int64_t>& bounds() const { return bounds_; }
   // The flat order: parameter indices, as flatOrder gave them.
   const std::vector<int>& order() const { return order_; }
-  std::int64_t begin() const { return bounds_[rank_]; }
-  std::int64_t end() const { return bounds_[rank_ + 1]; }
+  std::int64_t begin() const { return own_.begin; }
+  std::int64_t end() const { return own_.end; }
+  // Whether this rank keeps a replica of its successor's slice.
+  bool redundant() const { return replica_ != nullptr; }
+  // The rank whose slice the replica is, and its bounds (redundant() only).
+  int successor() const { return (rank_ + 1) % static_cast<int>(bounds_.size() - 1); }
+  std::int64_t replicaBegin() const { return replica_->begin; }
+  std::int64_t replicaEnd() const { return replica_->end; }
   // The slice's gradient: stage 2's reducer writes the averaged gradient of the slice here.
-  at::Tensor gradientSlice() const { return gradient_; }
-  // Stage 1: copies this rank's slice of the parameters' averaged .grad into gradientSlice().
+  at::Tensor gradientSlice() const { return own_.gradient; }
+  // Stage 1: copies this rank's slice of the parameters' averaged .grad into gradientSlice()
+  // (and the successor's into the replica's gradient).
   void takeGradientSlice();
-  // The optimizer's step on the slice, then (stages 1 and 2) the collective all-gather of every
-  // rank's slice into the parameters. Every rank calls it, or none (a skipped step).
+  // Stages 2 and 3 with a replica, collective: each rank sends its slice's averaged gradient to
+  // its predecessor and receives its successor's (one all-to-all).
+  void exchangeReplicaGradients();
+  // The optimizer's step on the slice (and the replica), then (stages 1 and 2) the collective
+  // all-gather of every rank's slice into the parameters. Every rank calls it, or none (a
+  // skipped step).
   void step();
+  // The two halves of step(): the local optimizer steps, and the collective all-gather (nothing
+  // in stage 3).
+  void stepSlices();
+  void gatherParameters();
   // The master slice the optimizer steps (fp32, end() - begin() elements): stage 3's shard of
   // the parameters. Shares its storage.
-  at::Tensor masterSlice() const { return master_.detach(); }
+  at::Tensor masterSlice() const { return own_.master.detach(); }
+  // The replica's master slice (replicaEnd() - replicaBegin() elements; redundant() only).
+  at::Tensor replicaMasterSlice() const { return replica_->master.detach(); }
   // Collective: every rank's slice, all-gathered, as one flat fp32 tensor in order() (stage 3's
   // whole parameters, for a test or an export; the caller holds the whole model while it lives).
   at::Tensor gatherWhole() const;
@@ -80,20 +106,29 @@ class ZeroOptimizer {
   // the parameters that overlap the slice, in order(): stage 3's resume, from a model file read
   // one parameter at a time or from parameters put together elsewhere.
   void loadMaster(const std::function<at::Tensor(int index)>& value_of);
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
-  const torch::optim::Optimizer& optimizer() const { return *optimizer_; }
+  torch::optim::Optimizer& optimizer() { return *own_.optimizer; }
+  const torch::optim::Optimizer& optimizer() const { return *own_.optimizer; }
+  // The replica's optimizer (redundant() only): its learning rate follows the slice's.
+  torch::optim::Optimizer& replicaOptimizer() { return *replica_->optimizer; }
 
   // The optimizer state of the slice as flat tensors of its length by name ("momentum_buffer";
   // "exp_avg", "exp_avg_sq"), plus "step" (one element) for AdamW; empty before the first step.
   std::map<std::string, at::Tensor> sliceState() const;
-  // The state of [begin(), end()) cut from whole flat states (every name as sliceState gives it,
-  // over all the flattened parameters), e.g. assembled from another shard layout.
+  // The same of the replica (redundant() only).
+  std::map<std::string, at::Tensor> replicaState() const;
+  // The state of [begin(), end()) (and of the replica's range) cut from whole flat states (every
+  // name as sliceState gives it, over all the flattened parameters), e.g. assembled from another
+  // shard layout.
   void loadWholeState(const std::map<std::string, at::Tensor>& whole);
   // The same from this rank's slice of each state (end() - begin() elements; "step" as is): a
   // resume that read only the slice.
   void loadSliceState(const std::map<std::string, at::Tensor>& slices);
+  // The same for the replica (replicaEnd() - replicaBegin() elements).
+  void loadReplicaState(const std::map<std::string, at::Tensor>& slices);
   // Copies `slice` (end() - begin() elements) into the master slice: stage 3's resume.
   void loadMasterSlice(const at::Tensor& slice);
+  // The same for the replica's master.
+  void loadReplicaMasterSlice(const at::Tensor& slice);
 
  private:
   int stage_;
@@ -101,10 +136,23 @@ class ZeroOptimizer {
   std::vector<int> order_;
   std::vector<std::int64_t> bounds_;
   std::shared_ptr<comm::Communicator> communicator_;
+  // One range of the flat space this rank steps: its own slice, or the replica of its
+  // successor's.
+  struct Slice {
+    std::int64_t begin = 0, end = 0;
+    at::Tensor master;    // fp32 copy of the range, the optimizer's one parameter
+    at::Tensor gradient;  // its gradient (master's .grad)
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+  };
+  void initSlice(Slice& slice, std::int64_t begin, std::int64_t end, const MakeOptimizer& make);
+  void loadMasterOf(Slice& slice, const std::function<at::Tensor(int index)>& value_of);
+  void takeGradientOf(Slice& slice);
+  std::map<std::string, at::Tensor> stateOf(const Slice& slice) const;
+  void loadStateOf(Slice& slice, const std::map<std::string, at::Tensor>& slices);
+
   int rank_;
-  at::Tensor master_;    // fp32 copy of this rank's slice, the optimizer's one parameter
-  at::Tensor gradient_;  // its gradient (master_'s .grad)
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  Slice own_;
+  std::unique_ptr<Slice> replica_;  // redundant only
 };
 
 }  // namespace chorus::parallel

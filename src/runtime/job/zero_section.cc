@@ -41,12 +41,19 @@ ZeroSection readZero(const Config& config) {
   }
   require(zero.stage >= 1 || !config.has("zero.shards"), "zero.shards",
           "needs zero.stage >= 1 (stage 0 replicates everything)");
+  zero.redundancy = config.getInt("zero.redundancy", zero.redundancy);
+  require(zero.redundancy == 0 || zero.redundancy == 1, "zero.redundancy", "must be 0 or 1");
+  require(zero.stage >= 1 || zero.redundancy == 0, "zero.redundancy",
+          "needs zero.stage >= 1 (stage 0 replicates everything)");
   return zero;
 }
 
 void checkZero(const JobConfig& job) {
   const ZeroSection& zero = job.zero;
   if (zero.stage == 0) return;
+  // The replicas serve elastic recovery alone (a checkpoint holds every slice anyway).
+  require(zero.redundancy == 0 || job.elastic.enabled, "zero.redundancy",
+          "needs elastic.enabled = true (the replicas serve only elastic recovery)");
   const std::string with = "cannot be combined with zero.stage = " + std::to_string(zero.stage);
   require(job.parallel.pipeline_stages == 1, "parallel.pipeline_stages",
           with + " (ZeRO shards the data-parallel ranks of one-stage replicas)");

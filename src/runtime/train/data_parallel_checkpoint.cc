@@ -103,6 +103,7 @@ StateCopy copyState(DataParallelEngine& s) {
 }  // namespace
 
 CheckpointSnapshot DataParallelEngine::snapshot() {
+  requireGatheredParameters();
   DataParallelEngine& s = *this;
   CheckpointSnapshot snapshot;
   std::vector<CheckpointFile>& files = snapshot.small;

@@ -161,7 +161,30 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
   return result;
 }
 
+// The slice's step (and its replica's), then the all-gather of every rank's slice. With replicas
+// a lost peer that fails the all-gather does not undo the step: the slices already stepped, so
+// this rank has completed it (and logs it) and the recovery rebuilds the parameters from the
+// slices; until then the parameters are stale, and any use of them fails as the world did.
+void stepZero(DataParallelEngine& s) {
+  s.zero->stepSlices();
+  if (!s.zero->redundant()) {
+    s.zero->gatherParameters();
+    return;
+  }
+  try {
+    s.zero->gatherParameters();
+  } catch (const CommError& error) {
+    s.stale_parameters = error.what();
+  }
+}
+
 }  // namespace
+
+void DataParallelEngine::requireGatheredParameters() const {
+  if (!stale_parameters.empty())
+    CHORUS_THROW(CommError,
+                 "ZeRO: the parameters of the last step were not gathered: ", stale_parameters);
+}
 
 StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks) {
   DataParallelEngine& s = *this;
@@ -178,12 +201,14 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   }
   if (hooks.trace != nullptr) hooks.trace->setStep(step);
   s.trace = hooks.trace != nullptr && hooks.trace->recording() ? hooks.trace : nullptr;
+  s.requireGatheredParameters();
   Stopwatch clock;
   StepRecord record;
   record.step = step;
   record.shares = shares();
   record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
   setLearningRate(s.activeOptimizer(), record.lr);
+  if (s.zero && s.zero->redundant()) setLearningRate(s.zero->replicaOptimizer(), record.lr);
 
   const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
   const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
@@ -204,6 +229,9 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
     s.zero->takeGradientSlice();
     s.clearGradients();
   }
+  // A replica's gradient arrives before the step figures: a rank past them holds every gradient
+  // it steps, and so does each of its peers.
+  if (s.zero && s.zero->stage() >= 2) s.zero->exchangeReplicaGradients();
   // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
   // gathered flags add overflows that a lossy path could have hidden.
   const bool local_overflow = share.overflow || !s.reducer->gradientsFinite();
@@ -225,7 +253,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
     ++s.skipped_steps;  // every rank skips together: the replicas stay identical
     s.clearGradients();
   } else if (s.zero) {
-    s.zero->step();  // the slice's step, then the all-gather of every rank's slice
+    stepZero(s);
   } else {
     s.optimizer->step();
   }
@@ -251,6 +279,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
 }
 
 std::vector<at::Tensor> DataParallelEngine::parameterValues() {
+  requireGatheredParameters();
   if (!zero_layers) return StepEngine::parameterValues();
   const at::Tensor whole = zero->gatherWhole();
   std::vector<at::Tensor> values(model_parameters.size());

@@ -111,6 +111,12 @@ struct DataParallelEngine final : StepEngine {
   std::optional<parallel::DynamicLossScaler> scaler;
   std::unique_ptr<parallel::GradientUnscaler> unscaler;
   std::int64_t skipped_steps = 0;
+  // ZeRO with replicas: why the last step's all-gather of the parameters failed (a lost peer),
+  // leaving them stale until the recovery rebuilds them; empty when they are whole.
+  std::string stale_parameters;
+  // Throws that CommError when the parameters are stale: a step, an evaluation or a checkpoint
+  // of them would be wrong.
+  void requireGatheredParameters() const;
   // Gradient compression (null: none); its memory (residuals, PowerSGD's Q) is checkpointed.
   std::shared_ptr<parallel::GradientCodec> codec;
   // Local SGD (comm.sync_every > 1): samples this rank took since the last parameter average.

@@ -52,6 +52,7 @@ std::int64_t evaluationPasses(const DataParallelEngine& s, std::int64_t test_siz
 }  // namespace
 
 std::pair<double, double> DataParallelEngine::evaluate(std::int64_t samples) {
+  requireGatheredParameters();
   DataParallelEngine& s = *this;
   comm::Communicator& world = *s.worker->world();
   torch::NoGradGuard no_grad;

@@ -1,7 +1,8 @@
 // The data-parallel engine's part of elastic recovery: the member the new generation starts from
 // hands over what every replica shares (the model, the optimizer state, the skipped steps) and
 // the members' shares and balancer state (its knowledge of the survivors kept, nothing yet of a
-// joiner); each rank keeps its own loss scale and codec memory.
+// joiner); each rank keeps its own loss scale and codec memory. Under ZeRO the parameters and
+// the optimizer state are not in it: they come back from the slices' replicas.
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -43,13 +44,18 @@ std::string DataParallelEngine::handover(const std::vector<int>& kept,
   torch::serialize::OutputArchive archive;
   archive.write(kHeader, textTensor(header.dump()));
   torch::NoGradGuard no_grad;
-  for (const auto& item : model->named_parameters())
-    archive.write(kModelPrefix + item.key(), item.value().detach().cpu());
+  // ZeRO's parameters and optimizer state come from the slices and their replicas
+  // (zero_replicas.h), not from one member.
+  if (!zero)
+    for (const auto& item : model->named_parameters())
+      archive.write(kModelPrefix + item.key(), item.value().detach().cpu());
   for (const auto& item : model->named_buffers())
     archive.write(kModelPrefix + item.key(), item.value().detach().cpu(), true);
-  torch::serialize::OutputArchive optimizer_archive;
-  optimizer->save(optimizer_archive);
-  archive.write(kOptimizer, optimizer_archive);
+  if (!zero) {
+    torch::serialize::OutputArchive optimizer_archive;
+    optimizer->save(optimizer_archive);
+    archive.write(kOptimizer, optimizer_archive);
+  }
   return archiveBytes(archive);
 }
 
@@ -67,20 +73,23 @@ void DataParallelEngine::adopt(const std::string& bytes, const LocalCarry& carry
   const nlohmann::json header = nlohmann::json::parse(tensorText(header_text));
   {
     torch::NoGradGuard no_grad;
-    for (auto& item : model->named_parameters()) {
-      at::Tensor value;
-      archive.read(kModelPrefix + item.key(), value);
-      item.value().copy_(value);
-    }
+    if (!zero)
+      for (auto& item : model->named_parameters()) {
+        at::Tensor value;
+        archive.read(kModelPrefix + item.key(), value);
+        item.value().copy_(value);
+      }
     for (auto& item : model->named_buffers()) {
       at::Tensor value;
       archive.read(kModelPrefix + item.key(), value, true);
       item.value().copy_(value);
     }
   }
-  torch::serialize::InputArchive optimizer_archive;
-  archive.read(kOptimizer, optimizer_archive);
-  optimizer->load(optimizer_archive);
+  if (!zero) {
+    torch::serialize::InputArchive optimizer_archive;
+    archive.read(kOptimizer, optimizer_archive);
+    optimizer->load(optimizer_archive);
+  }
   skipped_steps = header.at("skipped_steps").get<std::int64_t>();
   balancer->importState(balancerStateFromJson(header.at("balancer")));
   if (!fixed_shares.empty()) fixed_shares = header.at("shares").get<std::vector<std::int64_t>>();

@@ -80,7 +80,8 @@ void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerO
       plan.zero_stage, parameters,
       parallel::flatOrder(parallel::bucketLayoutOf(parameters, reducing)), bounds,
       s.worker->world(),
-      [&optimizer](std::vector<at::Tensor> slice) { return makeOptimizer(optimizer, slice); });
+      [&optimizer](std::vector<at::Tensor> slice) { return makeOptimizer(optimizer, slice); },
+      /*redundant=*/s.job.zero.redundancy > 0);
   if (plan.zero_stage >= 2) {
     reducing.scatter_bounds = bounds;
     reducing.scatter_output = s.zero->gradientSlice();
@@ -104,7 +105,8 @@ void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerO
   for (int r = 0; r < ranks; ++r)
     slices += (r ? "/" : "") + std::to_string(bounds[r + 1] - bounds[r]);
   logInfo("ZeRO stage ", plan.zero_stage, ": parameter slices of ", slices, " elements",
-          plan.zero_shards.empty() ? " (even)" : " (sized by the plan's shards)");
+          plan.zero_shards.empty() ? " (even)" : " (sized by the plan's shards)",
+          s.zero->redundant() ? "; each rank keeps a replica of the next rank's slice" : "");
 }
 
 // Collective: every rank's micro-batch limit, by rank.

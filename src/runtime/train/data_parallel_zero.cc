@@ -161,6 +161,20 @@ void loadMasterFromModelFile(DataParallelEngine& engine, const CheckpointSource&
   });
 }
 
+// The replica of the successor's slice (zero.redundancy), read as restoreOwnSlices reads the
+// rank's own: the state, and ZeRO-3's parameters (or, without them, the model file's values that
+// loadMasterFromModelFile gave it already).
+void restoreReplica(DataParallelEngine& engine, const CheckpointSource& source,
+                    const std::vector<std::int64_t>& bounds) {
+  auto slices = savedSlices(source, bounds, engine.zero->replicaBegin(), engine.zero->replicaEnd());
+  const auto parameters = slices.find(kParameters);
+  if (parameters != slices.end()) {
+    engine.zero->loadReplicaMasterSlice(parameters->second);
+    slices.erase(parameters);
+  }
+  engine.zero->loadReplicaState(slices);
+}
+
 // A ZeRO engine resuming a ZeRO checkpoint of its own flat order reads only its own slices
 // (savedSlices), unless it needs the whole parameters from ZeRO-3's slices (a stage 1 or 2
 // engine, whose parameters are whole). True when it did.
@@ -181,6 +195,7 @@ bool restoreOwnSlices(DataParallelEngine& engine, const CheckpointSource& source
     loadMasterFromModelFile(engine, source);
   }
   engine.zero->loadSliceState(slices);
+  if (engine.zero->redundant()) restoreReplica(engine, source, bounds);
   if (!engine.zero_layers) engine.zero->loadMasterFromParameters();  // loaded by restore()
   return true;
 }

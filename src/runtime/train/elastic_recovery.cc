@@ -5,9 +5,10 @@
 // survivors, a joiner's share planned as its device was at launch), and the loop redoes the
 // interrupted step: the parameters and the optimizer state change only after a step's reduction
 // completed on every rank, and the sampler's batches depend on the step alone, so the run goes on
-// along the trajectory of an uninterrupted one. Not with ZeRO: a lost rank's slice of the
-// optimizer state is held nowhere else, so the members restore the last complete checkpoint,
-// resharded over the new generation, and redo the steps since. A joiner starts here too
+// along the trajectory of an uninterrupted one. With ZeRO, a lost rank's slice comes back from its
+// replica on its predecessor (zero.redundancy = 1, zero_replicas.h); without one, or when a
+// slice's holders are all lost, the members restore the last complete checkpoint, resharded
+// over the new generation, and redo the steps since. A joiner starts here too
 // (joinRunningJob).
 #include <ATen/ATen.h>
 
@@ -123,6 +124,25 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
               .dump()};
 }
 
+// ZeRO with replicas: this generation's slices cut from what the members held (collective).
+// False when some slice has no holder at the step the members go on from.
+bool restoreReplicas(Trainer::State& s, const nlohmann::json& header, const Generation& next) {
+  TrainingContext& c = *s.context;
+  auto& engine = dynamic_cast<DataParallelEngine&>(*s.engine);
+  std::string why;
+  const ZeroHolding* mine = s.zero_holding ? &*s.zero_holding : nullptr;
+  if (restoreFromReplicas(*engine.zero, *c.worker->world(), header.at("zero_replicas"), mine,
+                          next.members, next.step, why)) {
+    if (c.worker->rank() == 0)
+      logInfo("elastic: ZeRO slices rebuilt from the members' replicas at step ", next.step);
+    return true;
+  }
+  if (c.worker->rank() == 0)
+    logWarn("elastic: ZeRO slices cannot come back from replicas (", why,
+            "); going back to the last checkpoint");
+  return false;
+}
+
 // Every member's side of the regrouping once `next` formed: the source's header and handover
 // reach every member, and each builds its engine for the next plan. `carry` is this rank's own
 // state to keep (none for a joiner).
@@ -146,12 +166,14 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   s.engine = makeDataParallelEngine(c, s.plan);
   s.engine_members = next.members;
   s.next_step = next.step;
-  if (parsed.contains("checkpoint")) {
+  if (!parsed.contains("checkpoint")) {
+    s.engine->adopt(handover, carry);
+  } else if (parsed.contains("zero_replicas") && restoreReplicas(s, parsed, next)) {
+    s.engine->adopt(handover, carry);  // the shares, the balancer; the slices are restored
+  } else {
     // ZeRO: the lost slices come back from the last checkpoint, resharded over this generation,
     // and the run goes on from its step.
     restoreCheckpoint(s, parsed.at("checkpoint").get<std::string>());
-  } else {
-    s.engine->adopt(handover, carry);
   }
   resetCheckpointWriter(s, next.number);
 }
@@ -161,6 +183,16 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
 std::string withLastCheckpoint(const Trainer::State& s, const std::string& header) {
   nlohmann::json parsed = nlohmann::json::parse(header);
   parsed["checkpoint"] = resolveCheckpoint("latest", s.context->job.checkpoint.dir);
+  return parsed.dump();
+}
+
+// The header of a ZeRO job whose slices have replicas: what the members need to rebuild the
+// slices from them (zero_replicas.h).
+std::string withReplicas(const std::string& header, const ZeroHolding& holding) {
+  const nlohmann::json replicas = replicaHeader(holding);
+  if (replicas.is_null()) return header;
+  nlohmann::json parsed = nlohmann::json::parse(header);
+  parsed["zero_replicas"] = replicas;
   return parsed.dump();
 }
 
@@ -180,6 +212,10 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
     const Regroup regroup = regroupOf(s, next, change);
     if (s.plan.zero_stage > 0) {
       header = withLastCheckpoint(s, regroup.header);
+      if (s.zero_holding) {
+        header = withReplicas(header, *s.zero_holding);
+        handover = s.engine->handover(change.kept, regroup.shares);
+      }
     } else {
       header = regroup.header;
       handover = s.engine->handover(change.kept, regroup.shares);
@@ -214,6 +250,11 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
   std::erase_if(s.abandoned_checkpoints, [](const std::future<std::string>& write) {
     return write.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });
+  // What this rank holds of ZeRO's slices, kept over every attempt: a failed one may have
+  // rebuilt the engine already.
+  if (auto* engine = dynamic_cast<DataParallelEngine*>(s.engine.get());
+      !s.zero_holding && engine != nullptr && engine->zero && engine->zero->redundant())
+    s.zero_holding = holdingOf(*engine->zero, s.engine_members, s.next_step);
   RecoveryRecord record;
   std::vector<int> lost;  // over every attempt
   for (;;) {
@@ -234,6 +275,7 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
       }
     }
   }
+  s.zero_holding.reset();
   std::sort(lost.begin(), lost.end());
   lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
   record.lost = lost;

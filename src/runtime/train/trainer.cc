@@ -183,8 +183,9 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   Stopwatch clock;
   std::int64_t samples = 0;
   // Elastic recovery brings a lost rank's ZeRO slice back from the last checkpoint: there must be
-  // one from the start.
-  if (s.membership && s.plan.zero_stage > 0) elastically(s, hooks, [&] { checkpoint(true); });
+  // one from the start. A worker that joined finds one written (the members are past it).
+  if (s.membership && s.plan.zero_stage > 0 && !s.context->worker->identity().joins())
+    elastically(s, hooks, [&] { checkpoint(true); });
   while (s.next_step < train.steps) {
     StepRecord record;
     elastically(s, hooks, [&] { record = step(inner); });

@@ -17,6 +17,7 @@
 #include "chorus/runtime/launch/elastic_membership.h"
 #include "chorus/runtime/train/trainer.h"
 #include "train/step_engine.h"
+#include "train/zero_replicas.h"
 
 namespace chorus::runtime {
 
@@ -84,6 +85,9 @@ struct Trainer::State {
   // Background checkpoints of an earlier generation, left to end on their own.
   std::vector<std::future<std::string>> abandoned_checkpoints;
   std::int64_t next_step = 0;
+  // ZeRO with replicas, during a recovery: the slices this rank held when the loss struck, kept
+  // until a generation has resharded them (an attempt that fails leaves them for the next).
+  std::optional<ZeroHolding> zero_holding;
   std::shared_ptr<CheckpointWriter> checkpoints;
   std::future<std::string> pending_checkpoint;
   std::int64_t last_checkpoint_step = -1;

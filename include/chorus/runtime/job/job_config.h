@@ -174,6 +174,11 @@ struct ZeroSection {
   // Default: "memory".
   std::string shards = "memory";
   std::vector<double> fractions;
+  // 1: every rank also keeps its successor's slice (optimizer state and master copy) and steps
+  // it, so that elastic recovery rebuilds a lost rank's slice from the replica instead of the
+  // last checkpoint (docs/elastic.md); costs the replica's memory and, in stages 2 and 3, one
+  // exchange of gradient slices per step. Needs zero.stage >= 1 and elastic.enabled. Default: 0.
+  std::int64_t redundancy = 0;
 };
 
 // Elastic recovery (docs/elastic.md): when a worker is lost, the survivors agree on a new
