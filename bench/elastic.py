@@ -15,11 +15,17 @@ the agent starts a replacement for the victim, which joins the running job; the 
 join are read from the log lines' time stamps and the JSON log, and every trial is checked (exit
 code 0, every step logged once, the replacement's launch share back: the step lines' shares
 after the join are the launch shares in member order, the replacement last).
+chorus-zero and chorus-zero-replica (only with --modes): the chorus-kill job sharded with ZeRO-2,
+a checkpoint every --checkpoint-every steps; without replicas the survivors go back to the last
+checkpoint, with `zero.redundancy = 1` they rebuild the lost slice from its replica. Besides the
+phases: catch_up_s, from the kill until the interrupted step completed, and redone, the steps
+logged again on the way.
 Each phase's definition is in docs/performance.md, "Elastic recovery"; min / median / max over
 trials go to stdout and, with every trial's figures, to the JSON.
 
     bench/elastic.py [--chorus build/chorus] [--trials 8] [--seed 1] [--out bench/results/...]
-                     [--modes chorus-kill,chorus-hung,chorus-hung-200,torch|chorus-replace]
+                     [--modes chorus-kill,chorus-hung,chorus-hung-200,torch|chorus-replace|
+                              chorus-zero,chorus-zero-replica]
 """
 import argparse
 import datetime
@@ -38,8 +44,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINTS = ["forward", "reduce", "optimizer"]
-MODES = ["chorus-kill", "chorus-hung", "chorus-hung-200", "torch", "chorus-replace"]
-DEFAULT_MODES = MODES[:4]  # chorus-replace runs a longer job: on request
+MODES = ["chorus-kill", "chorus-hung", "chorus-hung-200", "torch", "chorus-replace", "chorus-zero",
+         "chorus-zero-replica"]
+DEFAULT_MODES = MODES[:4]  # chorus-replace and the ZeRO modes: on request
 FAULT_LINE = re.compile(r"(\d\d):(\d\d):(\d\d)\.(\d{3}).*fault injection: signal (\d+) at (\w+) "
                         r"of step (\d+) \(pid (\d+)\)")
 TIME = r"(\d\d):(\d\d):(\d\d)\.(\d{3}) "
@@ -63,9 +70,13 @@ def make_trials(seed, count, first, last):
              "point": rng.choice(POINTS)} for i in range(count)]
 
 
-def chorus_command(args, log, heartbeat_ms=None, replace=False):
+def chorus_command(args, log, heartbeat_ms=None, replace=False, zero_dir=None, replicas=False):
     settings = JOB + (REPLACE_JOB + [f"train.steps={args.replace_steps}"] if replace
                       else [f"train.steps={args.steps}"])
+    if zero_dir is not None:
+        settings += ["zero.stage=2", f"checkpoint.dir={zero_dir}",
+                     f"checkpoint.every={args.checkpoint_every}"]
+        settings += ["zero.redundancy=1"] if replicas else []
     if heartbeat_ms is not None:
         settings.append(f"elastic.heartbeat_ms={heartbeat_ms}")
     return [args.chorus, "train"] + [w for kv in settings for w in ("--set", kv)] + [
@@ -189,6 +200,12 @@ def chorus_figures(final, fault, total_steps, before=None):
         "agree_s": recovery["agree_s"], "rebuild_s": recovery["rebuild_s"],
         "redo_s": after and after["time"] - recovery["time"],
         "total_s": after and after["time"] - kill,
+        # Until the interrupted step completed (later than total_s where the recovery went back
+        # to a checkpoint), and the steps done again on the way.
+        "catch_up_s": next((r["time"] - kill for r in records[events[0]:] if "event" not in r
+                            and r["step"] >= fault[2] + 1), None),
+        "redone": sum(1 for r in records[events[0]:] if "event" not in r
+                      and r["step"] <= fault[2]),
         "stale_step_lines": [s["step"] for s in steps  # written by a left-out worker
                              if s["time"] > recovery["time"] and "generation" not in s]})
     return figures
@@ -274,8 +291,9 @@ def run_mode(args, mode, trial, workdir):
     else:
         signal_name = "STOP" if mode.startswith("chorus-hung") else "KILL"
         env["CHORUS_FAULT"] = f"{trial['rank']}:{trial['point']}:{trial['kill_step']}:{signal_name}"
+        zero_dir = name + ".ckpt" if mode.startswith("chorus-zero") else None
         command = chorus_command(args, log, 200 if mode.endswith("200") else None,
-                                 mode == "chorus-replace")
+                                 mode == "chorus-replace", zero_dir, mode == "chorus-zero-replica")
     for attempt in range(3):  # a run that overlapped the CI's quiet period is run again
         while os.path.exists(QUIET):
             time.sleep(10)
@@ -304,20 +322,24 @@ def run_mode(args, mode, trial, workdir):
     result = {"mode": mode, **trial, **job, "load_1m": load, "reruns": attempt, **figures,
               "bad_log_lines": bad_lines, "command": " ".join(command),
               "env": env.get("CHORUS_FAULT")}
+    going_back = mode == "chorus-zero"  # the steps since the checkpoint are logged again
     if (job["rc"] != 0 or "error" in figures or bad_lines or figures.get("missing")
-            or figures.get("repeated")):
+            or (figures.get("repeated") and not going_back)):
         result["output_tail"] = output[-3000:]
     return result
 
 
+ZERO_PHASES = ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s", "catch_up_s", "redone"]
 PHASES = {"chorus": ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s"],
+          "chorus-zero": ZERO_PHASES, "chorus-zero-replica": ZERO_PHASES,
           "torch": ["detect_s", "restart_s", "import_s", "init_s", "first_step_s", "total_s",
                     "catch_up_s", "replayed"],
           "chorus-replace": ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s", "restart_s",
                              "startup_s", "admit_s", "join_agree_s", "join_rebuild_s",
                              "join_total_s", "reduced_steps", "ask_to_join_steps",
                              "ask_to_join_lines"]}
-COUNTS = {"replayed", "reduced_steps", "ask_to_join_steps", "ask_to_join_lines"}  # not seconds
+COUNTS = {"replayed", "reduced_steps", "ask_to_join_steps", "ask_to_join_lines",
+          "redone"}  # not seconds
 
 
 def phases(mode):
