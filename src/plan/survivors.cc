@@ -190,11 +190,14 @@ BalancerState survivorBalancerState(const BalancerState& state, const std::vecto
 
 int addJoinedDevice(Plan& launch, RankPlan rank, std::int64_t micro_batch) {
   replicaOfRank(launch);  // one-stage replicas only
-  CHORUS_CHECK_CONFIG(launch.zero_stage == 0,
-                      "survivors: a new device cannot join a job that "
-                      "shards with ZeRO stage ",
-                      launch.zero_stage);
   CHORUS_CHECK_CONFIG(!launch.replicas.empty(), "survivors: a launch plan without replicas");
+  // ZeRO: the launch's mean shard, where nothing is known of the device's memory; the others keep
+  // their proportions. Even shards (none listed) stay even.
+  if (!launch.zero_shards.empty()) {
+    const double ranks = static_cast<double>(launch.zero_shards.size());
+    for (double& fraction : launch.zero_shards) fraction *= ranks / (ranks + 1);
+    launch.zero_shards.push_back(1.0 / (ranks + 1));
+  }
   std::int64_t total = 0;
   for (const ReplicaPlan& replica : launch.replicas) total += replica.share;
   const auto replicas = static_cast<std::int64_t>(launch.replicas.size());

@@ -227,10 +227,33 @@ TEST(AddJoinedDevice, ANewDeviceTakesTheLaunchMeanShareAndRegroupsLikeALaunchRan
   EXPECT_EQ(launch.replicas[5].stages[0].micro_batch, 8);
 }
 
-TEST(AddJoinedDevice, ZeroAndPipelinesAreRefused) {
-  Plan zero = dataParallelPlan({10, 20});
-  zero.zero_stage = 1;
-  EXPECT_THROW(addJoinedDevice(zero, RankPlan{}, 0), ConfigError);
+// ZeRO: the new device's shard is the launch's mean one, the others keep their proportions, and
+// the next generation's shards follow from that launch plan as for any joiner.
+TEST(AddJoinedDevice, ANewDeviceOfAZeroJobTakesTheMeanShard) {
+  Plan launch = dataParallelPlan({10, 20});
+  launch.zero_stage = 2;
+  launch.zero_shards = {0.25, 0.75};
+  const int slot = addJoinedDevice(launch, RankPlan{}, 0);
+  ASSERT_EQ(launch.zero_shards.size(), 3u);
+  EXPECT_DOUBLE_EQ(launch.zero_shards[0], 0.25 * 2 / 3);
+  EXPECT_DOUBLE_EQ(launch.zero_shards[1], 0.75 * 2 / 3);
+  EXPECT_DOUBLE_EQ(launch.zero_shards[2], 1.0 / 3);
+  EXPECT_NO_THROW(launch.validateZeroShards());
+  Plan current = dataParallelPlan({10, 20});
+  current.zero_stage = 2;
+  current.zero_shards = {0.25, 0.75};
+  const Plan joined = regroupPlan(current, {0, 1}, launch, {slot}, {10, 10, 10}, {0, 1});
+  ASSERT_EQ(joined.zero_shards.size(), 3u);
+  EXPECT_NEAR(joined.zero_shards[2], 1.0 / 3, 1e-12);
+  EXPECT_NEAR(joined.zero_shards[0] / joined.zero_shards[1], 1.0 / 3, 1e-12);
+  // Even shards stay even (none listed).
+  Plan even = dataParallelPlan({10, 20});
+  even.zero_stage = 1;
+  addJoinedDevice(even, RankPlan{}, 0);
+  EXPECT_TRUE(even.zero_shards.empty());
+}
+
+TEST(AddJoinedDevice, PipelinesAreRefused) {
   Plan pipeline = dataParallelPlan({10, 20});
   pipeline.replicas[0].stages.push_back(pipeline.replicas[1].stages[0]);
   pipeline.replicas.pop_back();

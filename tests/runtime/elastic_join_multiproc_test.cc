@@ -62,7 +62,8 @@ std::string secretFile() {
 
 // Launches the job and, once its log shows three steps, `chorus train --join` with `devices`
 // (none: no join).
-Job runJob(const std::string& name, bool elastic, const std::string& devices) {
+Job runJob(const std::string& name, bool elastic, const std::string& devices,
+           const std::string& extra = "") {
   const std::string dir = ::testing::TempDir() + "/chorus_join_" + name;
   fs::remove_all(dir);
   const std::string log = ::testing::TempDir() + "/chorus_join_" + name + ".jsonl";
@@ -73,8 +74,9 @@ Job runJob(const std::string& name, bool elastic, const std::string& devices) {
   const bool joins = !devices.empty();
   auto launched = std::async(std::launch::async, [&] {
     return runCommand(std::string(joins ? "CHORUS_FAULT=0:forward:0:SLOW150 " : "") +
-                      CHORUS_BINARY + " train " + jobArgs(dir, elastic) + " --rdzv-endpoint " +
-                      endpoint + " --secret-file " + secret + " --log-json " + log);
+                      CHORUS_BINARY + " train " + jobArgs(dir, elastic) + " " + extra +
+                      " --rdzv-endpoint " + endpoint + " --secret-file " + secret + " --log-json " +
+                      log);
   });
   Job job;
   if (joins) {
@@ -135,6 +137,40 @@ TEST(ElasticJoinMultiproc, ANewNodeJoinsTheRunningJobAndTakesAPlannedShare) {
     EXPECT_EQ(step.at("shares").get<std::vector<int>>(), expected) << step.dump();
   }
   expectSameModel(run, runJob("straight", /*elastic=*/true, ""));
+}
+
+// ZeRO-2 with replicas: the new device takes the launch's mean shard of the parameters as well
+// as of the batch; the members cut its slice (and its replica of rank 0's) from theirs, so the
+// join goes back to no checkpoint: every step is logged once, and the run ends where the same
+// job without a join does.
+TEST(ElasticJoinMultiproc, ANewNodeJoinsAZeroJobAndTakesASliceFromTheMembers) {
+  const std::string zero = "--set zero.stage=2 --set zero.redundancy=1";
+  const Job run = runJob("joined_zero", /*elastic=*/true, "cpu", zero);
+  EXPECT_EQ(run.launch.exit_code, 0) << run.launch.output;
+  EXPECT_EQ(run.join.exit_code, 0) << run.join.output;
+  ASSERT_EQ(run.recoveries.size(), 1u) << run.launch.output;
+  EXPECT_EQ(run.recoveries.front().at("members").get<std::vector<int>>(),
+            (std::vector<int>{0, 1, 2}));
+  EXPECT_NE(run.launch.output.find("ZeRO slices rebuilt from the members' replicas"),
+            std::string::npos)
+      << run.launch.output;
+  ASSERT_EQ(static_cast<int>(run.steps.size()), kSteps) << run.launch.output;
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(run.steps[i].at("step").get<int>(), i + 1);
+  expectSameModel(run, runJob("straight_zero", /*elastic=*/true, "", zero));
+}
+
+// ZeRO-1 without replicas: the join takes the members back to the last checkpoint (the one before
+// the first step; none other is written), resharded over three ranks: the steps before the join
+// are logged twice, and the run still ends where the same job without a join does.
+TEST(ElasticJoinMultiproc, ANewNodeJoinsAZeroJobWithoutReplicasFromTheLastCheckpoint) {
+  const std::string zero = "--set zero.stage=1";
+  const Job run = runJob("joined_zero_checkpoint", /*elastic=*/true, "cpu", zero);
+  EXPECT_EQ(run.launch.exit_code, 0) << run.launch.output;
+  EXPECT_EQ(run.join.exit_code, 0) << run.join.output;
+  ASSERT_EQ(run.recoveries.size(), 1u) << run.launch.output;
+  EXPECT_EQ(run.recoveries.front().at("redo_step").get<int>(), 1) << run.launch.output;
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
+  expectSameModel(run, runJob("straight_zero_checkpoint", /*elastic=*/true, "", zero));
 }
 
 TEST(ElasticJoinMultiproc, AJobThatIsNotElasticRefusesANewNodeAndGoesOn) {

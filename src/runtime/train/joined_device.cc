@@ -19,8 +19,6 @@ void checkNewDeviceJoin(const JobConfig& job, const plan::Plan& launch, const Wo
   CHORUS_CHECK_CONFIG(job.elastic.enabled, who, ", but the job is not elastic");
   CHORUS_CHECK_CONFIG(launch.stageCount() == 1, who, ", but the job runs pipelines of ",
                       launch.stageCount(), " stages (only data-parallel jobs regroup)");
-  CHORUS_CHECK_CONFIG(launch.zero_stage == 0, who, ", but the job shards with ZeRO stage ",
-                      launch.zero_stage, "; a new device's slice is not planned (not built)");
   CHORUS_CHECK_CONFIG(job.precision.ranks.empty(), who,
                       ", but precision.ranks names a precision per launch rank only");
 }
