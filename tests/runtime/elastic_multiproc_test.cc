@@ -366,6 +366,23 @@ TEST(ElasticMultiproc, AReplacementOfAZeroRankTakesItsSliceFromTheMembersReplica
   expectSameModel(run, reference("cpu,cpu,cpu", zero));
 }
 
+// Two ranks: the survivor of rank 1's loss is a world of one, which keeps no replica, yet it
+// holds every slice; the replacement takes its slice from it, and nothing goes back to a
+// checkpoint.
+TEST(ElasticMultiproc, AReplacementJoinsALoneZeroSurvivorWithoutGoingBack) {
+  const std::string zero = "--set zero.stage=2 --set checkpoint.every=2";
+  const ElasticRun run =
+      runElastic("zero_replica_lone", "cpu,cpu", "1:forward:2:KILL,0:forward:0:SLOW400",
+                 zero + " --set zero.redundancy=1 --set elastic.max_restarts=1");
+  EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
+  ASSERT_GE(run.recoveries.size(), 1u) << run.run.output;
+  EXPECT_EQ(run.recoveries.back().at("members").get<std::vector<int>>(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(run.run.output.find("cannot come back from replicas"), std::string::npos)
+      << run.run.output;
+  expectEveryStepOnce(run);
+  expectSameModel(run, reference("cpu,cpu", zero));
+}
+
 // Ranks 1 and 2 die together: rank 2's replica was on rank 1, so its slice is nowhere; the
 // survivors go back to the last checkpoint as without replicas (steps 9 and 10 logged twice).
 TEST(ElasticMultiproc, TwoNeighboursLostTakeTheZeroJobBackToTheLastCheckpoint) {

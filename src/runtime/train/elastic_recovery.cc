@@ -133,6 +133,10 @@ bool restoreReplicas(Trainer::State& s, const nlohmann::json& header, const Gene
   const ZeroHolding* mine = s.zero_holding ? &*s.zero_holding : nullptr;
   if (restoreFromReplicas(*engine.zero, *c.worker->world(), header.at("zero_replicas"), mine,
                           next.members, next.step, why)) {
+    // The slices are this generation's now: should the parameters' all-gather fail on this rank
+    // and complete on another, both hold slices of this world in the next attempt.
+    s.zero_holding = holdingOf(*engine.zero, next.members, next.step);
+    engine.zero->gatherParameters();
     if (c.worker->rank() == 0)
       logInfo("elastic: ZeRO slices rebuilt from the members' replicas at step ", next.step);
     return true;
@@ -166,15 +170,15 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   s.engine = makeDataParallelEngine(c, s.plan);
   s.engine_members = next.members;
   s.next_step = next.step;
-  if (!parsed.contains("checkpoint")) {
-    s.engine->adopt(handover, carry);
-  } else if (parsed.contains("zero_replicas") && restoreReplicas(s, parsed, next)) {
-    s.engine->adopt(handover, carry);  // the shares, the balancer; the slices are restored
-  } else {
-    // ZeRO: the lost slices come back from the last checkpoint, resharded over this generation,
-    // and the run goes on from its step.
+  // ZeRO with replicas adopts the shares, the balancer and its own loss scale before the
+  // collectives of the reshard: an attempt that fails there leaves an engine that carries them
+  // into the next one (the checkpoint, when it comes to that, sets them again).
+  const bool replicas = parsed.contains("checkpoint") && parsed.contains("zero_replicas");
+  if (!parsed.contains("checkpoint") || replicas) s.engine->adopt(handover, carry);
+  // ZeRO without replicas, or with a slice no member holds: the lost slices come back from the
+  // last checkpoint, resharded over this generation, and the run goes on from its step.
+  if (parsed.contains("checkpoint") && !(replicas && restoreReplicas(s, parsed, next)))
     restoreCheckpoint(s, parsed.at("checkpoint").get<std::string>());
-  }
   resetCheckpointWriter(s, next.number);
 }
 
@@ -253,7 +257,7 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
   // What this rank holds of ZeRO's slices, kept over every attempt: a failed one may have
   // rebuilt the engine already.
   if (auto* engine = dynamic_cast<DataParallelEngine*>(s.engine.get());
-      !s.zero_holding && engine != nullptr && engine->zero && engine->zero->redundant())
+      !s.zero_holding && engine != nullptr && engine->zero && s.context->job.zero.redundancy > 0)
     s.zero_holding = holdingOf(*engine->zero, s.engine_members, s.next_step);
   RecoveryRecord record;
   std::vector<int> lost;  // over every attempt

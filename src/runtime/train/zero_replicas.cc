@@ -40,10 +40,29 @@ std::int64_t fingerprintOf(const std::vector<int>& members,
   return value;
 }
 
-// Every new rank's (progress, fingerprint of its holding's world); -1s for a joiner.
-std::vector<std::int64_t> gatherProgress(comm::Communicator& world, const ZeroHolding* mine) {
+// Whether `mine` holds every tensor `names` lists, of its slice's and its replica's length (a
+// world of one keeps no replica): a holder that could not send its pieces must not be chosen.
+bool complete(const ZeroHolding& mine, const nlohmann::json& names) {
+  const int ranks = static_cast<int>(mine.bounds.size()) - 1;
+  const auto has = [&](const std::map<std::string, at::Tensor>& held, int slice,
+                       const std::string& name) {
+    const auto found = held.find(name);
+    return found != held.end() &&
+           found->second.numel() == mine.bounds[slice + 1] - mine.bounds[slice];
+  };
+  for (const auto& name : names) {
+    if (!has(mine.own, mine.rank, name)) return false;
+    if (ranks > 1 && !has(mine.replica, (mine.rank + 1) % ranks, name)) return false;
+  }
+  return true;
+}
+
+// Every new rank's (progress, fingerprint of its holding's world); -1s for a joiner, and for a
+// holding that is not complete.
+std::vector<std::int64_t> gatherProgress(comm::Communicator& world, const ZeroHolding* mine,
+                                         const nlohmann::json& names) {
   at::Tensor local = at::full({2}, -1, at::kLong);
-  if (mine != nullptr) {
+  if (mine != nullptr && complete(*mine, names)) {
     local[0] = mine->progress;
     local[1] = fingerprintOf(mine->members, mine->bounds);
   }
@@ -171,7 +190,6 @@ ZeroHolding holdingOf(const parallel::ZeroOptimizer& zero, const std::vector<int
 }
 
 nlohmann::json replicaHeader(const ZeroHolding& source) {
-  if (source.replica.empty()) return nullptr;
   nlohmann::json names = nlohmann::json::array();
   for (const auto& [name, tensor] : source.own)
     if (name != kStep) names.push_back(name);
@@ -190,7 +208,7 @@ bool restoreFromReplicas(parallel::ZeroOptimizer& zero, comm::Communicator& worl
   Reshard plan;
   plan.old_bounds = header.at("bounds").get<std::vector<std::int64_t>>();
   const auto old_members = header.at("members").get<std::vector<int>>();
-  const std::vector<std::int64_t> progress = gatherProgress(world, mine);
+  const std::vector<std::int64_t> progress = gatherProgress(world, mine, header.at("names"));
   if (!findHolders(plan, old_members, members, progress,
                    header.at("fingerprint").get<std::int64_t>(), step, why))
     return false;
@@ -214,7 +232,6 @@ bool restoreFromReplicas(parallel::ZeroOptimizer& zero, comm::Communicator& worl
     replica.erase(kMaster);
     zero.loadReplicaState(replica);
   }
-  zero.gatherParameters();
   return true;
 }
 

@@ -38,14 +38,14 @@ ZeroHolding holdingOf(const parallel::ZeroOptimizer& zero, const std::vector<int
                       std::int64_t progress);
 
 // What every member of the next generation needs from the source's holding: the old world, its
-// bounds, the optimizer state's names and AdamW's step count. Null when it keeps no replica.
+// bounds, the optimizer state's names and AdamW's step count.
 nlohmann::json replicaHeader(const ZeroHolding& source);
 
 // Collective over `world` (the members of the next generation, `members` in rank order): rebuilds
-// `zero`'s slices (and replica) from the holders of the old world's slices at step `step`, then
-// (stages 1 and 2) the parameters from the slices. `mine` is this rank's holding (null for a
-// joiner). Returns false, having changed nothing, when some slice has no holder at that step (every
-// member decides alike); `why` then says why.
+// `zero`'s slices (and replica) from the holders of the old world's slices at step `step`; the
+// caller then rebuilds the parameters from them (ZeroOptimizer::gatherParameters). `mine` is this
+// rank's holding (null for a joiner). Returns false, having changed nothing, when some slice has no
+// complete holder at that step (every member decides alike); `why` then says why.
 bool restoreFromReplicas(parallel::ZeroOptimizer& zero, comm::Communicator& world,
                          const nlohmann::json& header, const ZeroHolding* mine,
                          const std::vector<int>& members, std::int64_t step, std::string& why);
