@@ -144,6 +144,12 @@ MemoryEstimate MemoryModel::estimate(const StageMemoryRequest& request) const {
   const double slice_copies = zero >= 3 ? 1 : zero >= 1 ? 2 : 0;
   bytes.optimizer = sharded(params * options_.optimizer_state_bytes, 1) +
                     sharded(slice_copies * params * kParameterBytes, 1);
+  // A replica of the successor's slice: its state, its master copy and its gradient.
+  CHORUS_CHECK_CONFIG(request.replica_fraction >= 0 && request.replica_fraction <= 1,
+                      "memory model: replica_fraction must be in [0, 1]");
+  if (zero >= 1)
+    bytes.optimizer +=
+        request.replica_fraction * params * (options_.optimizer_state_bytes + 2 * kParameterBytes);
   // ZeRO-2's buckets live only while their reduce-scatter runs; the others for the whole step.
   if (request.gradient_buckets && zero < 2) bytes.buffers += params * kParameterBytes;
   // ZeRO-3 gathers a layer's full weights while it runs and the next one's ahead of it.

@@ -54,6 +54,11 @@ TEST(MemoryModel, StateFollowsTheZeroStagesAndTheOptimizer) {
   // A shard sized by memory instead of 1 / group.
   request.shard_fraction = 0.25;
   EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 16 * p * 0.25 + fresh);
+  // zero.redundancy: a replica of the successor's slice (0.5 of the state here) holds its Adam
+  // state, master copy and gradient too.
+  request.replica_fraction = 0.5;
+  EXPECT_DOUBLE_EQ(adam.peakBytes(request), 8 * p + 16 * p * 0.25 + 16 * p * 0.5 + fresh);
+  request.replica_fraction = 0;
   request.shard_fraction = 0;
   // ZeRO-2 differs from ZeRO-1 in the reducer's buckets, which it frees after each reduce-scatter.
   request.zero_stage = 2;

@@ -79,6 +79,10 @@ struct StageMemoryRequest {
   // This rank's fraction of the sharded state (ZeRO shards sized by memory, parallel/zero.h);
   // 0 means an even shard, 1 / group. Default: 0.
   double shard_fraction = 0;
+  // ZeRO with redundancy (zero.redundancy): the fraction of the sharded state this rank also
+  // holds as a replica of its successor's slice — its optimizer state, master copy and
+  // gradient. Default: 0 (no replica).
+  double replica_fraction = 0;
   // Whether gradients are also held in flat all-reduce buckets for the whole step, as the
   // data-parallel trainer's reducer does (a pipeline stage reduces after its backward, when the
   // activations are gone). Default: false.

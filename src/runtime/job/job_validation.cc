@@ -60,7 +60,8 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
     if (!device.memory_budget) continue;
     const plan::Dtype dtype = plan::parseDtype(precisionOf(job.precision, rank, device));
     maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString(),
-                  static_cast<int>(job.zero.stage), ranks, shards.empty() ? 0 : shards[rank]);
+                  static_cast<int>(job.zero.stage), ranks, shards.empty() ? 0 : shards[rank],
+                  replicaFraction(job.zero, shards, rank, ranks));
   }
 }
 
