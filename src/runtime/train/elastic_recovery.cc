@@ -193,10 +193,8 @@ std::string withLastCheckpoint(const Trainer::State& s, const std::string& heade
 // The header of a ZeRO job whose slices have replicas: what the members need to rebuild the
 // slices from them (zero_replicas.h).
 std::string withReplicas(const std::string& header, const ZeroHolding& holding) {
-  const nlohmann::json replicas = replicaHeader(holding);
-  if (replicas.is_null()) return header;
   nlohmann::json parsed = nlohmann::json::parse(header);
-  parsed["zero_replicas"] = replicas;
+  parsed["zero_replicas"] = replicaHeader(holding);
   return parsed.dump();
 }
 
