@@ -29,6 +29,7 @@ Backends::Backends(std::shared_ptr<Store> store, int rank, int size, const CommO
   setup.required = transport == "shm";
   setup.chunk_bytes = options.shm_chunk_bytes;
   setup.timeout = options.timeout;
+  setup.host_id = options.host_id;
   shm_ = connectShm(*store_, rank_, size_, setup, std::move(group));
 }
 

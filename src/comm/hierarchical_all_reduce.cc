@@ -30,6 +30,32 @@ void addStats(std::map<std::string, OpStats>& into, const std::string& prefix,
   }
 }
 
+// `part` in host memory: itself on the CPU, else a copy staged in pinned memory (the bridge: the
+// phases between groups of different devices run on the host, where every group's leader can
+// meet the others over shm or Gloo).
+at::Tensor onHost(const at::Tensor& part) {
+  if (part.is_cpu()) return part;
+  at::Tensor host = at::empty(part.sizes(), part.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(part);
+  return host;
+}
+
+// Copies a staged result back to its device (nothing when `part` was on the CPU).
+void backFromHost(at::Tensor& part, const at::Tensor& host) {
+  if (!part.is_same(host)) part.copy_(host);
+}
+
+// Throws ConfigError when a group mixes vendors: its members could not share a native collective.
+void checkGroupsNative(const Topology& topology) {
+  for (const auto& members : topology.groups())
+    for (int rank : members)
+      if (topology.vendorOf(rank) != topology.vendorOf(members.front()))
+        CHORUS_THROW(ConfigError, "hierarchical all-reduce: the group {", joinInts(members, ","),
+                     "} mixes ", topology.vendorOf(members.front()), " and ",
+                     topology.vendorOf(rank),
+                     " ranks, which share no native collective; group them by host and vendor");
+}
+
 }  // namespace
 
 const char* toString(AllReduceAlgorithm algorithm) {
@@ -63,6 +89,7 @@ HierarchicalAllReduce::HierarchicalAllReduce(std::shared_ptr<Communicator> world
   if (topology_.size() != world_->size())
     CHORUS_THROW(ConfigError, "hierarchical all-reduce: topology of ", topology_.size(),
                  " ranks for a group of ", world_->size());
+  checkGroupsNative(topology_);
   // Subgroups are created in one global order (local groups, leaders, shard groups), each rank
   // joining those it belongs to: creation is a rendezvous, and one order cannot deadlock.
   const int group = topology_.groupOf(rank_);
@@ -105,7 +132,11 @@ HierarchicalAllReduce::~HierarchicalAllReduce() = default;
 
 AllReduceAlgorithm HierarchicalAllReduce::choose(std::int64_t bytes) const {
   if (options_.algorithm != AllReduceAlgorithm::kAuto) return options_.algorithm;
-  if (topology_.isFlat()) return AllReduceAlgorithm::kFlat;
+  // Without a native world, even one-rank groups need the hierarchical form: it crosses between
+  // them in host memory, where a flat all-reduce would hand a CUDA tensor to one backend and a
+  // CPU tensor to another.
+  if (topology_.isFlat())
+    return topology_.native() ? AllReduceAlgorithm::kFlat : AllReduceAlgorithm::kHierarchical;
   return bytes < options_.two_d_min_bytes ? AllReduceAlgorithm::kHierarchical
                                           : AllReduceAlgorithm::kTwoD;
 }
@@ -117,7 +148,13 @@ Work HierarchicalAllReduce::allReduce(at::Tensor& tensor, ReduceOp op, LeaderRed
   const auto bytes = static_cast<std::int64_t>(tensor.nbytes());
   const AllReduceAlgorithm algorithm =
       leader_reduce ? AllReduceAlgorithm::kHierarchical : choose(bytes);
-  if (algorithm == AllReduceAlgorithm::kFlat) return world_->allReduce(tensor, op);
+  if (algorithm == AllReduceAlgorithm::kFlat) {
+    if (!topology_.native() && !tensor.is_cpu())
+      CHORUS_THROW(ConfigError, "hierarchical all-reduce: 'flat' cannot carry a ",
+                   tensor.device().str(), " tensor over ", topology_.describe(),
+                   ", whose ranks share no native collective; use auto, hierarchical or 2d");
+    return world_->allReduce(tensor, op);
+  }
   at::Tensor flat = tensor.view({-1});
   if (algorithm == AllReduceAlgorithm::kTwoD)
     return queue_->submit("all_reduce_2d", bytes, [this, flat, op] { runTwoD(flat, op); });
@@ -139,10 +176,12 @@ void HierarchicalAllReduce::runHierarchical(at::Tensor flat, ReduceOp op,
     if (leader) flat.copy_(reduced);
   }
   if (leader && leaders_) {
+    at::Tensor host = onHost(flat);
     if (leader_reduce)
-      leader_reduce(flat, *leaders_);
+      leader_reduce(host, *leaders_);
     else
-      leaders_->allReduce(flat, phaseOp(op)).wait();
+      leaders_->allReduce(host, phaseOp(op)).wait();
+    backFromHost(flat, host);
   }
   if (local_) local_->broadcast(flat, 0).wait();
   if (op == ReduceOp::kAvg) flat.div_(topology_.size());
@@ -167,7 +206,9 @@ void HierarchicalAllReduce::runTwoD(at::Tensor flat, ReduceOp op) {
     part = at::empty({counts[local_index]}, flat.options());
     local_->reduceScatterV(flat, part, counts, phaseOp(op)).wait();
   }
-  // Consecutive shards with the same owners go in one all-reduce (every owner holds both).
+  // Consecutive shards with the same owners go in one all-reduce (every owner holds both). They
+  // cross between groups in host memory.
+  at::Tensor host = onHost(part);
   std::vector<Work> pending;
   for (int shard = first; shard < last;) {
     int end = shard + 1;
@@ -176,14 +217,21 @@ void HierarchicalAllReduce::runTwoD(at::Tensor flat, ReduceOp op) {
     const std::int64_t begin = bounds[shard] - bounds[first];
     const std::int64_t length = bounds[end] - bounds[shard];
     if (group && length > 0) {
-      at::Tensor segment = part.narrow(0, begin, length);
+      at::Tensor segment = host.narrow(0, begin, length);
       pending.push_back(group->allReduce(segment, phaseOp(op)));
     }
     shard = end;
   }
   for (auto& work : pending) work.wait();
+  backFromHost(part, host);
   if (local_) local_->allGatherV(part, flat, counts).wait();
   if (op == ReduceOp::kAvg) flat.div_(topology_.size());
+}
+
+std::string HierarchicalAllReduce::describeTransports() const {
+  std::string text = "local " + (local_ ? local_->cpuTransport() : std::string("none"));
+  if (leaders_) text += std::string(", leaders ") + leaders_->cpuTransport();
+  return text;
 }
 
 std::map<std::string, OpStats> HierarchicalAllReduce::stats() const {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "chorus/comm/communicator.h"
@@ -35,6 +36,18 @@ std::vector<std::vector<int>> groupByKey(const std::vector<std::string>& keys) {
     groups[found->second].push_back(rank);
   }
   return groups;
+}
+
+// The GPU ranks that name the same GPU of their host as another rank.
+std::set<int> ranksSharingAGpu(const std::vector<RankDescriptor>& ranks) {
+  std::map<std::string, std::vector<int>> by_gpu;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r)
+    if (!ranks[r].device.empty())
+      by_gpu[ranks[r].host_id + kSeparator + ranks[r].device].push_back(r);
+  std::set<int> sharing;
+  for (const auto& [gpu, members] : by_gpu)
+    if (members.size() > 1) sharing.insert(members.begin(), members.end());
+  return sharing;
 }
 
 LinkClass descriptorLink(const RankDescriptor& a, const RankDescriptor& b) {
@@ -83,19 +96,20 @@ std::map<LinkClass, LinkSpeed> defaultLinkSpeeds() {
 }
 
 std::string RankDescriptor::encode() const {
-  for (const std::string* field : {&host_id, &vendor})
+  for (const std::string* field : {&host_id, &vendor, &device})
     if (field->find(kSeparator) != std::string::npos)
       CHORUS_THROW(ConfigError, "rank descriptor field '", *field, "' contains '", kSeparator, "'");
-  return host_id + kSeparator + vendor + kSeparator + toString(gpu_link);
+  return host_id + kSeparator + vendor + kSeparator + toString(gpu_link) + kSeparator + device;
 }
 
 RankDescriptor RankDescriptor::decode(const std::string& text) {
   const auto parts = split(text, kSeparator);
-  if (parts.size() != 3) CHORUS_THROW(ProtocolError, "malformed rank descriptor '", text, "'");
+  if (parts.size() != 4) CHORUS_THROW(ProtocolError, "malformed rank descriptor '", text, "'");
   RankDescriptor descriptor;
   descriptor.host_id = parts[0];
   descriptor.vendor = parts[1];
   descriptor.gpu_link = parseLinkClass(parts[2]);
+  descriptor.device = parts[3];
   return descriptor;
 }
 
@@ -146,8 +160,12 @@ Topology Topology::fromDescriptors(const std::vector<RankDescriptor>& ranks, Gro
                                    std::map<LinkClass, LinkSpeed> speeds) {
   if (ranks.empty()) CHORUS_THROW(ConfigError, "topology: no ranks");
   std::vector<std::string> keys;
-  for (const auto& rank : ranks) {
-    if (by == GroupBy::kHost)
+  const std::set<int> sharing = ranksSharingAGpu(ranks);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    const RankDescriptor& rank = ranks[r];
+    if (sharing.count(r))
+      keys.push_back(std::string(1, kSeparator) + std::to_string(r));  // no other key starts so
+    else if (by == GroupBy::kHost)
       keys.push_back(rank.host_id);
     else if (by == GroupBy::kVendor)
       keys.push_back(rank.vendor);
@@ -156,6 +174,11 @@ Topology Topology::fromDescriptors(const std::vector<RankDescriptor>& ranks, Gro
   }
   Topology topology;
   topology.groups_ = groupByKey(keys);
+  for (const auto& rank : ranks) {
+    topology.vendors_.push_back(rank.vendor);
+    if (rank.vendor != ranks.front().vendor) topology.native_ = false;
+  }
+  if (!sharing.empty()) topology.native_ = false;
   topology.speeds_ = std::move(speeds);
   const size_t size = ranks.size();
   topology.links_.resize(size * size);
@@ -187,6 +210,7 @@ Topology Topology::fromGroups(std::vector<std::vector<int>> groups, LinkClass in
   Topology topology;
   topology.groups_ = std::move(groups);
   topology.speeds_ = std::move(speeds);
+  topology.vendors_.assign(size, "cpu");
   topology.group_of_.assign(size, 0);
   for (size_t g = 0; g < topology.groups_.size(); ++g)
     for (int rank : topology.groups_[g]) topology.group_of_[rank] = static_cast<int>(g);
@@ -223,6 +247,12 @@ std::vector<int> Topology::leaders() const {
   std::vector<int> leaders;
   for (const auto& group : groups_) leaders.push_back(group.front());
   return leaders;
+}
+
+const std::string& Topology::vendorOf(int rank) const {
+  if (rank < 0 || rank >= size())
+    CHORUS_THROW(ConfigError, "topology: rank ", rank, " out of range");
+  return vendors_[rank];
 }
 
 int Topology::largestGroup() const {
@@ -266,6 +296,7 @@ std::string Topology::describe() const {
   out << "; intra";
   for (int g = 0; g < numGroups(); ++g) out << (g ? "," : " ") << toString(intraLink(g));
   out << ", inter " << toString(interLink());
+  if (!native_) out << "; bridged through host memory";
   return out.str();
 }
 
@@ -275,7 +306,8 @@ std::string Topology::toJson() const {
   for (int g = 0; g < numGroups(); ++g)
     out << (g ? ", " : "") << "{\"ranks\": [" << joinInts(group(g), ", ")
         << "], \"leader\": " << leaderOf(g) << ", \"link\": \"" << toString(intraLink(g)) << "\"}";
-  out << "], \"inter_link\": \"" << toString(interLink()) << "\", \"speeds\": {";
+  out << "], \"inter_link\": \"" << toString(interLink())
+      << "\", \"native\": " << (native_ ? "true" : "false") << ", \"speeds\": {";
   bool first = true;
   for (const auto& [link, speed] : speeds_) {
     out << (first ? "" : ", ") << "\"" << toString(link)

@@ -81,6 +81,22 @@ double bandwidthGbs(const at::Device& device, const MeasureOptions& options) {
   return rate * 2.0 * bytes / 1e9;  // each copy reads and writes every byte
 }
 
+// fp32 products with cuBLAS allowed to round their inputs to TF32 (the tensor cores' format);
+// the process's setting is restored after, whatever happens.
+double tf32Gflops(const at::Device& device, const MeasureOptions& options) {
+  at::Context& context = at::globalContext();
+  const bool allowed = context.allowTF32CuBLAS();
+  context.setAllowTF32CuBLAS(true);
+  try {
+    const double gflops = matmulGflops(device, at::kFloat, options);
+    context.setAllowTF32CuBLAS(allowed);
+    return gflops;
+  } catch (...) {
+    context.setAllowTF32CuBLAS(allowed);
+    throw;
+  }
+}
+
 void checkOptions(const MeasureOptions& options) {
   CHORUS_CHECK_CONFIG(options.threads >= 1, "measure: threads must be >= 1, got ", options.threads);
   CHORUS_CHECK_CONFIG(options.matmul_size >= 1, "measure: matmul_size must be >= 1, got ",
@@ -100,6 +116,8 @@ DeviceMeasurement measureOn(const DeviceInfo& device, const at::Device& where,
     result.matmul_gflops_bf16 = matmulGflops(where, at::kBFloat16, options);
   if (where.is_cuda() && device.supports("fp16"))
     result.matmul_gflops_fp16 = matmulGflops(where, at::kHalf, options);
+  if (where.is_cuda() && device.supports("tf32"))
+    result.matmul_gflops_tf32 = tf32Gflops(where, options);
   result.mem_bandwidth_gbs = bandwidthGbs(where, options);
   return result;
 }

@@ -91,11 +91,12 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
     }
     buckets_.push_back(std::move(bucket));
   }
+  bucket_device_ = chooseBucketDevice();
   std::int64_t flat_begin = 0;
   for (size_t index = 0; index < buckets_.size(); ++index) {
     buckets_[index]->index = static_cast<int>(index);
     // ZeRO-2's buckets exist only from their release to the end of the step (release()).
-    if (!scattering()) buckets_[index]->flat = at::zeros({buckets_[index]->elements}, at::kFloat);
+    if (!scattering()) buckets_[index]->flat = newBucket(buckets_[index]->elements).zero_();
     buckets_[index]->flat_begin = flat_begin;
     flat_begin += buckets_[index]->elements;
   }
@@ -138,6 +139,20 @@ void GradientReducer::checkScatter(std::int64_t elements) const {
                  "gradient reducer: the scatter output must be a contiguous fp32 "
                  "tensor of this rank's ",
                  bounds[rank + 1] - bounds[rank], " elements");
+}
+
+at::Device GradientReducer::chooseBucketDevice() const {
+  for (const at::Tensor& parameter : parameters_)
+    if (parameter.device() != parameters_.front().device())
+      CHORUS_THROW(ConfigError, "gradient reducer: parameters on ", parameters_.front().device(),
+                   " and on ", parameter.device(), "; one rank's parameters live on one device");
+  if (options_.host_buckets) return at::kCPU;
+  if (scattering() && options_.scatter_output.defined()) return options_.scatter_output.device();
+  return parameters_.empty() ? at::Device(at::kCPU) : parameters_.front().device();
+}
+
+at::Tensor GradientReducer::newBucket(std::int64_t elements) const {
+  return at::empty({elements}, at::TensorOptions().dtype(at::kFloat).device(bucket_device_));
 }
 
 GradientReducer::~GradientReducer() {
@@ -187,7 +202,7 @@ int GradientReducer::heldBuckets() const { return static_cast<int>(held_.size())
 
 void GradientReducer::release(Bucket& bucket) {
   noteCompletions();
-  if (!bucket.flat.defined()) bucket.flat = at::empty({bucket.elements}, at::kFloat);
+  if (!bucket.flat.defined()) bucket.flat = newBucket(bucket.elements);
   std::int64_t offset = 0;
   for (int index : bucket.parameters) {
     const at::Tensor& parameter = parameters_[index];
@@ -314,8 +329,8 @@ void GradientReducer::writeGradients(double scale) {
           bucket->flat.narrow(0, offset, parameter.numel()).view(parameter.sizes());
       if (parameter.grad().defined())
         parameter.mutable_grad().copy_(averaged);
-      else
-        parameter.mutable_grad() = averaged.clone();
+      else  // on the parameter's device, wherever the bucket lives
+        parameter.mutable_grad() = at::empty_like(parameter).copy_(averaged);
       offset += parameter.numel();
     }
   }
@@ -364,7 +379,11 @@ void GradientReducer::averageParameters(double weight) {
           .mul_(weight);
       offset += parameters_[index].numel();
     }
-    communicator_->allReduce(bucket->flat).wait();
+    // Through the engine when there is one: a world without a native collective needs its bridge.
+    if (engine_)
+      engine_->allReduce(bucket->flat).wait();
+    else
+      communicator_->allReduce(bucket->flat).wait();
     bucket->flat.div_(sum);
     offset = 0;
     for (int index : bucket->parameters) {

@@ -81,6 +81,43 @@ TEST(HierarchicalAllReduce, AutoChoosesBySizeAndTopology) {
   });
 }
 
+// CPU ranks beside a GPU rank share no native collective: even one-rank groups take the
+// hierarchical form (its leaders meet in host memory), never the flat one; the sums stay exact.
+TEST(HierarchicalAllReduce, AWorldWithoutANativeCollectiveIsNeverFlat) {
+  std::vector<RankDescriptor> ranks(3);
+  for (auto& rank : ranks) rank.host_id = "a";
+  ranks[2].vendor = "nvidia";
+  ranks[2].device = "cuda:0";
+  const Topology bridged = Topology::fromDescriptors(ranks, GroupBy::kHostAndVendor);
+  ASSERT_FALSE(bridged.native());
+  std::vector<RankDescriptor> alone = ranks;
+  alone[1].host_id = "b";  // three one-rank groups
+  const Topology singles = Topology::fromDescriptors(alone, GroupBy::kHostAndVendor);
+  ASSERT_TRUE(singles.isFlat());
+  testing::runRankThreads(3, [&](std::shared_ptr<Communicator> world) {
+    HierarchicalAllReduce grouped(world, bridged, {});
+    EXPECT_EQ(grouped.choose(1024), AllReduceAlgorithm::kHierarchical);
+    HierarchicalOptions options;
+    options.name = "singles";
+    HierarchicalAllReduce reducer(world, singles, options);
+    EXPECT_EQ(reducer.choose(1 << 30), AllReduceAlgorithm::kHierarchical);
+    at::Tensor t = contribution(world->rank(), 4099);
+    reducer.allReduce(t).wait();
+    EXPECT_TRUE(at::equal(t, expected(3, 4099, ReduceOp::kSum)));
+  });
+}
+
+// A group of one host that holds CPU and GPU ranks cannot reduce inside with one backend.
+TEST(HierarchicalAllReduce, RejectsAGroupThatMixesVendors) {
+  std::vector<RankDescriptor> ranks(2);
+  for (auto& rank : ranks) rank.host_id = "a";
+  ranks[1].vendor = "nvidia";
+  const Topology by_host = Topology::fromDescriptors(ranks, GroupBy::kHost);
+  testing::runRankThreads(2, [&](std::shared_ptr<Communicator> world) {
+    EXPECT_THROW(HierarchicalAllReduce(world, by_host, {}), ConfigError);
+  });
+}
+
 // Only leaders cross the groups in the hierarchical form, with the whole buffer; in the 2-D form
 // every rank carries one shard. The hook replaces the leaders' all-reduce.
 TEST(HierarchicalAllReduce, LeadersCarryTheBufferAndTheHookReplacesTheirAllReduce) {

@@ -41,8 +41,10 @@ TEST(Topology, GroupsByHostWithLeadersAndLinkClasses) {
   EXPECT_EQ(topology.intraLink(1), LinkClass::kSharedMemory);
   EXPECT_EQ(topology.interLink(), LinkClass::kNetwork);
   EXPECT_FALSE(topology.isFlat());
-  EXPECT_EQ(topology.describe(),
-            "5 ranks in 2 groups {0,2,3} {1,4}; intra pcie,shm, inter network");
+  EXPECT_EQ(
+      topology.describe(),
+      "5 ranks in 2 groups {0,2,3} {1,4}; intra pcie,shm, inter network; bridged through host "
+      "memory");
 }
 
 TEST(Topology, GroupsByVendorAndByHostAndVendor) {
@@ -53,6 +55,44 @@ TEST(Topology, GroupsByVendorAndByHostAndVendor) {
   const auto both = Topology::fromDescriptors(ranks, GroupBy::kHostAndVendor);
   EXPECT_EQ(both.groups(), (std::vector<std::vector<int>>{{0, 3}, {1, 4}, {2}, {5}}));
   EXPECT_EQ(both.largestGroup(), 2);
+}
+
+// NCCL refuses two ranks on one GPU: ranks that share one (emulated devices on one card) are
+// groups of their own, whatever the grouping, and the topology is no longer native.
+TEST(Topology, RanksSharingAGpuAreGroupsOfTheirOwn) {
+  auto onGpu = [](std::string host, std::string device) {
+    RankDescriptor rank = describeRank(std::move(host), "nvidia");
+    rank.device = std::move(device);
+    return rank;
+  };
+  const std::vector<RankDescriptor> ranks{onGpu("a", "cuda:0"), onGpu("a", "cuda:1"),
+                                          onGpu("a", "cuda:0"), onGpu("b", "cuda:0")};
+  for (GroupBy by : {GroupBy::kHost, GroupBy::kVendor, GroupBy::kHostAndVendor}) {
+    const auto topology = Topology::fromDescriptors(ranks, by);
+    EXPECT_EQ(topology.group(topology.groupOf(0)), std::vector<int>{0}) << toString(by);
+    EXPECT_EQ(topology.group(topology.groupOf(2)), std::vector<int>{2}) << toString(by);
+    EXPECT_FALSE(topology.native()) << toString(by);
+  }
+  EXPECT_EQ(Topology::fromDescriptors(ranks, GroupBy::kVendor).groups(),
+            (std::vector<std::vector<int>>{{0}, {1, 3}, {2}}));
+  // Different GPUs, or one GPU index on two hosts, are two devices.
+  const std::vector<RankDescriptor> apart{onGpu("a", "cuda:0"), onGpu("a", "cuda:1"),
+                                          onGpu("b", "cuda:0")};
+  const auto native = Topology::fromDescriptors(apart, GroupBy::kVendor);
+  EXPECT_TRUE(native.native());
+  EXPECT_EQ(native.numGroups(), 1);
+}
+
+TEST(Topology, NativeOnlyWithOneVendor) {
+  EXPECT_FALSE(Topology::fromDescriptors(mixedCluster(), GroupBy::kHostAndVendor).native());
+  const std::vector<RankDescriptor> cpus{describeRank("a", "cpu"), describeRank("b", "cpu")};
+  EXPECT_TRUE(Topology::fromDescriptors(cpus, GroupBy::kHost).native());
+  EXPECT_TRUE(Topology::fromGroups({{0, 1}, {2}}).native());
+  EXPECT_EQ(Topology::fromDescriptors(mixedCluster(), GroupBy::kHostAndVendor).vendorOf(2), "amd");
+  EXPECT_NE(Topology::fromDescriptors(mixedCluster(), GroupBy::kVendor)
+                .describe()
+                .find("bridged through host memory"),
+            std::string::npos);
 }
 
 TEST(Topology, ExplicitGroupsAreSortedAndValidated) {
@@ -88,7 +128,12 @@ TEST(Topology, DescriptorRoundTripAndErrors) {
   EXPECT_EQ(back.host_id, "node-7");
   EXPECT_EQ(back.vendor, "amd");
   EXPECT_EQ(back.gpu_link, LinkClass::kNvlink);
+  EXPECT_EQ(back.device, "");
+  RankDescriptor gpu = describeRank("node-7", "nvidia");
+  gpu.device = "cuda:3";
+  EXPECT_EQ(RankDescriptor::decode(gpu.encode()).device, "cuda:3");
   EXPECT_THROW(RankDescriptor::decode("a|b"), ProtocolError);
+  EXPECT_THROW(RankDescriptor::decode("a|cpu|pcie"), ProtocolError);
   EXPECT_THROW(describeRank("a|b", "cpu").encode(), ConfigError);
   EXPECT_THROW(parseLinkClass("infiniband"), ConfigError);
   EXPECT_EQ(parseGroupBy("host+vendor"), GroupBy::kHostAndVendor);

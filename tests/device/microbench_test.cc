@@ -32,6 +32,7 @@ TEST(MicrobenchTest, OneThreadFp32MatmulUsesAnOptimizedBlas) {
   EXPECT_GE(measured.matmul_gflops_fp32, kOptimizedBlasGflops);
   EXPECT_GT(measured.mem_bandwidth_gbs, 1.0);
   EXPECT_FALSE(measured.matmul_gflops_fp16.has_value());
+  EXPECT_FALSE(measured.matmul_gflops_tf32.has_value());
   EXPECT_EQ(measured.matmul_gflops_bf16.has_value(), hostCpu().supports("bf16"));
   if (measured.matmul_gflops_bf16) {
     EXPECT_GT(*measured.matmul_gflops_bf16, 1.0);
@@ -73,6 +74,7 @@ TEST(MicrobenchTest, MeasuresEveryGpu) {
     EXPECT_GT(measured.matmul_gflops_fp32, 100.0);
     EXPECT_GT(measured.mem_bandwidth_gbs, 10.0);
     EXPECT_EQ(measured.matmul_gflops_fp16.has_value(), device.supports("fp16"));
+    EXPECT_EQ(measured.matmul_gflops_tf32.has_value(), device.supports("tf32"));
     EXPECT_EQ(measured.threads, 0);
   }
   if (!any) GTEST_SKIP() << "no GPU on this host";

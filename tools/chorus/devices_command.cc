@@ -72,6 +72,7 @@ nlohmann::json toJson(const Measured& row) {
           {"matmul_gflops_fp32", row.figures.matmul_gflops_fp32},
           {"matmul_gflops_bf16", orNull(row.figures.matmul_gflops_bf16)},
           {"matmul_gflops_fp16", orNull(row.figures.matmul_gflops_fp16)},
+          {"matmul_gflops_tf32", orNull(row.figures.matmul_gflops_tf32)},
           {"mem_bandwidth_gbs", row.figures.mem_bandwidth_gbs},
           {"blas", row.blas},
           {"threads", row.figures.threads}};
@@ -89,6 +90,7 @@ std::vector<std::string> tableRow(const Measured& row) {
           fixed(row.figures.matmul_gflops_fp32),
           orDash(row.figures.matmul_gflops_bf16),
           orDash(row.figures.matmul_gflops_fp16),
+          orDash(row.figures.matmul_gflops_tf32),
           fixed(row.figures.mem_bandwidth_gbs),
           row.blas,
           row.figures.threads > 0 ? std::to_string(row.figures.threads) : "-"};
@@ -101,8 +103,8 @@ void printTable(const std::vector<Measured>& rows, const device::MeasureOptions&
             << options.trials << " trials of >= " << options.min_seconds << " s; CPU on "
             << options.threads << " intra-op thread(s)\n";
   std::vector<std::vector<std::string>> cells{{"index", "kind", "name", "vendor", "memory", "cc",
-                                               "dtypes", "fp32", "bf16", "fp16", "GB/s", "blas",
-                                               "threads"}};
+                                               "dtypes", "fp32", "bf16", "fp16", "tf32", "GB/s",
+                                               "blas", "threads"}};
   for (const auto& row : rows) cells.push_back(tableRow(row));
   std::vector<std::size_t> widths(cells.front().size(), 0);
   for (const auto& line : cells)

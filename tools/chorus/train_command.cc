@@ -17,8 +17,12 @@
 #include <limits>
 #include <optional>
 
+#include <c10/util/Exception.h>
+
 #include "chorus/chorus.h"
 #include "chorus/core/config.h"
+#include "chorus/core/error.h"
+#include "chorus/core/units.h"
 #include "chorus/device/discovery.h"
 #include "chorus/observe/trace_recorder.h"
 #include "chorus/plan/plan_json.h"
@@ -305,7 +309,19 @@ int runWorker(const TrainArgs& args) {
   const FaultInjection fault = FaultInjection::fromEnvironment();
   const runtime::JobPackage package = runtime::fetchJobPackage(
       *worker->store(), std::chrono::milliseconds(worker->identity().timeout_ms));
-  return trainWorker(args, package, worker, fault);
+  try {
+    return trainWorker(args, package, worker, fault);
+  } catch (const c10::OutOfMemoryError& error) {
+    // libtorch names the GPU by its index and the cap by a fraction: say which device of the job
+    // it was, and which budget (cuda:1/20GiB caps the caching allocator) it ran past.
+    const DeviceSpec& device = worker->identity().device;
+    if (device.kind != DeviceKind::kCuda) throw;
+    CHORUS_THROW(OutOfMemoryError, device.toString(),
+                 device.memory_budget
+                     ? " ran past its memory budget of " + formatBytes(*device.memory_budget)
+                     : std::string(" ran out of memory"),
+                 ": ", error.what_without_backtrace());
+  }
 }
 
 }  // namespace

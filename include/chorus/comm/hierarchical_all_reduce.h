@@ -18,6 +18,13 @@
 //
 // Every rank ends with bitwise the same result: each element is reduced once, by one collective,
 // and then copied to everyone.
+//
+// The bridge: groups may hold different devices (an NVIDIA group, an AMD group, CPU ranks). Each
+// group reduces inside with its native backend (NCCL, RCCL, shm or Gloo, chosen by the tensor's
+// device), and a tensor that lives on a device crosses between groups staged in pinned host
+// memory, so the leaders (or the 2-D form's shard owners) meet over shm or Gloo whatever their
+// devices. A topology that is not native (Topology::native(): vendors differ, or ranks share a
+// GPU) is never reduced by the flat form under kAuto; every group must hold ranks of one vendor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -70,6 +77,7 @@ using LeaderReduce = std::function<void(at::Tensor& tensor, Communicator& leader
 // by another thread. Non-copyable.
 class HierarchicalAllReduce {
  public:
+  // Throws ConfigError when a group of `topology` mixes vendors.
   HierarchicalAllReduce(std::shared_ptr<Communicator> world, Topology topology,
                         HierarchicalOptions options = {});
   ~HierarchicalAllReduce();
@@ -78,7 +86,9 @@ class HierarchicalAllReduce {
 
   // In place; `tensor` must be contiguous and stay alive until the Work is waited. kAvg sums and
   // divides by the world size at the end. With `leader_reduce`, the hierarchical form is used
-  // (the hook replaces its middle phase; a flat topology makes every rank a leader).
+  // (the hook replaces its middle phase; a flat topology makes every rank a leader; it gets the
+  // tensor in host memory). Throws ConfigError for the flat form on a device tensor over a
+  // topology that is not native.
   Work allReduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum,
                  LeaderReduce leader_reduce = nullptr);
 
@@ -89,6 +99,9 @@ class HierarchicalAllReduce {
   // Bytes and time of the operations this rank issued, per operation and group ("local/...",
   // "leaders/...", "shard/...", "world/..."), for reports of what crossed which link.
   std::map<std::string, OpStats> stats() const;
+  // How this rank's CPU tensors travel in each phase it takes part in: "local" (inside its group)
+  // and "leaders" (between groups, as a leader), each "shm" or "gloo"; for logs and tests.
+  std::string describeTransports() const;
 
  private:
   void runHierarchical(at::Tensor tensor, ReduceOp op, const LeaderReduce& leader_reduce);

@@ -46,13 +46,18 @@ struct RankDescriptor {
   // Link between GPUs of one vendor on one host. Default: kPcie (NVLink must be declared; it
   // cannot be inferred from a descriptor).
   LinkClass gpu_link = LinkClass::kPcie;
+  // The physical GPU this rank computes on, e.g. "cuda:0"; empty for a CPU rank (the default).
+  // Two ranks of one host that name the same GPU (emulated devices sharing one card) cannot join
+  // one NCCL communicator, which refuses two ranks on one device: each becomes a group of its own.
+  std::string device;
 
-  // "host|vendor|link" (no '|' allowed in the fields), for the exchange.
+  // "host|vendor|link|device" (no '|' allowed in the fields), for the exchange.
   std::string encode() const;
   static RankDescriptor decode(const std::string& text);
 };
 
-// How discover()/fromDescriptors() partition the ranks.
+// How discover()/fromDescriptors() partition the ranks. Whatever the grouping, a GPU rank that
+// shares its GPU with another rank of its host is a group of its own (RankDescriptor::device).
 enum class GroupBy {
   kHost,           // one group per host
   kVendor,         // one group per vendor (across hosts)
@@ -93,6 +98,13 @@ class Topology {
   int largestGroup() const;
   // True when no group has more than one rank or there is only one group: hierarchy cannot help.
   bool isFlat() const { return numGroups() <= 1 || largestGroup() <= 1; }
+  // Whether one native collective (NCCL, RCCL, Gloo or shm) can span every rank: all ranks of one
+  // vendor ("cpu" counts as one) and no GPU shared by two ranks. When not, device-resident tensors
+  // must cross between groups through host memory (the bridge, hierarchical_all_reduce.h).
+  // Topologies from explicit groups (fromGroups, singletons) know no vendors and are native.
+  bool native() const { return native_; }
+  // The vendor of `rank` as its descriptor said ("cpu" for topologies from explicit groups).
+  const std::string& vendorOf(int rank) const;
 
   LinkClass linkBetween(int a, int b) const;
   // The slowest link inside group `index` (kSharedMemory for a single rank), and among leaders.
@@ -115,6 +127,8 @@ class Topology {
   // links_[a * size + b]: the class between ranks a and b.
   std::vector<LinkClass> links_;
   std::map<LinkClass, LinkSpeed> speeds_;
+  std::vector<std::string> vendors_;  // by rank; all "cpu" for explicit groups
+  bool native_ = true;
 };
 
 }  // namespace chorus::comm

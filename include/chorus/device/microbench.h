@@ -42,6 +42,9 @@ struct DeviceMeasurement {
   std::optional<double> matmul_gflops_bf16;
   // fp16: GPUs only (CPU fp16 matmul is emulated and slow). Empty otherwise.
   std::optional<double> matmul_gflops_fp16;
+  // fp32 inputs through TF32 tensor cores: CUDA GPUs that list tf32 (Ampere and later). Empty
+  // otherwise.
+  std::optional<double> matmul_gflops_tf32;
   // Device-memory copy rate, counting read and write: 2 x bytes / t.
   double mem_bandwidth_gbs = 0;
   // Intra-op threads used (CPU); 0 for a GPU.

@@ -76,6 +76,12 @@ struct ReducerOptions {
   // Default: empty, all-reduce.
   std::vector<std::int64_t> scatter_bounds;
   at::Tensor scatter_output;
+  // Keep the buckets in host memory whatever the parameters' device: each rank copies its
+  // gradients to the host and the all-reduce runs over shm or Gloo. For a plain all-reduce over a
+  // world whose ranks share no native collective (CUDA beside CPU ranks, ranks sharing a GPU).
+  // Default: false: the buckets live on the parameters' device (a CUDA rank's all-reduce goes
+  // through NCCL, in the order the CUDA stream gives it), or on scatter_output's under a scatter.
+  bool host_buckets = false;
 };
 
 // When one bucket's all-reduce of the last synchronizing step ran, for a trace. Value type.
@@ -148,6 +154,8 @@ class GradientReducer {
   int numBuckets() const;
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<int>> bucketLayout() const;
+  // Where the buckets live: the parameters' device, or the host (ReducerOptions::host_buckets).
+  at::Device bucketDevice() const { return bucket_device_; }
 
  private:
   struct Bucket;
@@ -160,7 +168,11 @@ class GradientReducer {
   // Throws ConfigError unless the scatter options fit `elements` gradient elements.
   void checkScatter(std::int64_t elements) const;
   bool scattering() const { return !options_.scatter_bounds.empty(); }
+  // Where the buckets live (ReducerOptions::host_buckets); throws ConfigError when the
+  // parameters are on several devices.
+  at::Device chooseBucketDevice() const;
   void writeGradients(double scale);
+  at::Tensor newBucket(std::int64_t elements) const;
   // Stamps the completion time of launched buckets that are done now.
   void noteCompletions();
 
@@ -170,6 +182,7 @@ class GradientReducer {
   // The engine of non-default reductions: options_.hierarchical or the private one for a codec
   // alone; null on the default path.
   std::shared_ptr<comm::HierarchicalAllReduce> engine_;
+  at::Device bucket_device_{at::kCPU};
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<int> bucket_of_;  // parameter -> bucket
   int next_to_launch_ = 0;      // the next bucket to release

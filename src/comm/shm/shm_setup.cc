@@ -45,10 +45,10 @@ std::string keyOf(const char* what, int rank) {
   return std::string("shm/") + what + "/" + std::to_string(rank);
 }
 
-// Members that report a machine other than this rank's.
-std::vector<int> membersElsewhere(Store& store, int rank, int size,
-                                  std::chrono::milliseconds timeout) {
-  const std::string mine = machineIdentity();
+// Members that report a machine, or declare a host, other than this rank's.
+std::vector<int> membersElsewhere(Store& store, int rank, int size, const ShmSetup& setup) {
+  const std::string mine = machineIdentity() + "/" + setup.host_id;
+  const std::chrono::milliseconds timeout = setup.timeout;
   store.setString(keyOf("host", rank), mine);
   std::vector<int> elsewhere;
   for (int peer = 0; peer < size; ++peer)
@@ -88,12 +88,13 @@ std::unique_ptr<ShmSegment> mapSegment(Store& store, int rank, int size, const S
 
 std::unique_ptr<ShmTransport> connectShm(Store& store, int rank, int size, const ShmSetup& setup,
                                          std::shared_ptr<GroupContext> group) {
-  const std::vector<int> elsewhere = membersElsewhere(store, rank, size, setup.timeout);
+  const std::vector<int> elsewhere = membersElsewhere(store, rank, size, setup);
   if (!elsewhere.empty()) {
     if (setup.required)
       CHORUS_THROW(ConfigError, "group '", group->name,
                    "': cpu_transport 'shm' needs every member on one host, but ranks ",
-                   group->describeRanks(elsewhere), " run on another host than rank ",
+                   group->describeRanks(elsewhere),
+                   " run on (or declare, CommOptions::host_id) another host than rank ",
                    group->describeRanks({rank}));
     return nullptr;
   }

@@ -76,13 +76,18 @@ struct ShmSetup {
   // Bytes of one chunk buffer (each rank has two).
   std::size_t chunk_bytes = 0;
   std::chrono::milliseconds timeout{60000};
+  // The host this rank declares (CommOptions::host_id). Members that declare different hosts
+  // never share memory, even on one machine: the topology puts a network link between them
+  // (emulated hosts in tests, two agents of one machine given different node ranks). Default:
+  // empty.
+  std::string host_id;
 };
 
-// Collective, at group creation: the members exchange their machine identity (boot id and host
-// name) through `store` (the group's namespace); when all are on one machine, rank 0 creates a
-// segment named after the group and a random nonce, the others map it, and all report back.
-// Returns the transport when every member mapped the segment; otherwise null, or CommError /
-// ConfigError when setup.required. Every member returns the same outcome.
+// Collective, at group creation: the members exchange their machine identity (boot id, host
+// name and declared host id) through `store` (the group's namespace); when all are on one machine,
+// rank 0 creates a segment named after the group and a random nonce, the others map it, and all
+// report back. Returns the transport when every member mapped the segment; otherwise null, or
+// CommError / ConfigError when setup.required. Every member returns the same outcome.
 std::unique_ptr<ShmTransport> connectShm(Store& store, int rank, int size, const ShmSetup& setup,
                                          std::shared_ptr<GroupContext> group);
 

@@ -2,6 +2,7 @@
 // rank's precision and loss scaler, the balancer's start, and the micro-batch a memory budget
 // allows by the job's memory model.
 #include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -21,8 +22,24 @@
 namespace chorus::runtime {
 namespace {
 
-// Buckets, and the topology-aware path when the job asks for it: a hierarchical all-reduce over
-// the hosts and/or a codec where gradients cross them.
+// What this rank tells the others for the gradient topology: its host, its device's vendor and,
+// for a GPU, which one (ranks sharing a GPU cannot share a NCCL communicator).
+comm::RankDescriptor rankDescriptor(const DataParallelEngine& s) {
+  comm::RankDescriptor self;
+  const WorkerIdentity& identity = s.worker->identity();
+  self.host_id = identity.host_id;
+  if (identity.device.kind == DeviceKind::kCuda) {
+    self.vendor = at::detail::getCUDAHooks().hasROCM() ? "amd" : "nvidia";
+    self.device = "cuda:" + std::to_string(identity.device.index);
+  }
+  return self;
+}
+
+// Buckets, and the topology-aware path. The ranks are grouped by host and device vendor
+// (collective: one exchange of descriptors). Under comm.algorithm = "flat", a world that no native
+// collective spans (CUDA beside CPU ranks, ranks sharing a GPU) keeps its buckets in host memory;
+// every other algorithm runs a hierarchical all-reduce over the groups, which bridges them through
+// host memory where the devices differ, and the buckets stay on the device.
 parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   const CommSection& section = s.job.comm;
   parallel::ReducerOptions options = reducerBuckets(section);
@@ -34,17 +51,21 @@ parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
     s.held_at.push_back(s.phase->computeSoFar());
     return true;
   };
-  if (section.algorithm != "flat") {
-    comm::RankDescriptor self;
-    self.host_id = s.worker->identity().host_id;
-    self.vendor = s.worker->identity().device.kind == DeviceKind::kCuda ? "nvidia" : "cpu";
+  auto topology = comm::Topology::discover(*s.worker->world(), rankDescriptor(s),
+                                           comm::GroupBy::kHostAndVendor);
+  if (section.algorithm == "flat") {
+    options.host_buckets = !topology.native();
+    if (options.host_buckets && s.worker->rank() == 0)
+      logInfo("gradient all-reduce: flat, in host memory (", topology.describe(), ")");
+  } else {
     comm::HierarchicalOptions hierarchical;
     hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
-    auto topology = comm::Topology::discover(*s.worker->world(), self, comm::GroupBy::kHost);
-    if (s.worker->rank() == 0)
-      logInfo("gradient all-reduce: ", section.algorithm, " over ", topology.describe());
+    const std::string described = topology.describe();
     options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
         s.worker->world(), std::move(topology), hierarchical);
+    if (s.worker->rank() == 0)
+      logInfo("gradient all-reduce: ", section.algorithm, " over ", described,
+              " (rank 0: ", options.hierarchical->describeTransports(), ")");
   }
   s.codec = jobCodec(s.job);
   options.codec = s.codec;
