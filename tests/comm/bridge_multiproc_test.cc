@@ -18,8 +18,7 @@
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/comm/topology.h"
 #include "chorus/core/error.h"
-
-extern char** environ;
+#include "comm/self_process.h"
 
 namespace chorus::comm {
 namespace {
@@ -84,23 +83,9 @@ void runRank(int port, const std::string& secret, int rank) {
 }
 
 pid_t startPeer(int port, const std::string& secret, int rank) {
-  // Everything exec needs is built before fork: the child may only call exec.
-  std::vector<std::string> variables;
-  for (char** entry = environ; *entry; ++entry) variables.emplace_back(*entry);
-  variables.push_back(std::string(kPeerVariable) + "=" + std::to_string(port) + " " + secret + " " +
-                      std::to_string(rank));
-  std::vector<char*> envp;
-  for (auto& variable : variables) envp.push_back(variable.data());
-  envp.push_back(nullptr);
-  std::string self = "/proc/self/exe";
-  std::string filter = "--gtest_filter=BridgeMultiproc.Peer";
-  char* argv[] = {self.data(), filter.data(), nullptr};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execve(self.c_str(), argv, envp.data());
-    _exit(127);
-  }
-  return pid;
+  return testing::startSelf(kPeerVariable,
+                            std::to_string(port) + " " + secret + " " + std::to_string(rank),
+                            "BridgeMultiproc.Peer");
 }
 
 TEST(BridgeMultiproc, TwoShmGroupsJoinedByGlooLeadersSumExactly) {

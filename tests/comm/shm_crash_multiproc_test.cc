@@ -17,8 +17,7 @@
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/error.h"
-
-extern char** environ;
+#include "comm/self_process.h"
 
 namespace chorus::comm {
 namespace {
@@ -57,22 +56,8 @@ bool segmentNameLeft() {
 }
 
 pid_t startChild(int port, const std::string& secret) {
-  // Everything exec needs is built before fork: the child may only call exec.
-  std::vector<std::string> variables;
-  for (char** entry = environ; *entry; ++entry) variables.emplace_back(*entry);
-  variables.push_back(std::string(kChildVariable) + "=" + std::to_string(port) + " " + secret);
-  std::vector<char*> envp;
-  for (auto& variable : variables) envp.push_back(variable.data());
-  envp.push_back(nullptr);
-  std::string self = "/proc/self/exe";
-  std::string filter = "--gtest_filter=ShmCrashMultiproc.Child";
-  char* argv[] = {self.data(), filter.data(), nullptr};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execve(self.c_str(), argv, envp.data());
-    _exit(127);
-  }
-  return pid;
+  return testing::startSelf(kChildVariable, std::to_string(port) + " " + secret,
+                            "ShmCrashMultiproc.Child");
 }
 
 TEST(ShmCrashMultiproc, KilledPeerIsAPeerFailureNotAHang) {

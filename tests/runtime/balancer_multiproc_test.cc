@@ -134,9 +134,15 @@ TEST(BalancerMultiproc, SharesFollowEmulatedSpeeds) {
   const auto shares = sharesOverRun(
       3, [&](int rank, std::int64_t) { return speeds[rank]; }, &compute, offsets);
   ASSERT_EQ(shares.size(), 45u);
-  // The first fit (after 3 profiling steps) already orders the ranks by speed.
-  EXPECT_GT(shares[6][0], shares[6][1]) << describe(shares);
-  EXPECT_GT(shares[6][1], shares[6][2]) << describe(shares);
+  // The first fit already orders the ranks by speed. It comes after 3 profiling steps on a quiet
+  // host, later when the host is busy enough that the profiles disagree (another 3-worker job
+  // beside this one under ctest -j2 took it to step 10): when is the policy's, tested on
+  // simulated devices; the order it finds is what holds here.
+  size_t first_fit = 1;
+  while (first_fit < 22 && shares[first_fit] == shares[0]) ++first_fit;
+  ASSERT_LT(first_fit, 22u) << "no fit before step 22\n" << describe(shares);
+  EXPECT_GT(shares[first_fit][0], shares[first_fit][1]) << describe(shares);
+  EXPECT_GT(shares[first_fit][1], shares[first_fit][2]) << describe(shares);
   // From step 22 on: the ranks finish close together (an equal split: the slowest takes ~4x the
   // fastest), and each rank's median share is near the nominal 4:2:1 (measured 0.4-3.9% of B on
   // a quiet host; twice the old 5% target, which a noisy host missed now and then).

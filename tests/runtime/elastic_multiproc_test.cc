@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -84,8 +85,11 @@ const ElasticRun& reference(const std::string& devices, const std::string& extra
   const std::string key = devices + " " + extra;
   auto found = runs.find(key);
   if (found == runs.end())
-    found = runs.emplace(key,
-                         runElastic("reference_" + std::to_string(runs.size()), devices, "", extra))
+    // Named after this process too: ctest -j2 runs two tests of this program at once, each
+    // in a process of its own, and their references must not share a checkpoint directory.
+    found = runs.emplace(key, runElastic("reference_" + std::to_string(getpid()) + "_" +
+                                             std::to_string(runs.size()),
+                                         devices, "", extra))
                 .first;
   return found->second;
 }

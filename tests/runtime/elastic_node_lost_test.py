@@ -12,7 +12,9 @@ Checks:
 - they go on before the communication deadline (comm.timeout_s = 30): the heartbeat's verdict
   (3 s) aborts the Gloo collective they were blocked in, rather than its deadline ending it;
 - the trajectory is that of the uninterrupted job (balance = off, the same global batches): each
-  step's loss equals that of the same job run by four workers on one host, within 1e-5 relative;
+  step's loss equals that of the same job run by four workers on one host, within 1e-5 relative
+  (of at least 1e-3: near a loss of 0, as this MLP gets by step 30, the reduction order alone,
+  Gloo between the hosts against shared memory on one, moves the loss by 1e-4 of itself);
 - node 0's agent exits 0 and does not wait for node 1 forever: it gives node 1 up once node 1
   has neither reported done nor beaten for its lease (10 s) and says so;
 - node 1's agent ends by itself (non-zero) within the deadline, and no process of the job is left
@@ -155,7 +157,7 @@ def check(log, code0, code1, cut, reference, work):
         raise Failure(f"expected one recovery that lost ranks 2 and 3, got {recoveries}")
     for record in steps:
         expected = reference[record["step"]]
-        if abs(record["loss"] - expected) > 1e-5 * max(abs(expected), 1e-12):
+        if abs(record["loss"] - expected) > 1e-5 * max(abs(expected), 1e-3):
             raise Failure(f"step {record['step']}: loss {record['loss']} after the cut, "
                           f"{expected} uninterrupted")
     output0 = output_of(work, 0)
