@@ -47,7 +47,12 @@ struct DataParallelEngine final : StepEngine {
   const std::vector<std::int64_t>& shares() const override {
     return fixed_shares.empty() ? balancer->shares() : fixed_shares;
   }
-  const std::vector<at::Tensor>& parameters() const override { return model_parameters; }
+  // Throws the CommError of a step whose parameter all-gather failed (stale_parameters) until a
+  // recovery gathers them: the live tensors would be the step's half-updated values.
+  const std::vector<at::Tensor>& parameters() const override {
+    requireGatheredParameters();
+    return model_parameters;
+  }
   std::vector<at::Tensor> parameterValues() override;
   parallel::Precision precision() const override { return compute_precision; }
   double lossScale() const override { return scaler ? scaler->scale() : 0.0; }

@@ -186,7 +186,9 @@ class Trainer {
   // Samples of each global batch per replica (per rank for data parallelism), for the next step.
   const std::vector<std::int64_t>& shares() const;
   // The parameters this rank trains (its stage's in a pipeline), in the model's order. Under
-  // ZeRO-3 their storage is empty between steps: read them with parameterValues().
+  // ZeRO-3 their storage is empty between steps: read them with parameterValues(). Throws
+  // CommError after a ZeRO step whose parameter all-gather lost a rank (zero.redundancy = 1), as
+  // parameterValues() does, until the recovery has gathered them again.
   const std::vector<at::Tensor>& parameters() const;
   // Copies of parameters()' values; under ZeRO-3 gathered from every rank's slice, so collective
   // (every rank calls it) and this rank holds the whole model while they live.
