@@ -58,6 +58,34 @@ TEST(GradientReducer, DefaultPathAveragesExactly) {
   });
 }
 
+// Buckets live on the parameters' device, or on the host when asked (a flat all-reduce over a
+// world of mixed devices): the same numbers either way. A rank's parameters on two devices
+// (here the CPU and the meta device, which holds no data) cannot share buckets.
+TEST(GradientReducer, BucketsLiveOnTheParametersDeviceOrTheHost) {
+  comm::testing::runRankThreads(2, [](std::shared_ptr<comm::Communicator> comm) {
+    for (bool host : {false, true}) {
+      auto parameters = makeParameters();
+      ReducerOptions options = smallBuckets();
+      options.host_buckets = host;
+      GradientReducer reducer(parameters, comm, options);
+      EXPECT_EQ(reducer.bucketDevice(), at::Device(at::kCPU));
+      for (auto& parameter : parameters) parameter.mutable_grad() = at::Tensor();
+      setGradients(parameters, comm->rank());
+      // A parameter without a gradient gets one on its own device, holding the average.
+      parameters[1].mutable_grad() = at::Tensor();
+      reducer.finish(4);
+      for (size_t index = 0; index < parameters.size(); ++index) {
+        const at::Tensor want = index == 1 ? at::zeros(kShapes[1]) : expectedGradient(2, index, 4);
+        EXPECT_EQ(parameters[index].grad().device(), parameters[index].device());
+        EXPECT_TRUE(at::equal(parameters[index].grad(), want)) << index;
+      }
+    }
+    std::vector<at::Tensor> split{at::zeros({4}).requires_grad_(true),
+                                  at::zeros({4}, at::Device(at::kMeta)).requires_grad_(true)};
+    EXPECT_THROW(GradientReducer(split, comm), ConfigError);
+  });
+}
+
 // Uneven groups {0,1,2} {3} with a forced 2-D form and the hierarchical form: the same integers as
 // the flat path, bit for bit (every partial sum is exact).
 TEST(GradientReducer, HierarchicalEqualsFlat) {
