@@ -53,6 +53,21 @@ TEST(JobConfig, SetAddressesAnyKeyByItsDottedPath) {
   EXPECT_EQ(job.optimizer.name, "adamw");
 }
 
+// An initial loss scale the job sets holds on every device; one it leaves alone may start lower
+// on a GPU older than Ampere (the trainer's choice), so the config says which it was.
+TEST(JobConfig, AnInitialLossScaleRemembersWhetherTheJobSetIt) {
+  const JobConfig plain = fromDefaultWith({});
+  EXPECT_FALSE(plain.precision.loss_scale_cuda.init_given);
+  EXPECT_EQ(plain.precision.loss_scale_cuda.init, 65536.0);
+  const JobConfig common = fromDefaultWith({"precision.loss_scale.init=1024"});
+  EXPECT_TRUE(common.precision.loss_scale_cuda.init_given);
+  EXPECT_TRUE(common.precision.loss_scale_cpu.init_given);
+  EXPECT_EQ(common.precision.loss_scale_cuda.init, 1024.0);
+  const JobConfig cuda_only = fromDefaultWith({"precision.loss_scale.cuda.init=8192"});
+  EXPECT_TRUE(cuda_only.precision.loss_scale_cuda.init_given);
+  EXPECT_FALSE(cuda_only.precision.loss_scale_cpu.init_given);
+}
+
 TEST(JobConfig, ExampleDefaultEqualsTheBuiltInDefault) {
   std::ifstream file(std::string(CHORUS_SOURCE_DIR) + "/examples/default.toml");
   ASSERT_TRUE(file) << "examples/default.toml missing";

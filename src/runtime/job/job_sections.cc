@@ -22,6 +22,7 @@ void requirePrecisionName(const std::string& name, const std::string& key) {
 PrecisionSection::LossScale readLossScale(const Config& config, const std::string& table,
                                           PrecisionSection::LossScale scale) {
   scale.init = config.getDouble(table + ".init", scale.init);
+  scale.init_given = scale.init_given || config.has(table + ".init");
   scale.growth = config.getDouble(table + ".growth", scale.growth);
   scale.backoff = config.getDouble(table + ".backoff", scale.backoff);
   scale.interval = config.getInt(table + ".interval", scale.interval);

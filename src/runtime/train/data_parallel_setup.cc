@@ -146,7 +146,10 @@ void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
   s.compute_precision = parallel::parsePrecision(precisionName(rank));
   parallel::allowTf32(s.job.precision.tf32);
   if (!parallel::needsLossScaling(s.compute_precision)) return;
-  s.scaler.emplace(lossScalerOptions(s.job.precision, s.worker->identity().device.kind));
+  const DeviceSpec& device = s.worker->identity().device;
+  s.scaler.emplace(lossScalerOptions(
+      s.job.precision, device.kind,
+      device.kind == DeviceKind::kCuda ? cudaComputeCapability(device.index) : ""));
   s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.model->parameters());
 }
 

@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include "chorus/device/discovery.h"
+
 namespace chorus::runtime {
 
 parallel::ReducerOptions reducerBuckets(const CommSection& section) {
@@ -38,14 +40,23 @@ std::shared_ptr<parallel::GradientCodec> jobCodec(const JobConfig& job) {
   return parallel::makeCodec(codec);
 }
 
-parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind) {
+parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind,
+                                              const std::string& compute_capability) {
   const auto& chosen = kind == DeviceKind::kCuda ? section.loss_scale_cuda : section.loss_scale_cpu;
   parallel::LossScalerOptions options;
   options.init_scale = chosen.init;
+  const bool before_ampere = !compute_capability.empty() && std::stod(compute_capability) < 8.0;
+  if (kind == DeviceKind::kCuda && before_ampere && !chosen.init_given) options.init_scale = 4096;
   options.growth_factor = chosen.growth;
   options.backoff_factor = chosen.backoff;
   options.growth_interval = chosen.interval;
   return options;
+}
+
+std::string cudaComputeCapability(int index) {
+  for (const device::DeviceInfo& info : device::discoverDevices())
+    if (info.kind == DeviceKind::kCuda && info.index == index) return info.compute_capability;
+  return "";
 }
 
 void writeScalerState(torch::serialize::OutputArchive& archive,

@@ -25,8 +25,14 @@ parallel::ReducerOptions reducerBuckets(const CommSection& section);
 std::shared_ptr<parallel::GradientCodec> jobCodec(const JobConfig& job);
 
 // The loss scaler of an fp16 rank on a device of `kind`: precision.loss_scale.cuda for CUDA,
-// precision.loss_scale.cpu otherwise.
-parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind);
+// precision.loss_scale.cpu otherwise. A GPU of compute capability `compute_capability` ("7.0";
+// empty when unknown) below 8 starts at 2^12 unless the job set the initial scale.
+parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind,
+                                              const std::string& compute_capability = "");
+
+// The compute capability of CUDA device `index` as libtorch reports it ("9.0"), or "" when this
+// build cannot read it.
+std::string cudaComputeCapability(int index);
 
 // A scaler's state as "loss_scale" ([scale, clean steps], double).
 void writeScalerState(torch::serialize::OutputArchive& archive,

@@ -192,8 +192,12 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
                                                         engineResources(nullptr));
   s.holdStageLayersOnly();
   s.optimizer = makeOptimizer(s.job.optimizer, s.engine->parameters());
-  if (parallel::needsLossScaling(s.options.precision))
-    s.scaler.emplace(lossScalerOptions(s.job.precision, s.worker->identity().device.kind));
+  if (parallel::needsLossScaling(s.options.precision)) {
+    const DeviceSpec& device = s.worker->identity().device;
+    s.scaler.emplace(lossScalerOptions(
+        s.job.precision, device.kind,
+        device.kind == DeviceKind::kCuda ? cudaComputeCapability(device.index) : ""));
+  }
   attachUnscaler();
   s.recut = std::make_unique<PipelineRecut>(s, devices);
   if (world.rank() == 0) logInfo(describePlan(s, rankFormats(plan)));

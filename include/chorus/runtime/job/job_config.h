@@ -117,7 +117,10 @@ struct PrecisionSection {
   // Dynamic loss scaling of fp16 ranks (PyTorch GradScaler's defaults), [precision.loss_scale];
   // [precision.loss_scale.cpu] / [precision.loss_scale.cuda] override them per device kind.
   struct LossScale {
-    double init = 65536.0;         // Default: 2^16
+    // Default: 2^16; 2^12 for a GPU older than Ampere (compute capability below 8: V100, T4),
+    // whose fp16 gradients overflow more often from 2^16, each overflow a skipped step.
+    double init = 65536.0;
+    bool init_given = false;       // whether the job set init (then it holds on every device)
     double growth = 2.0;           // Default: 2.0
     double backoff = 0.5;          // Default: 0.5
     std::int64_t interval = 2000;  // Default: 2000 clean steps
