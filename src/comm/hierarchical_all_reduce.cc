@@ -30,11 +30,11 @@ void addStats(std::map<std::string, OpStats>& into, const std::string& prefix,
   }
 }
 
-// `part` in host memory: itself on the CPU, else a copy staged in pinned memory (the bridge: the
-// phases between groups of different devices run on the host, where every group's leader can
-// meet the others over shm or Gloo).
-at::Tensor onHost(const at::Tensor& part) {
-  if (part.is_cpu()) return part;
+// What the phases between groups work on: `part` itself in a native topology (NCCL leaders of
+// one vendor meet on their devices) or on the CPU; else the bridge, a copy staged in pinned host
+// memory, where every group's leader can meet the others over shm or Gloo.
+at::Tensor acrossGroups(const at::Tensor& part, const Topology& topology) {
+  if (part.is_cpu() || topology.native()) return part;
   at::Tensor host = at::empty(part.sizes(), part.options().device(at::kCPU).pinned_memory(true));
   host.copy_(part);
   return host;
@@ -176,7 +176,7 @@ void HierarchicalAllReduce::runHierarchical(at::Tensor flat, ReduceOp op,
     if (leader) flat.copy_(reduced);
   }
   if (leader && leaders_) {
-    at::Tensor host = onHost(flat);
+    at::Tensor host = acrossGroups(flat, topology_);
     if (leader_reduce)
       leader_reduce(host, *leaders_);
     else
@@ -208,7 +208,7 @@ void HierarchicalAllReduce::runTwoD(at::Tensor flat, ReduceOp op) {
   }
   // Consecutive shards with the same owners go in one all-reduce (every owner holds both). They
   // cross between groups in host memory.
-  at::Tensor host = onHost(part);
+  at::Tensor host = acrossGroups(part, topology_);
   std::vector<Work> pending;
   for (int shard = first; shard < last;) {
     int end = shard + 1;

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -79,3 +80,24 @@ std::vector<DeviceInfo> discoverCudaDevices() {
 }
 
 }  // namespace chorus::device::detail
+
+namespace chorus::device {
+
+std::string physicalGpuId(int index) {
+#if CHORUS_HAVE_CUDA_PROPERTIES
+  try {
+    const auto* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index));
+    char address[32];
+    std::snprintf(address, sizeof address, "pci:%04x:%02x:%02x", props->pciDomainID,
+                  props->pciBusID, props->pciDeviceID);
+    return address;
+  } catch (const c10::Error& error) {
+    CHORUS_THROW(DeviceError, "cuda:", index,
+                 ": cannot read its PCI address: ", error.what_without_backtrace());
+  }
+#else
+  return "cuda:" + std::to_string(index);
+#endif
+}
+
+}  // namespace chorus::device

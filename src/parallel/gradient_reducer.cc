@@ -146,9 +146,9 @@ at::Device GradientReducer::chooseBucketDevice() const {
     if (parameter.device() != parameters_.front().device())
       CHORUS_THROW(ConfigError, "gradient reducer: parameters on ", parameters_.front().device(),
                    " and on ", parameter.device(), "; one rank's parameters live on one device");
-  if (options_.host_buckets) return at::kCPU;
   if (scattering() && options_.scatter_output.defined()) return options_.scatter_output.device();
-  return parameters_.empty() ? at::Device(at::kCPU) : parameters_.front().device();
+  if (!options_.device_buckets || parameters_.empty()) return at::kCPU;
+  return parameters_.front().device();
 }
 
 at::Tensor GradientReducer::newBucket(std::int64_t elements) const {

@@ -107,6 +107,7 @@ TEST(GpuReducer, DeviceResidentBucketsAcrossTheBridgeAverageExactly) {
     parallel::ReducerOptions options;
     options.min_bucket_bytes = 1024;  // several buckets
     options.hierarchical = std::make_shared<HierarchicalAllReduce>(world, topology);
+    options.device_buckets = true;
     parallel::GradientReducer reducer(parameters, world, options);
     EXPECT_EQ(reducer.bucketDevice(), device);
     reducer.armForFinalBackward();
@@ -125,7 +126,9 @@ TEST(GpuReducer, ALoneCudaRankReducesThroughNccl) {
   CHORUS_REQUIRE_GPU();
   testing::runRankThreads(1, [&](std::shared_ptr<Communicator> world) {
     auto parameters = parametersOn(at::Device("cuda:0"));
-    parallel::GradientReducer reducer(parameters, world);
+    parallel::ReducerOptions options;
+    options.device_buckets = true;
+    parallel::GradientReducer reducer(parameters, world, options);
     EXPECT_TRUE(reducer.bucketDevice().is_cuda());
     reducer.armForFinalBackward();
     backward(parameters, 0);

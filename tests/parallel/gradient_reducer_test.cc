@@ -58,15 +58,15 @@ TEST(GradientReducer, DefaultPathAveragesExactly) {
   });
 }
 
-// Buckets live on the parameters' device, or on the host when asked (a flat all-reduce over a
-// world of mixed devices): the same numbers either way. A rank's parameters on two devices
+// Buckets live on the host, or on the parameters' device when asked (a world one backend spans,
+// or a hierarchy that bridges): the same numbers either way. A rank's parameters on two devices
 // (here the CPU and the meta device, which holds no data) cannot share buckets.
 TEST(GradientReducer, BucketsLiveOnTheParametersDeviceOrTheHost) {
   comm::testing::runRankThreads(2, [](std::shared_ptr<comm::Communicator> comm) {
-    for (bool host : {false, true}) {
+    for (bool on_device : {false, true}) {
       auto parameters = makeParameters();
       ReducerOptions options = smallBuckets();
-      options.host_buckets = host;
+      options.device_buckets = on_device;
       GradientReducer reducer(parameters, comm, options);
       EXPECT_EQ(reducer.bucketDevice(), at::Device(at::kCPU));
       for (auto& parameter : parameters) parameter.mutable_grad() = at::Tensor();

@@ -258,10 +258,8 @@ int runFrontEnd(const TrainArgs& args) {
   return code;
 }
 
-}  // namespace
-
-int trainWorker(const TrainArgs& args, const runtime::JobPackage& package,
-                std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
+int runTrainer(const TrainArgs& args, const runtime::JobPackage& package,
+               std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
   const runtime::JobConfig& job = package.job;
   runtime::Trainer trainer(job, package.plan, worker);
   // A replacement worker took the members' state when it joined: the checkpoint the job started
@@ -301,6 +299,25 @@ int trainWorker(const TrainArgs& args, const runtime::JobPackage& package,
   return kExitOk;
 }
 
+}  // namespace
+
+int trainWorker(const TrainArgs& args, const runtime::JobPackage& package,
+                std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
+  try {
+    return runTrainer(args, package, worker, fault);
+  } catch (const c10::OutOfMemoryError& error) {
+    // libtorch names the GPU by its index and the cap by a fraction: say which device of the job
+    // it was, and under which budget (cuda:1/20GiB caps the caching allocator at 20 GiB).
+    const DeviceSpec& device = worker->identity().device;
+    if (device.kind != DeviceKind::kCuda) throw;
+    CHORUS_THROW(OutOfMemoryError, device.toString(), " ran out of memory",
+                 device.memory_budget
+                     ? " under its memory budget of " + formatBytes(*device.memory_budget)
+                     : std::string(),
+                 ": ", error.what_without_backtrace());
+  }
+}
+
 namespace {
 
 int runWorker(const TrainArgs& args) {
@@ -309,19 +326,7 @@ int runWorker(const TrainArgs& args) {
   const FaultInjection fault = FaultInjection::fromEnvironment();
   const runtime::JobPackage package = runtime::fetchJobPackage(
       *worker->store(), std::chrono::milliseconds(worker->identity().timeout_ms));
-  try {
-    return trainWorker(args, package, worker, fault);
-  } catch (const c10::OutOfMemoryError& error) {
-    // libtorch names the GPU by its index and the cap by a fraction: say which device of the job
-    // it was, and which budget (cuda:1/20GiB caps the caching allocator) it ran past.
-    const DeviceSpec& device = worker->identity().device;
-    if (device.kind != DeviceKind::kCuda) throw;
-    CHORUS_THROW(OutOfMemoryError, device.toString(),
-                 device.memory_budget
-                     ? " ran past its memory budget of " + formatBytes(*device.memory_budget)
-                     : std::string(" ran out of memory"),
-                 ": ", error.what_without_backtrace());
-  }
+  return trainWorker(args, package, worker, fault);
 }
 
 }  // namespace

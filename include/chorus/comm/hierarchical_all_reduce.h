@@ -21,10 +21,11 @@
 //
 // The bridge: groups may hold different devices (an NVIDIA group, an AMD group, CPU ranks). Each
 // group reduces inside with its native backend (NCCL, RCCL, shm or Gloo, chosen by the tensor's
-// device), and a tensor that lives on a device crosses between groups staged in pinned host
-// memory, so the leaders (or the 2-D form's shard owners) meet over shm or Gloo whatever their
-// devices. A topology that is not native (Topology::native(): vendors differ, or ranks share a
-// GPU) is never reduced by the flat form under kAuto; every group must hold ranks of one vendor.
+// device), and where the topology is not native a tensor that lives on a device crosses between
+// groups staged in pinned host memory, so the leaders (or the 2-D form's shard owners) meet over
+// shm or Gloo whatever their devices. In a native topology they meet on their devices. A topology
+// that is not native (Topology::native(): vendors differ, or ranks share a GPU) is never reduced by
+// the flat form under kAuto; every group must hold ranks of one vendor.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -46,7 +46,8 @@ struct RankDescriptor {
   // Link between GPUs of one vendor on one host. Default: kPcie (NVLink must be declared; it
   // cannot be inferred from a descriptor).
   LinkClass gpu_link = LinkClass::kPcie;
-  // The physical GPU this rank computes on, e.g. "cuda:0"; empty for a CPU rank (the default).
+  // The physical GPU this rank computes on, e.g. its PCI address (device::physicalGpuId); empty
+  // for a CPU rank (the default).
   // Two ranks of one host that name the same GPU (emulated devices sharing one card) cannot join
   // one NCCL communicator, which refuses two ranks on one device: each becomes a group of its own.
   std::string device;

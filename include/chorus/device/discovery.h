@@ -68,6 +68,12 @@ void validateSpecs(const std::vector<DeviceSpec>& specs, const std::vector<Devic
 // One line for logs and tables: "cuda:0 NVIDIA H100 (NVIDIA, 79.6 GiB, cc 9.0)".
 std::string describe(const DeviceInfo& info);
 
+// Which physical card CUDA device `index` of this process is: its PCI address ("pci:0000:3b:00"),
+// the same in every process of a host whatever CUDA_VISIBLE_DEVICES numbers the devices there (a
+// task given one GPU calls it cuda:0); "cuda:<index>" when this build cannot read it. Throws
+// DeviceError when the device cannot be queried.
+std::string physicalGpuId(int index);
+
 namespace detail {
 // The GPU half of discoverDevices(), in its own file (cuda_discovery.cc) because it needs the CUDA
 // headers. Returns nothing when libtorch was built without CUDA/ROCm or no GPU is present.

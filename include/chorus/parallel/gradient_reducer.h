@@ -76,12 +76,14 @@ struct ReducerOptions {
   // Default: empty, all-reduce.
   std::vector<std::int64_t> scatter_bounds;
   at::Tensor scatter_output;
-  // Keep the buckets in host memory whatever the parameters' device: each rank copies its
-  // gradients to the host and the all-reduce runs over shm or Gloo. For a plain all-reduce over a
-  // world whose ranks share no native collective (CUDA beside CPU ranks, ranks sharing a GPU).
-  // Default: false: the buckets live on the parameters' device (a CUDA rank's all-reduce goes
-  // through NCCL, in the order the CUDA stream gives it), or on scatter_output's under a scatter.
-  bool host_buckets = false;
+  // Keep the buckets on the parameters' device (device-resident reduction: a CUDA rank's
+  // all-reduce goes through NCCL, ordered after its gradients by the CUDA stream). Only where the
+  // communication can carry device tensors: a world that one backend spans
+  // (comm::Topology::native()), or `hierarchical`, which bridges groups of different devices
+  // through host memory. Default: false: the buckets live in host memory, each rank copies its
+  // gradients there and the all-reduce runs over shm or Gloo, whatever the devices. Under a
+  // scatter the buckets live where scatter_output does, whatever this says.
+  bool device_buckets = false;
 };
 
 // When one bucket's all-reduce of the last synchronizing step ran, for a trace. Value type.
@@ -154,7 +156,8 @@ class GradientReducer {
   int numBuckets() const;
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<int>> bucketLayout() const;
-  // Where the buckets live: the parameters' device, or the host (ReducerOptions::host_buckets).
+  // Where the buckets live: the host, the parameters' device (ReducerOptions::device_buckets) or
+  // scatter_output's.
   at::Device bucketDevice() const { return bucket_device_; }
 
  private:
@@ -168,7 +171,7 @@ class GradientReducer {
   // Throws ConfigError unless the scatter options fit `elements` gradient elements.
   void checkScatter(std::int64_t elements) const;
   bool scattering() const { return !options_.scatter_bounds.empty(); }
-  // Where the buckets live (ReducerOptions::host_buckets); throws ConfigError when the
+  // Where the buckets live (ReducerOptions::device_buckets); throws ConfigError when the
   // parameters are on several devices.
   at::Device chooseBucketDevice() const;
   void writeGradients(double scale);

@@ -12,6 +12,7 @@
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/core/units.h"
+#include "chorus/device/discovery.h"
 #include "chorus/device/memory_budget.h"
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
@@ -23,23 +24,25 @@ namespace chorus::runtime {
 namespace {
 
 // What this rank tells the others for the gradient topology: its host, its device's vendor and,
-// for a GPU, which one (ranks sharing a GPU cannot share a NCCL communicator).
+// for a GPU, which card (ranks sharing one cannot share a NCCL communicator), by its PCI address:
+// tasks given one GPU each all call theirs cuda:0.
 comm::RankDescriptor rankDescriptor(const DataParallelEngine& s) {
   comm::RankDescriptor self;
   const WorkerIdentity& identity = s.worker->identity();
   self.host_id = identity.host_id;
   if (identity.device.kind == DeviceKind::kCuda) {
     self.vendor = at::detail::getCUDAHooks().hasROCM() ? "amd" : "nvidia";
-    self.device = "cuda:" + std::to_string(identity.device.index);
+    self.device = device::physicalGpuId(identity.device.index);
   }
   return self;
 }
 
 // Buckets, and the topology-aware path. The ranks are grouped by host and device vendor
 // (collective: one exchange of descriptors). Under comm.algorithm = "flat", a world that no native
-// collective spans (CUDA beside CPU ranks, ranks sharing a GPU) keeps its buckets in host memory;
-// every other algorithm runs a hierarchical all-reduce over the groups, which bridges them through
-// host memory where the devices differ, and the buckets stay on the device.
+// collective spans (CUDA beside CPU ranks, ranks sharing a GPU) keeps its buckets in host memory,
+// a native one on the device; every other algorithm runs a hierarchical all-reduce over the
+// groups, which bridges them through host memory where the devices differ, and the buckets stay
+// on the device.
 parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   const CommSection& section = s.job.comm;
   parallel::ReducerOptions options = reducerBuckets(section);
@@ -54,10 +57,11 @@ parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   auto topology = comm::Topology::discover(*s.worker->world(), rankDescriptor(s),
                                            comm::GroupBy::kHostAndVendor);
   if (section.algorithm == "flat") {
-    options.host_buckets = !topology.native();
-    if (options.host_buckets && s.worker->rank() == 0)
+    options.device_buckets = topology.native();
+    if (!topology.native() && s.worker->rank() == 0)
       logInfo("gradient all-reduce: flat, in host memory (", topology.describe(), ")");
   } else {
+    options.device_buckets = true;
     comm::HierarchicalOptions hierarchical;
     hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
     const std::string described = topology.describe();

@@ -74,8 +74,14 @@ std::unique_ptr<TrainingContext> startTraining(JobConfig job, std::shared_ptr<Wo
   at::manual_seed(start.job.seed * 1000003ULL + static_cast<std::uint64_t>(start.worker->rank()));
   if (!share_parameters) return context;
   torch::NoGradGuard no_grad;
-  for (auto& parameter : start.model->parameters())
-    start.worker->world()->broadcast(parameter, 0).wait();
+  // Through host memory: a world may hold CUDA beside CPU ranks, or two ranks of one GPU, where no
+  // one backend carries a device tensor to everyone (comm.md, "Devices of several kinds"). Once,
+  // at the start: its cost does not matter.
+  for (auto& parameter : start.model->parameters()) {
+    at::Tensor host = parameter.is_cpu() ? parameter : parameter.cpu();
+    start.worker->world()->broadcast(host, 0).wait();
+    if (!parameter.is_cpu()) parameter.copy_(host);
+  }
   return context;
 }
 
