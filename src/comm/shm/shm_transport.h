@@ -76,10 +76,10 @@ struct ShmSetup {
   // Bytes of one chunk buffer (each rank has two).
   std::size_t chunk_bytes = 0;
   std::chrono::milliseconds timeout{60000};
-  // The host this rank declares (CommOptions::host_id). Members that declare different hosts
-  // never share memory, even on one machine: the topology puts a network link between them
-  // (emulated hosts in tests, two agents of one machine given different node ranks). Default:
-  // empty.
+  // The host this rank declares (CommOptions::host_id), set for subgroups only. Members that
+  // declare different hosts then never share memory, even on one machine: the topology puts a
+  // network link between them (emulated hosts in tests, two agents of one machine given
+  // different node ranks). Default: empty (the machine alone decides).
   std::string host_id;
 };
 
