@@ -29,10 +29,11 @@ Backends::Backends(std::shared_ptr<Store> store, int rank, int size, const CommO
   setup.required = transport == "shm";
   setup.chunk_bytes = options.shm_chunk_bytes;
   setup.timeout = options.timeout;
-  // Only a subgroup's members are kept apart by their declared hosts: a hierarchy's groups across
-  // hosts must take the network link its topology says, while a job's world uses shared memory
-  // wherever the machine allows (several nodes of one machine, a node that joins).
-  if (!options.global_ranks.empty()) setup.host_id = options.host_id;
+  // Only the members of a subgroup (Communicator::subgroup names it "parent/child") are kept apart
+  // by their declared hosts: a hierarchy's groups across hosts must take the network link its
+  // topology says, while a job's world, an elastic generation's included (it maps member ids
+  // through global_ranks too), uses shared memory wherever the machine allows.
+  if (options.name.find('/') != std::string::npos) setup.host_id = options.host_id;
   shm_ = connectShm(*store_, rank_, size_, setup, std::move(group));
 }
 
