@@ -195,7 +195,7 @@ const std::vector<JobRow>& jobRows() {
         "config key 'zero.stage': with elastic.enabled = true needs checkpoint.dir"},
        {"elastic.enabled=true", "zero.stage=1"}},
       {{"JOB-52", "ConfigError",
-        "config key 'parallel.pipeline_stages': cannot be combined with elastic.enabled = true"},
+        "config key 'parallel.pipeline_stages': with elastic.enabled = true needs checkpoint.dir"},
        {"elastic.enabled=true", "parallel.pipeline_stages=2"}},
       {{"JOB-53", "ConfigError",
         "config key 'elastic.min_devices': 3 is more than the job's 2 devices"},

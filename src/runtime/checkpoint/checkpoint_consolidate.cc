@@ -1,7 +1,8 @@
 // `chorus checkpoint consolidate`: one model.pt from a checkpoint, whatever wrote it. A ZeRO-3
 // checkpoint has no model file: every rank file holds its slice of the flattened parameters
 // ("zero/parameters"), and trainer.json the slices' bounds, the flat order, and each parameter's
-// name and shape, so the whole model is put together from the checkpoint alone.
+// name and shape, so the whole model is put together from the checkpoint alone. A pipeline's
+// stages each hold their layers under the whole model's names: the first replica's are joined.
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 
@@ -65,6 +66,25 @@ std::vector<std::pair<std::string, at::Tensor>> zeroParameters(const std::string
   return parameters;
 }
 
+// The tensors of a pipeline checkpoint's stages (of its first replica) into `archive`.
+std::int64_t pipelineTensors(const std::string& dir, const Manifest& manifest,
+                             const nlohmann::json& pipeline,
+                             torch::serialize::OutputArchive& archive) {
+  std::int64_t count = 0;
+  const int stages = pipeline.at("stages").get<int>();
+  for (int stage = 0; stage < stages; ++stage) {
+    const std::string name = "stage-" + std::to_string(stage) + "-replica-0-model.pt";
+    auto stage_archive = archiveOf(readCheckpointFile(dir, manifest, name));
+    for (const std::string& key : stage_archive.keys()) {
+      at::Tensor value;
+      stage_archive.read(key, value);
+      archive.write(key, value);
+      ++count;
+    }
+  }
+  return count;
+}
+
 }  // namespace
 
 std::int64_t consolidateCheckpoint(const std::string& dir, const std::string& out) {
@@ -77,11 +97,16 @@ std::int64_t consolidateCheckpoint(const std::string& dir, const std::string& ou
     writeFile(out, bytes);
     return static_cast<std::int64_t>(keys.size());
   }
+  torch::serialize::OutputArchive archive;
+  if (saved.contains("pipeline")) {
+    const std::int64_t count = pipelineTensors(dir, manifest, saved.at("pipeline"), archive);
+    writeFile(out, archiveBytes(archive));
+    return count;
+  }
   if (!saved.contains("zero") || saved.at("zero").value("stage", 0) < 3)
     CHORUS_THROW(CheckpointError, "checkpoint '", dir,
-                 "' holds no whole model to consolidate (no model.pt, and no ZeRO-3 slices; a "
-                 "pipeline's stages and local SGD's ranks are saved apart)");
-  torch::serialize::OutputArchive archive;
+                 "' holds no whole model to consolidate (no model.pt, and no ZeRO-3 slices; local "
+                 "SGD's ranks are saved apart)");
   const auto parameters = zeroParameters(dir, manifest, saved.at("zero"));
   for (const auto& [name, value] : parameters) archive.write(name, value);
   writeFile(out, archiveBytes(archive));

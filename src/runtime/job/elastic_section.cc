@@ -30,8 +30,12 @@ void checkElastic(const JobConfig& job) {
   const ElasticSection& elastic = job.elastic;
   if (!elastic.enabled) return;
   const std::string with = "cannot be combined with elastic.enabled = true";
-  require(job.parallel.pipeline_stages == 1, "parallel.pipeline_stages",
-          with + " (recovering a lost pipeline stage is not built; data parallelism only)");
+  // A lost stage's layers are held by no survivor of its replica: the survivors re-cut the model
+  // over themselves and restore the last checkpoint (written before the first step too).
+  require(job.parallel.pipeline_stages == 1 || !job.checkpoint.dir.empty(),
+          "parallel.pipeline_stages",
+          "with elastic.enabled = true needs checkpoint.dir: a lost stage's layers come back only "
+          "from the last checkpoint");
   // A lost rank's ZeRO slice exists nowhere else: the survivors go back to the last checkpoint
   // (the job writes one at its first step), so there must be somewhere to write them.
   require(job.zero.stage == 0 || !job.checkpoint.dir.empty(), "zero.stage",

@@ -1,7 +1,8 @@
 // The data-parallel engine's part of a checkpoint: the model and optimizer (rank 0; every rank its
 // own under local SGD; under ZeRO every rank its optimizer slice, and under ZeRO-3 its parameter
 // slice instead of rank 0's model), every rank's RNG, loss scaler and codec memory, the balancer's
-// state in trainer.json. A checkpoint of another world size resumes with new shares.
+// state in trainer.json. A checkpoint of another world size resumes with new shares; a pipeline's
+// is read layer by layer (layer_state_restore.h).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <torch/serialize.h>
@@ -16,6 +17,7 @@
 #include "job/balancer_settings.h"
 #include "train/data_parallel_engine.h"
 #include "train/engine_settings.h"
+#include "train/layer_state_restore.h"
 
 namespace chorus::runtime {
 namespace {
@@ -100,6 +102,27 @@ StateCopy copyState(DataParallelEngine& s) {
   return copy;
 }
 
+// A pipeline's checkpoint: the whole model from its stages' files, the RNG of the rank that
+// trained the first layer; the loss scale and a codec's memory start afresh, and the shares are
+// the plan's. Every rank holds its whole optimizer state, so neither ZeRO nor local SGD's own
+// models can take it.
+void restorePipelineCheckpoint(DataParallelEngine& s, const CheckpointSource& source) {
+  if (s.zero || s.job.comm.sync_every > 1)
+    source.mismatch("the layout", describeSavedLayout(source),
+                    s.zero ? "ZeRO (a pipeline checkpoint resumes without it)"
+                           : "local SGD (a pipeline checkpoint resumes with comm.sync_every = 1)");
+  const std::string rank_state = restoreLayers(
+      source, *s.model, 0, static_cast<int>(s.model->numLayers()), *s.optimizer, s.job.optimizer);
+  auto archive = archiveOf(source.read(rank_state));
+  at::Tensor cpu_rng;
+  archive.read("rng_cpu", cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
+  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
+  if (s.worker->rank() == 0)
+    logInfo("resuming a checkpoint of ", describeSavedLayout(source), " on one stage per replica (",
+            s.worker->worldSize(), " ranks): the shares are planned anew");
+}
+
 }  // namespace
 
 CheckpointSnapshot DataParallelEngine::snapshot() {
@@ -157,9 +180,7 @@ nlohmann::json DataParallelEngine::checkpointEntries() const {
 
 void DataParallelEngine::restore(const CheckpointSource& source) {
   DataParallelEngine& s = *this;
-  if (source.saved.contains("pipeline"))
-    source.mismatch("the layout", source.saved.at("pipeline").dump(),
-                    "one stage per replica (resume needs the pipeline layout that wrote it)");
+  if (source.saved.contains("pipeline")) return restorePipelineCheckpoint(s, source);
   // A ZeRO-3 checkpoint has no model file (its parameters are in the rank files), and a ZeRO-3
   // engine's parameters hold no values: restoreOptimizer takes care of both.
   if (source.has(kModelFile) && !s.zero_layers) {

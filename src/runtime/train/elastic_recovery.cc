@@ -8,8 +8,9 @@
 // along the trajectory of an uninterrupted one. With ZeRO, a lost rank's slice comes back from its
 // replica on its predecessor (zero.redundancy = 1, zero_replicas.h); without one, or when a
 // slice's holders are all lost, the members restore the last complete checkpoint, resharded
-// over the new generation, and redo the steps since. A joiner starts here too
-// (joinRunningJob).
+// over the new generation, and redo the steps since. A pipeline's lost stage is held by no survivor
+// of its replica: the members re-cut the model over themselves (survivorPipelinePlan) and restore
+// the last checkpoint, each rank its new layers. A joiner starts here too (joinRunningJob).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "chorus/parallel/storage_bytes.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/survivors.h"
+#include "chorus/runtime/job/job_plan.h"
 #include "train/data_parallel_engine.h"
 #include "train/joined_device.h"
 #include "train/trainer_state.h"
@@ -124,6 +126,31 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
               .dump()};
 }
 
+// A pipeline job's header: the next plan re-cut over the members' devices (a joiner's is the
+// launch rank's it replaces), the launch rank each member runs in place of, and the launch plan.
+std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
+  std::vector<plan::RankPlan> ranks;
+  nlohmann::json slots = nlohmann::json::array();
+  for (int member : next.members) {
+    const auto joined = next.joined.find(member);
+    const int slot = joined != next.joined.end() ? joined->second : slotOf(s, member);
+    // A new device cannot join a pipeline job (checkNewDeviceJoin refuses it at its start).
+    CHORUS_CHECK_CONFIG(slot != kNewDevice, "elastic: rank ", member,
+                        " brings a new device, which a pipeline job does not take");
+    ranks.push_back(s.launch_plan.ranks.at(slot));
+    slots.push_back({member, slot});
+  }
+  const plan::Plan next_plan = survivorPipelinePlan(s.context->job, ranks);
+  return nlohmann::json{
+      {"plan", plan::toJson(next_plan)}, {"slots", slots}, {"launch", plan::toJson(s.launch_plan)}}
+      .dump();
+}
+
+// The engine that runs `plan`'s shape.
+std::unique_ptr<StepEngine> engineFor(TrainingContext& c, const plan::Plan& plan) {
+  return plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
+}
+
 // ZeRO with replicas: this generation's slices cut from what the members held (collective).
 // False when some slice has no holder at the step the members go on from.
 bool restoreReplicas(Trainer::State& s, const nlohmann::json& header, const Generation& next) {
@@ -167,7 +194,7 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   // ZeRO-3 leaves the parameters without bytes between steps, and the next engine is built over
   // them (their values come from the checkpoint).
   parallel::allocateDroppedStorages(c.model->parameters());
-  s.engine = makeDataParallelEngine(c, s.plan);
+  s.engine = engineFor(c, s.plan);
   s.engine_members = next.members;
   s.next_step = next.step;
   // ZeRO with replicas adopts the shares, the balancer and its own loss scale before the
@@ -210,7 +237,9 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   if (hooks.at_point) hooks.at_point(s.next_step, "recovery");
   const Change change = changeOf(s.engine_members, next);
   std::string header, handover;
-  if (next.source == c.worker->member()) {
+  if (next.source == c.worker->member() && s.launch_plan.stageCount() > 1) {
+    header = withLastCheckpoint(s, pipelineHeader(s, next));
+  } else if (next.source == c.worker->member()) {
     const Regroup regroup = regroupOf(s, next, change);
     if (s.plan.zero_stage > 0) {
       header = withLastCheckpoint(s, regroup.header);
@@ -241,6 +270,10 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
 }
 
 }  // namespace
+
+bool recoversFromCheckpoints(const Trainer::State& s) {
+  return s.plan.zero_stage > 0 || s.launch_plan.stageCount() > 1;
+}
 
 void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const TrainerHooks& hooks) {
   TrainingContext& c = *s.context;

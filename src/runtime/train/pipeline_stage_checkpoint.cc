@@ -1,7 +1,8 @@
 // The pipeline engine's part of a checkpoint: each rank writes its stage's parameters, optimizer
 // state, RNG, loss scale (fp16) and codec memory under its (stage, replica) name; trainer.json
-// holds the layout and the replicas' balancer (with their shares). Resume needs the same layout and
-// is bitwise.
+// holds the layout and the replicas' balancer (with their shares). Resume on the same stages and
+// replicas is bitwise; on another layout (a data-parallel checkpoint too) every rank reads its
+// layers from the files that hold them (layer_state_restore.h), and the shares are planned anew.
 #include <ATen/ATen.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -11,7 +12,9 @@
 
 #include "checkpoint/checkpoint_archive.h"
 #include "chorus/core/error.h"
+#include "chorus/core/logging.h"
 #include "train/engine_settings.h"
+#include "train/layer_state_restore.h"
 #include "train/pipeline_stage_engine.h"
 
 namespace chorus::runtime {
@@ -45,18 +48,33 @@ void adoptCut(PipelineStageEngine& s, const CheckpointSource& source) {
                  source.saved.at("step").get<std::int64_t>());
 }
 
-// Resume needs the layout that wrote the checkpoint: a stage's files hold its layers only.
-void checkLayout(const PipelineStageEngine& s, const CheckpointSource& source) {
-  if (!source.saved.contains("pipeline"))
-    source.mismatch("the layout", "one stage per replica",
-                    std::to_string(s.options.pipeline_stages) +
-                        " stages (resume needs the layout that wrote it)");
+// Whether the checkpoint was written by this many stages and replicas (its cut adopted already):
+// then each rank's files are its own, and the resume is bitwise.
+bool sameLayout(const PipelineStageEngine& s, const CheckpointSource& source) {
+  if (!source.saved.contains("pipeline")) return false;
   const nlohmann::json& saved = source.saved.at("pipeline");
   const nlohmann::json now = layoutJson(s);
   for (const char* key : {"stages", "replicas", "cuts"})
-    if (saved.at(key) != now.at(key))
-      source.mismatch(std::string("the pipeline's ") + key, saved.at(key).dump(),
-                      now.at(key).dump() + " (resume needs the layout that wrote it)");
+    if (saved.at(key) != now.at(key)) return false;
+  return true;
+}
+
+// Another layout: this stage's layers come from the files that hold them, with the RNG of the
+// rank that trained the first of them. The loss scale and a codec's memory start afresh (they
+// were another rank's), and the shares stay the plan's.
+void restoreOtherLayout(PipelineStageEngine& s, const CheckpointSource& source) {
+  const std::string rank_state =
+      restoreLayers(source, *s.model, s.engine->firstLayer(), s.engine->lastLayer(), *s.optimizer,
+                    s.job.optimizer);
+  auto archive = archiveOf(source.read(rank_state));
+  at::Tensor cpu_rng;
+  archive.read("rng_cpu", cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
+  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
+  if (s.worker->rank() == 0)
+    logInfo("resuming a checkpoint of ", describeSavedLayout(source), " on ",
+            s.options.pipeline_stages, " stages x ", s.options.replicas,
+            " replicas: each stage reads its layers; the shares are planned anew");
 }
 
 }  // namespace
@@ -75,7 +93,9 @@ std::vector<std::pair<std::string, at::Tensor>> stageTensors(PipelineStageEngine
 }
 
 nlohmann::json PipelineStageEngine::checkpointEntries() const {
-  return {{"pipeline", layoutJson(*this)}, {"balancer", balancer->toJson()}};
+  return {{"pipeline", layoutJson(*this)},
+          {"balancer", balancer->toJson()},
+          {"skipped_steps", skipped_steps}};
 }
 
 // Serialized now, between steps (the stage's share of the model is small); only the disk work
@@ -98,7 +118,7 @@ CheckpointSnapshot PipelineStageEngine::snapshot() {
 void PipelineStageEngine::restore(const CheckpointSource& source) {
   PipelineStageEngine& s = *this;
   adoptCut(s, source);
-  checkLayout(s, source);
+  if (!sameLayout(s, source)) return restoreOtherLayout(s, source);
   torch::NoGradGuard no_grad;
   auto model_archive = archiveOf(source.read(stageFile(s, "model")));
   for (auto& [name, tensor] : stageTensors(s))
@@ -111,6 +131,7 @@ void PipelineStageEngine::restore(const CheckpointSource& source) {
   setGeneratorState(cpuGenerator(), cpu_rng);
   if (s.scaler) readScalerState(rng, *s.scaler);
   if (s.codec) readCodecState(rng, *s.codec);
+  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
   // The shares the next step runs with, and what the balancer measured: without them a resumed
   // run would split the batches differently and no longer be bitwise the run that wrote it.
   // Checkpoints from before the balancer carry none and keep the start plan.

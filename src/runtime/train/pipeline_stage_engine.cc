@@ -262,6 +262,7 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
   if (s.scaler) scaling.loss_scale = s.scaler->scale();
   scaling.inject_overflow = hooks.inject_overflow && hooks.inject_overflow(step);
   if (s.unscaler) s.unscaler->beginStep(scaling.loss_scale);
+  if (hooks.at_point) hooks.at_point(step, "forward");
   const parallel::PipelineStepStats stats = s.engine->step(inputs, targets, scaling);
   const bool overflow = !stats.gradients_finite || (s.unscaler && s.unscaler->overflowed());
   if (trace != nullptr) traceSchedule(*trace, stats);
@@ -290,6 +291,7 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
   // Overflow consensus: an overflow on any stage of any replica skips the step everywhere (a
   // stage stepping alone would leave its replicas' parameters apart), and every fp16 stage backs
   // off its scale.
+  if (hooks.at_point) hooks.at_point(step, "optimizer");
   const auto optimizer_start = TraceClock::now();
   if (record.skipped)
     ++s.skipped_steps;

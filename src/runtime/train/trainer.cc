@@ -57,12 +57,15 @@ ElasticOptions elasticOptions(const JobConfig& job, const Worker& worker) {
   return options;
 }
 
-// Elastic recovery runs one-stage replicas, with ZeRO only where checkpoints are written; a plan
-// given with --plan may differ from the job's own settings, which the job's checks saw.
+// Elastic recovery of ZeRO and of pipelines goes back to the last checkpoint, so they need
+// somewhere to write them; a plan given with --plan may differ from the job's own settings, which
+// the job's checks saw.
 void checkElasticPlan(const JobConfig& job, const plan::Plan& plan) {
   if (!job.elastic.enabled) return;
-  CHORUS_CHECK_CONFIG(plan.stageCount() == 1, "elastic.enabled: the plan has ", plan.stageCount(),
-                      " stages per replica; recovering a lost pipeline stage is not built");
+  CHORUS_CHECK_CONFIG(plan.stageCount() == 1 || !job.checkpoint.dir.empty(),
+                      "elastic.enabled: the plan has ", plan.stageCount(),
+                      " stages per replica, whose lost layers come back only from a checkpoint: "
+                      "set checkpoint.dir");
   CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || !job.checkpoint.dir.empty(),
                       "elastic.enabled: the plan shards with ZeRO stage ", plan.zero_stage,
                       ", whose lost slices come back only from a checkpoint: set checkpoint.dir");
@@ -182,9 +185,10 @@ TrainResult Trainer::run(const TrainerHooks& hooks) {
   TrainResult result;
   Stopwatch clock;
   std::int64_t samples = 0;
-  // Elastic recovery brings a lost rank's ZeRO slice back from the last checkpoint: there must be
-  // one from the start. A worker that joined finds one written (the members are past it).
-  if (s.membership && s.plan.zero_stage > 0 && !s.context->worker->identity().joins())
+  // Elastic recovery brings a lost rank's ZeRO slice or pipeline stage back from the last
+  // checkpoint: there must be one from the start. A worker that joined finds one written (the
+  // members are past it).
+  if (s.membership && recoversFromCheckpoints(s) && !s.context->worker->identity().joins())
     elastically(s, hooks, [&] { checkpoint(true); });
   while (s.next_step < train.steps) {
     StepRecord record;

@@ -111,11 +111,16 @@ void finishPendingCheckpoint(Trainer::State& s);
 // world when the engine's restore is.
 void restoreCheckpoint(Trainer::State& s, const std::string& checkpoint_dir);
 
+// Whether elastic recovery goes back to the last checkpoint (ZeRO's lost slices, a pipeline's lost
+// stage): such a job writes one before its first step.
+bool recoversFromCheckpoints(const Trainer::State& s);
+
 // Elastic recovery (elastic_recovery.cc) after `failure`, a CommError of the current generation:
 // agrees on the survivors with the others, rebuilds the engine for their plan from the state of
 // the survivor that got furthest, and sets next_step to the step to redo. A ZeRO engine's lost
-// slice exists nowhere else: it rebuilds from the last complete checkpoint instead, and next_step
-// goes back to that checkpoint's step. Tries again when
+// slice exists nowhere else, nor a pipeline's lost stage: those rebuild from the last complete
+// checkpoint instead (a pipeline re-cut over the survivors), and next_step goes back to that
+// checkpoint's step. Tries again when
 // another member is lost meanwhile. Throws CommError when this worker was left out, or (after a
 // checkpoint, with checkpoint.dir) when fewer than elastic.min_devices are left.
 void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const TrainerHooks& hooks);

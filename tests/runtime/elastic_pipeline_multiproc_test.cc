@@ -1,0 +1,102 @@
+// Elastic recovery of pipelines with real worker processes (docs/elastic.md): a lost stage's
+// layers are held by no survivor of its replica, so the survivors re-cut the model over
+// themselves and go back to the last checkpoint — a pipeline of fewer stages, one deeper pipeline
+// out of a hybrid's ranks, a lone survivor that trains the whole model, and a replacement that
+// brings the launch layout back. Each run must finish with exit code 0, log every step up to the
+// kill once and every step since the checkpoint once more, and end with the parameters of an
+// uninterrupted run (fp32: where a layer runs and the order of the sums are the only differences).
+#include <gtest/gtest.h>
+
+#include "elastic_run.h"
+
+namespace chorus::testing {
+namespace {
+
+// Four layers (three hidden, one head), four micro-batches, a checkpoint every four steps.
+std::string pipelineArgs(int stages, int replicas) {
+  return "--set parallel.pipeline_stages=" + std::to_string(stages) +
+         " --set parallel.replicas=" + std::to_string(replicas) +
+         " --set parallel.micro_batches=4 --set checkpoint.every=4"
+         " --set 'model.hidden=[64, 32, 32]'";
+}
+
+// Steps 1..`kill` logged, then `resumed`..kSteps again after going back to the checkpoint.
+void expectStepsFromTheCheckpoint(const ElasticRun& run, int kill, int resumed) {
+  std::vector<int> logged, expected;
+  for (const auto& step : run.steps) logged.push_back(step.at("step").get<int>());
+  for (int step = 1; step <= kill; ++step) expected.push_back(step);
+  for (int step = resumed; step <= kSteps; ++step) expected.push_back(step);
+  EXPECT_EQ(logged, expected) << run.run.output;
+}
+
+bool says(const ElasticRun& run, const std::string& text) {
+  return run.run.output.find(text) != std::string::npos;
+}
+
+TEST(ElasticPipelineMultiproc, ALostStageIsRecutOverTheSurvivorsFromTheLastCheckpoint) {
+  const std::string extra = pipelineArgs(3, 1);
+  const ElasticRun run = runElastic("pipeline_stage", "cpu,cpu,cpu", "1:forward:9:KILL", extra);
+  expectRecovered(run, {0, 2}, {1});
+  EXPECT_EQ(run.recoveries.at(0).at("redo_step").get<int>(), 9);
+  EXPECT_TRUE(says(run, "go on from step 8")) << run.run.output;
+  EXPECT_TRUE(says(run, "pipeline: 2 stages x 1 replica(s)")) << run.run.output;
+  expectStepsFromTheCheckpoint(run, 9, 9);
+  expectSameModel(run, reference("cpu,cpu,cpu", extra));
+}
+
+// Two replicas of two stages lose a rank: the three left make one pipeline of three stages.
+TEST(ElasticPipelineMultiproc, AHybridThatLosesARankGoesOnAsOneDeeperPipeline) {
+  const std::string extra = pipelineArgs(2, 2);
+  const ElasticRun run =
+      runElastic("pipeline_hybrid", "cpu,cpu,cpu,cpu", "3:optimizer:6:KILL", extra);
+  expectRecovered(run, {0, 1, 2}, {3});
+  EXPECT_TRUE(says(run, "go on from step 4")) << run.run.output;
+  EXPECT_TRUE(says(run, "pipeline: 3 stages x 1 replica(s)")) << run.run.output;
+  // Rank 3 handed in its figures of step 7 first: the others complete it.
+  expectStepsFromTheCheckpoint(run, 7, 5);
+  expectSameModel(run, reference("cpu,cpu,cpu,cpu", extra));
+}
+
+// The first stage (rank 0, the log's writer) is lost from two: the other trains the whole model
+// as one-stage data parallelism, from the stages' files of the checkpoint.
+TEST(ElasticPipelineMultiproc, ALoneSurvivorOfTwoStagesTrainsTheWholeModel) {
+  const std::string extra = pipelineArgs(2, 1);
+  const ElasticRun run = runElastic("pipeline_lone", "cpu,cpu", "0:forward:11:KILL", extra);
+  expectRecovered(run, {1}, {0});
+  EXPECT_TRUE(says(run, "go on from step 8")) << run.run.output;
+  EXPECT_TRUE(says(run, "on one stage per replica (1 ranks)")) << run.run.output;
+  expectStepsFromTheCheckpoint(run, 11, 9);
+  expectSameModel(run, reference("cpu,cpu", extra));
+}
+
+// The agent replaces the killed second stage (elastic.max_restarts = 1): rank 0 trains alone
+// until the replacement joins, and then the two go on as two stages again, each time from the
+// last checkpoint. Rank 0 is slow (400 ms a step), so that the job outlasts the replacement's
+// start.
+TEST(ElasticPipelineMultiproc, AReplacementBringsTheLaunchLayoutBack) {
+  const std::string extra = pipelineArgs(2, 1);
+  const ElasticRun run =
+      runElastic("pipeline_restart", "cpu,cpu", "1:forward:5:KILL,0:forward:0:SLOW400",
+                 extra + " --set elastic.max_restarts=1");
+  EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
+  ASSERT_FALSE(run.recoveries.empty()) << run.run.output;
+  EXPECT_EQ(run.recoveries.front().at("lost").get<std::vector<int>>(), (std::vector<int>{1}));
+  const nlohmann::json& join = run.recoveries.back();
+  EXPECT_EQ(join.at("joined").get<std::vector<int>>(), (std::vector<int>{2})) << join.dump();
+  EXPECT_EQ(join.at("members").get<std::vector<int>>(), (std::vector<int>{0, 2}));
+  ASSERT_FALSE(run.steps.empty());
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
+  // Whatever went back to a checkpoint, the steps after the last recovery run once each, in
+  // order, up to the end.
+  const int from = join.at("redo_step").get<int>();
+  std::vector<int> tail, expected;
+  for (const auto& step : run.steps)
+    if (step.at("step").get<int>() >= from) tail.push_back(step.at("step").get<int>());
+  for (int step = from; step <= kSteps; ++step) expected.push_back(step);
+  ASSERT_GE(tail.size(), expected.size()) << run.run.output;
+  EXPECT_EQ(std::vector<int>(tail.end() - expected.size(), tail.end()), expected) << run.run.output;
+  expectSameModel(run, reference("cpu,cpu", extra));
+}
+
+}  // namespace
+}  // namespace chorus::testing
