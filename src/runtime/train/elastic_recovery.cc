@@ -8,9 +8,10 @@
 // along the trajectory of an uninterrupted one. With ZeRO, a lost rank's slice comes back from its
 // replica on its predecessor (zero.redundancy = 1, zero_replicas.h); without one, or when a
 // slice's holders are all lost, the members restore the last complete checkpoint, resharded
-// over the new generation, and redo the steps since. A pipeline's lost stage is held by no survivor
-// of its replica: the members re-cut the model over themselves (survivorPipelinePlan) and restore
-// the last checkpoint, each rank its new layers. A joiner starts here too (joinRunningJob).
+// over the new generation, and redo the steps since. A pipeline job's members re-cut the model
+// over themselves (pipeline_regroup.h) and take their layers from the members that hold them —
+// or, when a lost stage has no copy left, from the last checkpoint. A joiner starts here too
+// (joinRunningJob).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -24,9 +25,9 @@
 #include "chorus/parallel/storage_bytes.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/survivors.h"
-#include "chorus/runtime/job/job_plan.h"
 #include "train/data_parallel_engine.h"
 #include "train/joined_device.h"
+#include "train/pipeline_regroup.h"
 #include "train/trainer_state.h"
 
 namespace chorus::runtime {
@@ -126,26 +127,6 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
               .dump()};
 }
 
-// A pipeline job's header: the next plan re-cut over the members' devices (a joiner's is the
-// launch rank's it replaces), the launch rank each member runs in place of, and the launch plan.
-std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
-  std::vector<plan::RankPlan> ranks;
-  nlohmann::json slots = nlohmann::json::array();
-  for (int member : next.members) {
-    const auto joined = next.joined.find(member);
-    const int slot = joined != next.joined.end() ? joined->second : slotOf(s, member);
-    // A new device cannot join a pipeline job (checkNewDeviceJoin refuses it at its start).
-    CHORUS_CHECK_CONFIG(slot != kNewDevice, "elastic: rank ", member,
-                        " brings a new device, which a pipeline job does not take");
-    ranks.push_back(s.launch_plan.ranks.at(slot));
-    slots.push_back({member, slot});
-  }
-  const plan::Plan next_plan = survivorPipelinePlan(s.context->job, ranks);
-  return nlohmann::json{
-      {"plan", plan::toJson(next_plan)}, {"slots", slots}, {"launch", plan::toJson(s.launch_plan)}}
-      .dump();
-}
-
 // The engine that runs `plan`'s shape.
 std::unique_ptr<StepEngine> engineFor(TrainingContext& c, const plan::Plan& plan) {
   return plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
@@ -190,6 +171,9 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   s.slots.clear();
   for (const auto& pair : parsed.at("slots"))
     s.slots[pair.at(0).get<int>()] = pair.at(1).get<int>();
+  // A pipeline's layers come from the members that hold them, while their engines still do.
+  std::optional<ReceivedStates> layers;
+  if (s.launch_plan.stageCount() > 1) layers = layersFromMembers(s, s.plan, next.step);
   s.engine.reset();  // its reducer's hooks go before the new one's are set
   // ZeRO-3 leaves the parameters without bytes between steps, and the next engine is built over
   // them (their values come from the checkpoint).
@@ -197,6 +181,12 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   s.engine = engineFor(c, s.plan);
   s.engine_members = next.members;
   s.next_step = next.step;
+  if (layers) {
+    installLayerStates(*s.engine, std::move(*layers));
+    s.layers_unsure = false;
+    resetCheckpointWriter(s, next.number);
+    return;
+  }
   // ZeRO with replicas adopts the shares, the balancer and its own loss scale before the
   // collectives of the reshard: an attempt that fails there leaves an engine that carries them
   // into the next one (the checkpoint, when it comes to that, sets them again).
@@ -206,6 +196,7 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   // last checkpoint, resharded over this generation, and the run goes on from its step.
   if (parsed.contains("checkpoint") && !(replicas && restoreReplicas(s, parsed, next)))
     restoreCheckpoint(s, parsed.at("checkpoint").get<std::string>());
+  s.layers_unsure = false;
   resetCheckpointWriter(s, next.number);
 }
 

@@ -18,18 +18,16 @@
 #include "chorus/core/device_spec.h"
 #include "chorus/parallel/pipeline_recut.h"
 #include "chorus/runtime/train/trainer.h"
+#include "train/layer_transfer.h"
 
 namespace chorus::runtime {
 
 struct PipelineStageEngine;
 
-// The optimizer state of each parameter a rank received, by its TensorImpl (the optimizer's key).
-using ReceivedStates = std::map<const void*, std::unique_ptr<torch::optim::OptimizerParamState>>;
-
-// pipeline_recut_move.cc. Sends the layers this rank trains under `from` and not under `to` to
-// their new stage in its replica (parameter values and optimizer state), and receives the ones
-// it takes (values copied into the model in place). Collective over the ranks of the replica
-// whose layers move; blocks with the job's deadline (TimeoutError).
+// pipeline_recut_move.cc. Sends (layer_transfer.h) the layers this rank trains under `from` and not
+// under `to` to their new stage in its replica (parameter values and optimizer state), and receives
+// the ones it takes (values copied into the model in place). Collective over the ranks of the
+// replica whose layers move; blocks with the job's deadline (TimeoutError).
 ReceivedStates exchangeLayers(PipelineStageEngine& s, const std::vector<int>& from,
                               const std::vector<int>& to);
 // A new engine and optimizer over stage `cuts`: kept parameters keep their optimizer state,

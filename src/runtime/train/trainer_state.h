@@ -94,6 +94,9 @@ struct Trainer::State {
   // ZeRO with replicas, during a recovery: the slices this rank held when the loss struck, kept
   // until a generation has resharded them (an attempt that fails leaves them for the next).
   std::optional<ZeroHolding> zero_holding;
+  // A pipeline job's recovery moved layers into this rank's model and failed before its engine
+  // took them: its layers are of no known step until a generation's engine is built again.
+  bool layers_unsure = false;
   std::shared_ptr<CheckpointWriter> checkpoints;
   std::future<std::string> pending_checkpoint;
   std::int64_t last_checkpoint_step = -1;
