@@ -173,8 +173,8 @@ TEST(AutoPlan, WeighsZeroAgainstAPipelineByPredictedTime) {
       << run.planned.summary;
   EXPECT_NE(run.planned.summary.find("faster than 1 pipeline of 3 stages"), std::string::npos)
       << run.planned.summary;
-  // Elastic recovery does not recover ZeRO slices or pipeline stages: nothing is left that fits,
-  // and the error says why ZeRO was not tried.
+  // An elastic job without checkpoint.dir can recover neither ZeRO slices nor pipeline stages:
+  // nothing is left that fits, and the error says why ZeRO was not tried.
   std::vector<std::string> elastic = job;
   elastic.push_back("elastic.enabled=true");
   try {
@@ -184,6 +184,10 @@ TEST(AutoPlan, WeighsZeroAgainstAPipelineByPredictedTime) {
     EXPECT_NE(error.message().find("ZeRO not tried: elastic recovery"), std::string::npos)
         << error.message();
   }
+  // With checkpoint.dir a lost stage can come back: the pipeline that fits is planned.
+  elastic.push_back("checkpoint.dir=" + ::testing::TempDir() + "/chorus_auto_plan_elastic");
+  const Planned pipelined = planAndApply(elastic, fakeCpu());
+  EXPECT_EQ(pipelined.planned.plan.stageCount(), 3) << pipelined.planned.summary;
 }
 
 // Where the cost model sees ZeRO within a few percent of replication, the plan stays replicated.

@@ -32,7 +32,8 @@ std::string pipelineBlocker(const JobConfig& job) {
   if (job.comm.sync_every != 1) return "comm.sync_every";
   if (job.comm.compression != "none") return "comm.compression";
   if (job.comm.algorithm != "flat") return "comm.algorithm";
-  if (job.elastic.enabled) return "elastic.enabled";
+  // An elastic pipeline's lost stage may come back only from a checkpoint.
+  if (job.elastic.enabled && job.checkpoint.dir.empty()) return "elastic.enabled";
   return "";
 }
 
