@@ -58,6 +58,19 @@ TEST(ElasticPipelineMultiproc, AHybridThatLosesARankGoesOnFromTheOtherReplica) {
   expectSameModel(run, reference("cpu,cpu,cpu,cpu", extra));
 }
 
+// A second loss while the members recover: rank 1, which held the lost stage's copy, dies too.
+// The two left hold only the first stage, so they go back to the last checkpoint, as two stages.
+TEST(ElasticPipelineMultiproc, ASecondLossDuringRecoveryTakesTheHybridBackToTheCheckpoint) {
+  const std::string extra = pipelineArgs(2, 2);
+  const ElasticRun run =
+      runElastic("pipeline_second", "cpu,cpu,cpu,cpu", "3:forward:6:KILL,1:recovery:6:KILL", extra);
+  expectRecovered(run, {0, 2}, {1, 3});
+  EXPECT_TRUE(says(run, "go on from step 4")) << run.run.output;
+  EXPECT_TRUE(says(run, "pipeline: 2 stages x 1 replica(s)")) << run.run.output;
+  expectStepsFromTheCheckpoint(run, 6, 5);
+  expectSameModel(run, reference("cpu,cpu,cpu,cpu", extra));
+}
+
 // The first stage (rank 0, the log's writer) is lost from two: the other trains the whole model
 // as one-stage data parallelism, from the stages' files of the checkpoint.
 TEST(ElasticPipelineMultiproc, ALoneSurvivorOfTwoStagesTrainsTheWholeModel) {
