@@ -6,6 +6,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/core/units.h"
+#include "sharded_split.h"
 
 namespace chorus::plan {
 namespace {
@@ -261,28 +262,26 @@ std::vector<double> rankMemory(const MemoryModel& memory, const Plan& plan,
   return bytes;
 }
 
-namespace {
-
-// A rank's ZeRO state split into what sharding divides and what it leaves whole.
-struct ShardedSplit {
-  std::vector<double> fixed;  // per rank: replicated state and activations
-  double sharded = 0;         // the whole sharded state, the same on every rank
-};
-
 ShardedSplit splitShardedState(const MemoryModel& memory,
                                std::vector<StageMemoryRequest> requests) {
-  // The peak is linear in the fraction: f = 1 and f = 1/2 give the sharded and the fixed parts.
+  // The peak is linear in the fraction: f = 1 and f = 1/2 give the sharded and the fixed parts;
+  // a whole replica (replica_fraction 1) over none gives what a replica adds per unit of it.
   ShardedSplit split;
   for (StageMemoryRequest& request : requests) {
+    request.replica_fraction = 0;
     request.shard_fraction = 1;
     const double whole = memory.peakBytes(request);
     request.shard_fraction = 0.5;
     const double half = memory.peakBytes(request);
+    request.replica_fraction = 1;
+    split.replica.push_back(memory.peakBytes(request) - half);
     split.sharded = 2 * (whole - half);
     split.fixed.push_back(whole - split.sharded);
   }
   return split;
 }
+
+namespace {
 
 std::vector<double> proportionalFractions(const ShardedSplit& split,
                                           const std::vector<double>& usable) {

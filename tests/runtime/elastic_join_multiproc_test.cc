@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -157,6 +158,30 @@ TEST(ElasticJoinMultiproc, ANewNodeJoinsAZeroJobAndTakesASliceFromTheMembers) {
   ASSERT_EQ(static_cast<int>(run.steps.size()), kSteps) << run.launch.output;
   for (int i = 0; i < kSteps; ++i) EXPECT_EQ(run.steps[i].at("step").get<int>(), i + 1);
   expectSameModel(run, runJob("straight_zero", /*elastic=*/true, "", zero));
+}
+
+// Shards sized by memory (every device with a budget): the new device's slice follows its budget,
+// the smallest, rather than the launch's mean shard, and the members' slices are sized anew with
+// it. Without replicas the join goes back to the last checkpoint (tested below).
+TEST(ElasticJoinMultiproc, ANewDevicesZeroSliceFollowsItsMemory) {
+  const std::string zero =
+      "--set devices=cpu/160MiB,cpu/192MiB --set zero.stage=2 --set zero.shards=memory";
+  const Job run = runJob("joined_zero_memory", /*elastic=*/true, "cpu/128MiB", zero);
+  EXPECT_EQ(run.launch.exit_code, 0) << run.launch.output;
+  EXPECT_EQ(run.join.exit_code, 0) << run.join.output;
+  const auto at = run.launch.output.find("and ZeRO shards ");
+  ASSERT_NE(at, std::string::npos) << run.launch.output;
+  double first = 0, second = 0, joined = 0;
+  ASSERT_EQ(std::sscanf(run.launch.output.c_str() + at, "and ZeRO shards %lf/%lf/%lf", &first,
+                        &second, &joined),
+            3)
+      << run.launch.output;
+  EXPECT_NEAR(first + second + joined, 1, 2e-3);
+  EXPECT_LT(joined, first) << run.launch.output;
+  EXPECT_LT(first, second) << run.launch.output;
+  ASSERT_FALSE(run.steps.empty()) << run.launch.output;
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
+  expectSameModel(run, runJob("straight_zero_memory", /*elastic=*/true, "", zero));
 }
 
 // ZeRO-1 without replicas: the join takes the members back to the last checkpoint (the one before

@@ -1,10 +1,12 @@
 // Each rank's fraction of ZeRO's sharded state for a job on its devices (job_sections.h): the
-// job's list, even, or by memory through the job's calibrated memory model.
+// job's list, even, or by memory through the job's calibrated memory model — around each rank's
+// replica of its successor's slice where zero.redundancy keeps one.
 #include <string>
 
 #include "chorus/core/error.h"
 #include "chorus/plan/device_catalog.h"
 #include "chorus/plan/memory_model.h"
+#include "chorus/plan/replica_shards.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/job_sections.h"
 
@@ -27,6 +29,8 @@ std::vector<double> fractionsByMemory(const JobConfig& job,
     usable.push_back(0.9 * static_cast<double>(*devices[r].memory_budget));
     names.push_back(devices[r].toString());
   }
+  if (job.zero.redundancy > 0 && ranks > 1)
+    return plan::zeroShardsWithReplicas(*memory, requests, usable, names);
   return plan::zeroShardsByMemory(*memory, requests, usable, names);
 }
 

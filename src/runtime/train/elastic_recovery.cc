@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,7 @@
 #include "chorus/parallel/storage_bytes.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/survivors.h"
+#include "job/job_sections.h"
 #include "train/data_parallel_engine.h"
 #include "train/joined_device.h"
 #include "train/pipeline_regroup.h"
@@ -96,6 +98,24 @@ struct Regroup {
   std::string header;
 };
 
+// zero.shards = "memory": the next generation's shards are sized by its devices' memory (a new
+// device's too), as at launch, rather than kept in proportion — where every device has a budget
+// and a split fits them; else (and in a job that sets precision.ranks, which names launch ranks)
+// the proportions stay.
+void resizeShardsByMemory(const JobConfig& job, plan::Plan& next) {
+  if (next.zero_stage == 0 || job.zero.shards != "memory" || !job.precision.ranks.empty()) return;
+  std::vector<DeviceSpec> devices;
+  for (const plan::RankPlan& rank : next.ranks) {
+    devices.push_back(parseDeviceSpec(rank.device_type));
+    if (!devices.back().memory_budget) return;
+  }
+  try {
+    next.zero_shards = zeroShardFractions(job, devices);
+  } catch (const ConfigError& error) {
+    logWarn("elastic: ZeRO shards keep their proportions: ", error.message());
+  }
+}
+
 Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change) {
   // A new device gets a slot of its own, at the end of the launch plan; a failed attempt leaves
   // every member's launch plan as it was (they take this one from the header).
@@ -114,8 +134,9 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
   const std::vector<std::int64_t> shares =
       plan::regroupShares(s.engine->shares(), change.kept, plannedShares(launch, kept_slots),
                           plannedShares(launch, change.joiner_slots));
-  const plan::Plan next_plan =
+  plan::Plan next_plan =
       plan::regroupPlan(s.plan, change.kept, launch, change.joiner_slots, shares, kept_slots);
+  resizeShardsByMemory(s.context->job, next_plan);
   nlohmann::json slots = nlohmann::json::array();
   for (int member : next.members) {
     const auto joined = slot_of_joiner.find(member);
@@ -260,6 +281,18 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   return record;
 }
 
+// " and ZeRO shards 0.250/0.417/0.333" where the plan sizes them; else "".
+std::string zeroShardsText(const plan::Plan& plan) {
+  if (plan.zero_stage == 0 || plan.zero_shards.empty()) return "";
+  std::string text = " and ZeRO shards ";
+  char number[32];
+  for (std::size_t r = 0; r < plan.zero_shards.size(); ++r) {
+    std::snprintf(number, sizeof number, "%s%.3f", r ? "/" : "", plan.zero_shards[r]);
+    text += number;
+  }
+  return text;
+}
+
 }  // namespace
 
 bool recoversFromCheckpoints(const Trainer::State& s) {
@@ -311,8 +344,8 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
             record.lost.empty() ? "" : " lost rank " + joinInts(record.lost),
             record.joined.empty() ? "" : " joined rank " + joinInts(record.joined), " (",
             record.reason, "); ranks ", joinInts(record.members), " go on from step ", record.step,
-            " with shares ", joinInts(shares), "; agreed in ", record.agree_seconds,
-            " s, rebuilt in ", record.rebuild_seconds, " s");
+            " with shares ", joinInts(shares), zeroShardsText(s.plan), "; agreed in ",
+            record.agree_seconds, " s, rebuilt in ", record.rebuild_seconds, " s");
   if (hooks.on_recovery) hooks.on_recovery(record);
   if (static_cast<std::int64_t>(record.members.size()) >= c.job.elastic.min_devices) return;
   writeCheckpointIfDue(s, /*final_or_requested=*/true);

@@ -1,0 +1,23 @@
+// Private to plan: a rank's ZeRO memory as the shard sizing sees it — linear in its fraction of
+// the sharded state and in the fraction of it it keeps as a replica of its successor's slice.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "chorus/plan/memory_model.h"
+
+namespace chorus::plan {
+
+// Bytes of rank r at shard fraction f and replica fraction g:
+// fixed[r] + f · sharded + g · replica[r]. Value type.
+struct ShardedSplit {
+  std::vector<double> fixed;    // per rank: replicated state and activations
+  double sharded = 0;           // the whole sharded state, the same on every rank
+  std::vector<double> replica;  // per rank: a whole replica (0 below ZeRO stage 1)
+};
+
+// The split of each rank's request (its shard and replica fractions are ignored).
+ShardedSplit splitShardedState(const MemoryModel& memory, std::vector<StageMemoryRequest> requests);
+
+}  // namespace chorus::plan
