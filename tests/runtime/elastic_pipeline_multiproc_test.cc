@@ -85,8 +85,8 @@ TEST(ElasticPipelineMultiproc, ALoneSurvivorOfTwoStagesTrainsTheWholeModel) {
 
 // The agent replaces the killed second stage (elastic.max_restarts = 1): rank 0 trains alone
 // from the last checkpoint until the replacement joins, and then hands it the second stage's
-// layers: the two go on as two stages again without going back. Rank 0 is slow (400 ms a step),
-// so that the job outlasts the replacement's start.
+// layers: the two go on as two stages again without going back again. Rank 0 is slow (400 ms a
+// step), so that the job outlasts the replacement's start.
 TEST(ElasticPipelineMultiproc, AReplacementBringsTheLaunchLayoutBack) {
   const std::string extra = pipelineArgs(2, 1);
   const ElasticRun run =
@@ -98,7 +98,12 @@ TEST(ElasticPipelineMultiproc, AReplacementBringsTheLaunchLayoutBack) {
   const nlohmann::json& join = run.recoveries.back();
   EXPECT_EQ(join.at("joined").get<std::vector<int>>(), (std::vector<int>{2})) << join.dump();
   EXPECT_EQ(join.at("members").get<std::vector<int>>(), (std::vector<int>{0, 2}));
-  EXPECT_TRUE(says(run, "come from the members that hold them")) << run.run.output;
+  // The loss and the join take one generation each, or one together when the replacement is
+  // ready before the survivors agreed on the loss (rank 0 may still be in its slow step): then
+  // nobody holds the lost stage, and both go back to the checkpoint.
+  ASSERT_LE(run.recoveries.size(), 2u) << run.run.output;
+  if (run.recoveries.size() == 2)
+    EXPECT_TRUE(says(run, "come from the members that hold them")) << run.run.output;
   ASSERT_FALSE(run.steps.empty());
   EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
   // Whatever went back to a checkpoint, the steps after the last recovery run once each, in
