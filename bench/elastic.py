@@ -20,12 +20,19 @@ a checkpoint every --checkpoint-every steps; without replicas the survivors go b
 checkpoint, with `zero.redundancy = 1` they rebuild the lost slice from its replica. Besides the
 phases: catch_up_s, from the kill until the interrupted step completed, and redone, the steps
 logged again on the way.
+chorus-pipeline and chorus-pipeline-replica (only with --modes): the chorus-kill job as a pipeline,
+a checkpoint every --checkpoint-every steps: 3 stages of one replica on the 3 workers (a lost stage
+has no copy: the survivors re-cut the model over two stages and go back to the last checkpoint),
+and 2 stages x 2 replicas on 4 workers (the lost stage's copy in the other replica: one pipeline
+of 3 stages from the members, only the interrupted step redone). A pipeline stage has no "reduce"
+point: a trial drawn with it kills at "optimizer" there. The same figures as the ZeRO modes.
 Each phase's definition is in docs/performance.md, "Elastic recovery"; min / median / max over
 trials go to stdout and, with every trial's figures, to the JSON.
 
     bench/elastic.py [--chorus build/chorus] [--trials 8] [--seed 1] [--out bench/results/...]
                      [--modes chorus-kill,chorus-hung,chorus-hung-200,torch|chorus-replace|
-                              chorus-zero,chorus-zero-replica]
+                              chorus-zero,chorus-zero-replica,chorus-pipeline,
+                              chorus-pipeline-replica]
 """
 import argparse
 import datetime
@@ -45,8 +52,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINTS = ["forward", "reduce", "optimizer"]
 MODES = ["chorus-kill", "chorus-hung", "chorus-hung-200", "torch", "chorus-replace", "chorus-zero",
-         "chorus-zero-replica"]
-DEFAULT_MODES = MODES[:4]  # chorus-replace and the ZeRO modes: on request
+         "chorus-zero-replica", "chorus-pipeline", "chorus-pipeline-replica"]
+DEFAULT_MODES = MODES[:4]  # chorus-replace, the ZeRO and the pipeline modes: on request
+# The modes that go back to a checkpoint (and log the steps since again), and their layouts.
+GOING_BACK = {"chorus-zero", "chorus-pipeline"}
+PIPELINES = {"chorus-pipeline": ["parallel.pipeline_stages=3"],
+             "chorus-pipeline-replica": ["devices=cpu,cpu,cpu,cpu", "parallel.pipeline_stages=2",
+                                         "parallel.replicas=2"]}
 FAULT_LINE = re.compile(r"(\d\d):(\d\d):(\d\d)\.(\d{3}).*fault injection: signal (\d+) at (\w+) "
                         r"of step (\d+) \(pid (\d+)\)")
 TIME = r"(\d\d):(\d\d):(\d\d)\.(\d{3}) "
@@ -70,13 +82,17 @@ def make_trials(seed, count, first, last):
              "point": rng.choice(POINTS)} for i in range(count)]
 
 
-def chorus_command(args, log, heartbeat_ms=None, replace=False, zero_dir=None, replicas=False):
+def chorus_command(args, log, heartbeat_ms=None, replace=False, zero_dir=None, replicas=False,
+                   pipeline=None, checkpoint_dir=None):
     settings = JOB + (REPLACE_JOB + [f"train.steps={args.replace_steps}"] if replace
                       else [f"train.steps={args.steps}"])
     if zero_dir is not None:
         settings += ["zero.stage=2", f"checkpoint.dir={zero_dir}",
                      f"checkpoint.every={args.checkpoint_every}"]
         settings += ["zero.redundancy=1"] if replicas else []
+    if pipeline is not None:
+        settings += pipeline + ["parallel.micro_batches=4", f"checkpoint.dir={checkpoint_dir}",
+                                f"checkpoint.every={args.checkpoint_every}"]
     if heartbeat_ms is not None:
         settings.append(f"elastic.heartbeat_ms={heartbeat_ms}")
     return [args.chorus, "train"] + [w for kv in settings for w in ("--set", kv)] + [
@@ -290,10 +306,12 @@ def run_mode(args, mode, trial, workdir):
         command = torch_command(args, trial, log, name + ".pt")
     else:
         signal_name = "STOP" if mode.startswith("chorus-hung") else "KILL"
-        env["CHORUS_FAULT"] = f"{trial['rank']}:{trial['point']}:{trial['kill_step']}:{signal_name}"
+        point = "optimizer" if mode in PIPELINES and trial["point"] == "reduce" else trial["point"]
+        env["CHORUS_FAULT"] = f"{trial['rank']}:{point}:{trial['kill_step']}:{signal_name}"
         zero_dir = name + ".ckpt" if mode.startswith("chorus-zero") else None
         command = chorus_command(args, log, 200 if mode.endswith("200") else None,
-                                 mode == "chorus-replace", zero_dir, mode == "chorus-zero-replica")
+                                 mode == "chorus-replace", zero_dir, mode == "chorus-zero-replica",
+                                 PIPELINES.get(mode), name + ".ckpt")
     for attempt in range(3):  # a run that overlapped the CI's quiet period is run again
         while os.path.exists(QUIET):
             time.sleep(10)
@@ -322,7 +340,7 @@ def run_mode(args, mode, trial, workdir):
     result = {"mode": mode, **trial, **job, "load_1m": load, "reruns": attempt, **figures,
               "bad_log_lines": bad_lines, "command": " ".join(command),
               "env": env.get("CHORUS_FAULT")}
-    going_back = mode == "chorus-zero"  # the steps since the checkpoint are logged again
+    going_back = mode in GOING_BACK  # the steps since the checkpoint are logged again
     if (job["rc"] != 0 or "error" in figures or bad_lines or figures.get("missing")
             or (figures.get("repeated") and not going_back)):
         result["output_tail"] = output[-3000:]
@@ -332,6 +350,7 @@ def run_mode(args, mode, trial, workdir):
 ZERO_PHASES = ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s", "catch_up_s", "redone"]
 PHASES = {"chorus": ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s"],
           "chorus-zero": ZERO_PHASES, "chorus-zero-replica": ZERO_PHASES,
+          "chorus-pipeline": ZERO_PHASES, "chorus-pipeline-replica": ZERO_PHASES,
           "torch": ["detect_s", "restart_s", "import_s", "init_s", "first_step_s", "total_s",
                     "catch_up_s", "replayed"],
           "chorus-replace": ["detect_s", "agree_s", "rebuild_s", "redo_s", "total_s", "restart_s",

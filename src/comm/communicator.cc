@@ -149,6 +149,7 @@ bool Communicator::broken() const { return group_->broken.load(); }
 void Communicator::abort(const std::string& why) {
   group_->markBroken(why);
   group_->aborted.store(true);
+  group_->abortTransfers();
   std::vector<std::shared_ptr<Communicator>> children;
   {
     std::lock_guard<std::mutex> lock(children_mutex_);
@@ -344,7 +345,9 @@ Work Communicator::send(const at::Tensor& tensor, int dst, OpOptions options) {
   auto state = begin("send", tensor.nbytes(), options, dst);
   if (tensor.numel() == 0) return issue(state, nullptr);
   std::vector<at::Tensor> tensors{tensor};
-  return issue(state, backends_->forTensor(tensor).send(tensors, dst, options.tag));
+  auto work = backends_->forTensor(tensor).send(tensors, dst, options.tag);
+  group_->trackTransfer(work);
+  return issue(state, std::move(work));
 }
 
 Work Communicator::recv(at::Tensor& tensor, int src, OpOptions options) {
@@ -353,7 +356,9 @@ Work Communicator::recv(at::Tensor& tensor, int src, OpOptions options) {
   auto state = begin("recv", tensor.nbytes(), options, src);
   if (tensor.numel() == 0) return issue(state, nullptr);
   std::vector<at::Tensor> tensors{tensor};
-  return issue(state, backends_->forTensor(tensor).recv(tensors, src, options.tag));
+  auto work = backends_->forTensor(tensor).recv(tensors, src, options.tag);
+  group_->trackTransfer(work);
+  return issue(state, std::move(work));
 }
 
 Work Communicator::barrier(OpOptions options) {

@@ -80,6 +80,35 @@ std::string GroupContext::describeRanks(const std::vector<int>& group_ranks) con
   return joinInts(global);
 }
 
+void GroupContext::trackTransfer(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!work || (dynamic_cast<c10d::ProcessGroupGloo::SendWork*>(work.get()) == nullptr &&
+                dynamic_cast<c10d::ProcessGroupGloo::RecvWork*>(work.get()) == nullptr))
+    return;
+  {
+    std::lock_guard<std::mutex> lock(transfers_mutex_);
+    std::erase_if(transfers_, [](const auto& transfer) { return transfer->isCompleted(); });
+    transfers_.push_back(work);
+  }
+  // An abort between the transfer's start and its tracking would miss it.
+  if (aborted.load()) abortTransfers();
+}
+
+void GroupContext::abortTransfers() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending;
+  {
+    std::lock_guard<std::mutex> lock(transfers_mutex_);
+    pending.swap(transfers_);
+  }
+  for (const auto& transfer : pending) {
+    if (transfer->isCompleted()) continue;
+    try {
+      transfer->abort();
+    } catch (const std::exception&) {
+      // Gone already: nothing waits on it any more.
+    }
+  }
+}
+
 void GroupContext::markBroken(const std::string& why) {
   std::lock_guard<std::mutex> lock(failure_mutex);
   if (!broken.exchange(true)) failure = why;

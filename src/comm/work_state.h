@@ -41,6 +41,18 @@ struct GroupContext {
                                int peer = -1);
   void markBroken(const std::string& why);
   std::string describeRanks(const std::vector<int>& group_ranks) const;
+
+  // Gloo sends and receives in flight. A wait on one cannot be cut into slices that look for an
+  // abort, as a collective's is (a timed-out wait fails the transfer), so abortTransfers() — which
+  // Communicator::abort() calls — aborts them, and their waits return at once. Thread-safe.
+  // Tracks `work` when it is a Gloo send or receive (others are ignored); aborts it at once when
+  // the group was aborted already.
+  void trackTransfer(const c10::intrusive_ptr<c10d::Work>& work);
+  void abortTransfers();
+
+ private:
+  std::mutex transfers_mutex_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> transfers_;  // completed ones pruned as new come
 };
 
 struct Work::State {

@@ -1,6 +1,6 @@
 // Communicator::abort: a rank blocked on a peer that never comes (a hung worker) is released
-// within milliseconds, with the reason, on the shared-memory transport; subgroups break with
-// their parent. Ranks are threads over one MemoryStore.
+// within milliseconds, with the reason, on the shared-memory transport, and so is one waiting on a
+// Gloo receive; subgroups break with their parent. Ranks are threads over one MemoryStore.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -56,6 +56,38 @@ TEST(CommunicatorAbort, ReleasesARankWaitingForAPeerThatNeverComes) {
   } catch (const CommError& error) {
     EXPECT_NE(std::string(error.what()).find("rank 1 missed 3 heartbeats"), std::string::npos);
   }
+}
+
+// A pipeline stage waits on a Gloo receive from a live peer that has gone into elastic recovery
+// (it will never send): the receive cannot be waited in slices as a collective is, so abort()
+// aborts it, and the wait ends at once rather than at its deadline.
+TEST(CommunicatorAbort, ReleasesAGlooReceiveFromALivePeerThatNeverSends) {
+  auto store = std::make_shared<MemoryStore>();
+  CommOptions gloo = shmOptions();
+  gloo.cpu_transport = "gloo";
+  std::shared_ptr<Communicator> waiting, silent;
+  std::thread peer([&] { silent = Communicator::create(store, 1, 2, gloo); });
+  waiting = Communicator::create(store, 0, 2, gloo);
+  peer.join();
+  std::string message;
+  std::atomic<bool> ended{false};
+  std::thread blocked([&] {
+    at::Tensor tensor = at::empty({16});
+    try {
+      waiting->recv(tensor, 1).wait();  // rank 1 is alive and never sends
+    } catch (const CommError& error) {
+      message = error.what();
+    }
+    ended.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(ended.load());
+  Stopwatch since_abort;
+  waiting->abort("rank 2 lost");
+  blocked.join();
+  EXPECT_LT(since_abort.seconds(), 5.0);  // its deadline is 10 minutes
+  EXPECT_NE(message.find("aborted"), std::string::npos) << message;
+  EXPECT_TRUE(waiting->broken());
 }
 
 TEST(CommunicatorAbort, BreaksSubgroupsToo) {

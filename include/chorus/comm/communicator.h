@@ -138,10 +138,10 @@ class Communicator {
   // True after an operation failed; every further operation throws CommError.
   bool broken() const;
   // Breaks the group and its subgroups from any thread: every later operation throws CommError
-  // quoting `why`, and operations of the shared-memory transport already waiting give up within
-  // a few milliseconds. Elastic recovery calls it when a member is lost, so that survivors blocked
-  // on it come out. A wait on a Gloo collective gives up within 50 ms too, but the collective
-  // itself (libtorch's Gloo cannot be interrupted) runs on in its process group until its
+  // quoting `why`; shared-memory operations already waiting give up within a few ms, Gloo sends
+  // and receives in flight are aborted. Elastic recovery calls it when a member is lost, so that
+  // survivors blocked on it come out. A wait on a Gloo collective gives up within 50 ms too, but
+  // the collective (libtorch's Gloo cannot interrupt it) runs on in its process group until its
   // deadline or until its peer's connection drops; the group then keeps that process group alive
   // when destroyed, rather than block on its threads.
   void abort(const std::string& why);
