@@ -37,7 +37,8 @@ class Tableau {
 
   // The optimal x.
   std::vector<double> solve() {
-    // Each pivot visits a new basis; the bound only guards against a numerical stall.
+    // Each pivot visits a new basis; the bound only guards against a numerical stall, which
+    // would leave a feasible x (every pivot keeps it feasible), not an optimal one.
     for (int iteration = 0; iteration < 100 * n_ + 100; ++iteration) {
       int entering = -1;
       for (int j = 0; j < 2 * n_ && entering < 0; ++j)
@@ -91,6 +92,46 @@ class Tableau {
   std::vector<double> objective_;
 };
 
+// The largest share of its headroom any rank uses under `fractions`.
+double usedHeadroom(const std::vector<double>& fractions, const std::vector<double>& headroom,
+                    double sharded, const std::vector<double>& replica) {
+  const std::size_t n = fractions.size();
+  double used = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    const double successor = n > 1 ? replica[r] * fractions[(r + 1) % n] : 0;
+    used = std::max(used, (sharded * fractions[r] + successor) / headroom[r]);
+  }
+  return used;
+}
+
+// A vertex of the linear program can leave ranks empty where a split nearer the proportional
+// one is as good (equal devices: (1/2, 0, 1/2, 0) against (1/4, 1/4, 1/4, 1/4)): the furthest
+// point towards the proportional split, on the segment from `best`, that uses no more headroom.
+// The largest share used is convex along the segment, so the points that keep it form an
+// interval from `best`, found by bisection.
+std::vector<double> towardProportional(const std::vector<double>& best,
+                                       const std::vector<double>& headroom, double sharded,
+                                       const std::vector<double>& replica) {
+  double total = 0;
+  for (double h : headroom) total += h;
+  std::vector<double> proportional;
+  for (double h : headroom) proportional.push_back(h / total);
+  const double limit = usedHeadroom(best, headroom, sharded, replica) * (1 + 1e-12);
+  const auto blend = [&](double alpha) {
+    std::vector<double> mixed;
+    for (std::size_t r = 0; r < best.size(); ++r)
+      mixed.push_back((1 - alpha) * best[r] + alpha * proportional[r]);
+    return mixed;
+  };
+  if (usedHeadroom(proportional, headroom, sharded, replica) <= limit) return proportional;
+  double low = 0, high = 1;
+  for (int step = 0; step < 60; ++step) {
+    const double middle = 0.5 * (low + high);
+    (usedHeadroom(blend(middle), headroom, sharded, replica) <= limit ? low : high) = middle;
+  }
+  return blend(low);
+}
+
 }  // namespace
 
 std::pair<std::vector<double>, double> shardsAroundReplicas(const std::vector<double>& headroom,
@@ -113,7 +154,7 @@ std::pair<std::vector<double>, double> shardsAroundReplicas(const std::vector<do
   double total = 0;
   for (double value : x) total += value;
   for (double& value : x) value /= total;
-  return {x, 1 / total};
+  return {towardProportional(x, headroom, sharded, replica), 1 / total};
 }
 
 std::vector<double> zeroShardsWithReplicas(const MemoryModel& memory,

@@ -51,13 +51,15 @@ TEST(ReplicaShards, TheFullestDeviceIsAsEmptyAsItCanBe) {
 }
 
 // Equal devices, an even count: the system that asks every rank for the same relative headroom
-// is singular here, the linear program is not.
-TEST(ReplicaShards, EqualDevicesOfAnEvenCountSplitEvenlyEnough) {
+// is singular here, the linear program is not, and of its optimal splits (the vertex leaves every
+// other rank empty) the even one is taken.
+TEST(ReplicaShards, EqualDevicesOfAnEvenCountSplitEvenly) {
   const auto [fractions, used] = shardsAroundReplicas({2, 2, 2, 2}, 1, {1, 1, 1, 1});
   EXPECT_NEAR(used, 0.25, 1e-12);  // every rank: a quarter slice and a quarter replica of 2
-  double total = 0;
-  for (double fraction : fractions) total += fraction;
-  EXPECT_NEAR(total, 1, 1e-12);
+  for (double fraction : fractions) EXPECT_NEAR(fraction, 0.25, 1e-12);
+  const auto [two, two_used] = shardsAroundReplicas({2, 2}, 1, {1, 1});
+  EXPECT_NEAR(two_used, 0.5, 1e-12);
+  EXPECT_NEAR(two[0], 0.5, 1e-12);
 }
 
 // Seeded random devices: the split sums to 1, is never negative, uses what it says, and no

@@ -5,6 +5,7 @@
 #include "chorus/core/error.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/job/survivor_plan.h"
 
 namespace chorus::runtime {
 namespace {
@@ -55,7 +56,7 @@ TEST(SurvivorPlan, TheSurvivorsAreCutOverTheirOwnDevices) {
   ASSERT_EQ(launch.stageCount(), 3);
   // Rank 0 lost: the slow CPU and the last one make two stages, the slow one taking fewer layers
   // (the listed partition was for three).
-  const plan::Plan two = survivorPipelinePlan(launch_job, ranksOf(launch, {1, 2}));
+  const plan::Plan two = survivorPipelinePlan(launch_job, ranksOf(launch, {1, 2}), 4);
   ASSERT_EQ(two.stageCount(), 2);
   ASSERT_EQ(two.replicas.size(), 1u);
   EXPECT_EQ(two.ranks.at(0).device_type, "cpu@0.5");
@@ -68,7 +69,7 @@ TEST(SurvivorPlan, TheSurvivorsAreCutOverTheirOwnDevices) {
   EXPECT_EQ(two.replicas[0].share, 48);
   EXPECT_EQ(two.micro_batches, 4);
   // One left: one-stage data parallelism over the whole model.
-  const plan::Plan one = survivorPipelinePlan(launch_job, ranksOf(launch, {2}));
+  const plan::Plan one = survivorPipelinePlan(launch_job, ranksOf(launch, {2}), 4);
   EXPECT_EQ(one.stageCount(), 1);
   EXPECT_EQ(one.replicas.at(0).stages.at(0).last_layer, 4);
   EXPECT_EQ(one.replicas[0].share, 48);

@@ -15,7 +15,9 @@ namespace chorus::plan {
 // factor λ: sharded · f[r] + replica[r] · f[r + 1 mod n] ≤ λ · headroom[r]. Found as the largest
 // Σ x of the same constraints at λ = 1 (a small linear program, solved by the simplex method from
 // the all-slack basis, which the positive headroom makes feasible), scaled to sum to 1; so λ =
-// 1 / Σ x, and every rank fits when λ ≤ 1. Without replicas it is the proportional split.
+// 1 / Σ x, and every rank fits when λ ≤ 1. Of the splits that reach λ, the one returned is the
+// furthest towards the proportional split from the program's vertex (equal devices split
+// evenly); without replicas it is the proportional split.
 // REQUIRES: headroom[r] > 0, sharded > 0, replica[r] ≥ 0. Returns the fractions and λ.
 std::pair<std::vector<double>, double> shardsAroundReplicas(const std::vector<double>& headroom,
                                                             double sharded,

@@ -1,12 +1,12 @@
-// The plan an elastic pipeline job's survivors go on with (job_plan.h): the job's own planning
-// (planOfJob) on the devices left, with as many stages as keeps every device busy.
+// The plan an elastic pipeline job's survivors go on with: the job's own planning (planOfJob) on
+// the devices left, with as many stages as keeps every device busy.
+#include "chorus/runtime/job/survivor_plan.h"
+
 #include <cmath>
 #include <cstdlib>
 
 #include "chorus/core/error.h"
-#include "chorus/model/model_config.h"
 #include "chorus/runtime/job/job_plan.h"
-#include "job/trained_model.h"
 
 namespace chorus::runtime {
 namespace {
@@ -28,11 +28,10 @@ int survivorStages(int devices, int stages, int layers) {
   return best;
 }
 
-plan::Plan survivorPipelinePlan(const JobConfig& job, const std::vector<plan::RankPlan>& ranks) {
+plan::Plan survivorPipelinePlan(const JobConfig& job, const std::vector<plan::RankPlan>& ranks,
+                                int layers) {
   CHORUS_CHECK_CONFIG(!ranks.empty(), "elastic: a plan for no devices");
   const int devices = static_cast<int>(ranks.size());
-  const int layers =
-      static_cast<int>(model::makeModel(trainedModelConfig(job), job.seed)->numLayers());
   const int stages =
       survivorStages(devices, static_cast<int>(job.parallel.pipeline_stages), layers);
   JobConfig next = job;

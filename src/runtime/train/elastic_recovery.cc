@@ -148,6 +148,16 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
               .dump()};
 }
 
+// The pipeline header, or one that carries the reason no plan fits the members (a ConfigError at
+// the source alone would leave the others waiting for its broadcast until their deadline).
+std::string pipelineHeaderOrError(const Trainer::State& s, const Generation& next) {
+  try {
+    return pipelineHeader(s, next);
+  } catch (const ConfigError& error) {
+    return nlohmann::json{{"error", error.message()}}.dump();
+  }
+}
+
 // The engine that runs `plan`'s shape.
 std::unique_ptr<StepEngine> engineFor(TrainingContext& c, const plan::Plan& plan) {
   return plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
@@ -187,6 +197,9 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   header = broadcastBytes(world, header, root);
   handover = broadcastBytes(world, handover, root);
   const nlohmann::json parsed = nlohmann::json::parse(header);
+  // The source could not plan the next generation: every member stops with its reason.
+  if (parsed.contains("error"))
+    CHORUS_THROW(ConfigError, "elastic: ", parsed.at("error").get<std::string>());
   s.plan = plan::parsePlanJson(parsed.at("plan").dump(), "the elastic handover");
   s.launch_plan = plan::parsePlanJson(parsed.at("launch").dump(), "the elastic handover");
   s.slots.clear();
@@ -195,6 +208,9 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   // A pipeline's layers come from the members that hold them, while their engines still do.
   std::optional<ReceivedStates> layers;
   if (s.launch_plan.stageCount() > 1) layers = layersFromMembers(s, s.plan, next.step);
+  // Until this generation's engine holds its layers (from the members or the checkpoint), the
+  // model's values are of no known step: a failed attempt must not offer them.
+  s.layers_unsure = true;
   s.engine.reset();  // its reducer's hooks go before the new one's are set
   // ZeRO-3 leaves the parameters without bytes between steps, and the next engine is built over
   // them (their values come from the checkpoint).
@@ -250,7 +266,7 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   const Change change = changeOf(s.engine_members, next);
   std::string header, handover;
   if (next.source == c.worker->member() && s.launch_plan.stageCount() > 1) {
-    header = withLastCheckpoint(s, pipelineHeader(s, next));
+    header = withLastCheckpoint(s, pipelineHeaderOrError(s, next));
   } else if (next.source == c.worker->member()) {
     const Regroup regroup = regroupOf(s, next, change);
     if (s.plan.zero_stage > 0) {
@@ -264,7 +280,8 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
       handover = s.engine->handover(change.kept, regroup.shares);
     }
   }
-  const LocalCarry carry = s.engine->localCarry();
+  // A failed attempt may have left no engine (its rebuild was collective).
+  const LocalCarry carry = s.engine ? s.engine->localCarry() : LocalCarry{};
   membership.regroup(next);
   adoptGeneration(s, next, std::move(header), std::move(handover), carry);
   RecoveryRecord record;

@@ -36,20 +36,37 @@ std::vector<at::Tensor> writerParameters(model::ZooModel& model, const LayerFile
   return parameters;
 }
 
+// `archive`'s tensor `name` copied into `target` in place: it keeps its device and storage
+// (libtorch's read would move it to the device that wrote the file).
+void readInto(torch::serialize::InputArchive& archive, const std::string& name, at::Tensor target,
+              bool is_buffer) {
+  at::Tensor value;
+  archive.read(name, value, is_buffer);
+  target.detach().copy_(value);
+}
+
 // The values of layers [first, last) of `model` from `archive` (named as in the whole model).
 void readLayerValues(model::ZooModel& model, torch::serialize::InputArchive& archive, int first,
                      int last) {
   const auto layers = model.named_children();
   for (int l = first; l < last; ++l) {
     const auto& layer = layers[l];
-    for (const auto& item : layer.value()->named_parameters(/*recurse=*/true)) {
-      at::Tensor parameter = item.value();
-      archive.read(layer.key() + "." + item.key(), parameter, !parameter.requires_grad());
-    }
-    for (const auto& item : layer.value()->named_buffers(/*recurse=*/true)) {
-      at::Tensor buffer = item.value();
-      archive.read(layer.key() + "." + item.key(), buffer, /*is_buffer=*/true);
-    }
+    for (const auto& item : layer.value()->named_parameters(/*recurse=*/true))
+      readInto(archive, layer.key() + "." + item.key(), item.value(), false);
+    for (const auto& item : layer.value()->named_buffers(/*recurse=*/true))
+      readInto(archive, layer.key() + "." + item.key(), item.value(), true);
+  }
+}
+
+// `state`'s tensors on `device` (the parameter's; the file may come from another device).
+void moveState(torch::optim::OptimizerParamState& state, const at::Device& device) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
+    if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(device));
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
+    adamw->exp_avg(adamw->exp_avg().to(device));
+    adamw->exp_avg_sq(adamw->exp_avg_sq().to(device));
+    if (adamw->max_exp_avg_sq().defined())
+      adamw->max_exp_avg_sq(adamw->max_exp_avg_sq().to(device));
   }
 }
 
@@ -73,7 +90,9 @@ void readLayerStates(const CheckpointSource& source, model::ZooModel& model,
     const void* key = writer[i].unsafeGetTensorImpl();
     if (wanted_index.count(key) == 0) continue;
     auto found = scratch->state().find(stand_ins[i].unsafeGetTensorImpl());
-    if (found != scratch->state().end()) states[key] = std::move(found->second);
+    if (found == scratch->state().end()) continue;
+    moveState(*found->second, writer[i].device());
+    states[key] = std::move(found->second);
   }
 }
 
@@ -99,7 +118,8 @@ std::vector<LayerFiles> layerFilesOf(const CheckpointSource& source, int layers)
                     "ZeRO stage " + std::to_string(saved.at("zero").value("stage", 0)),
                     "a layout that keeps each layer whole (a ZeRO checkpoint resumes on one stage "
                     "per replica)");
-  if (!source.has(kModelFile))
+  // Under local SGD rank 0's model.pt is its own, not averaged: each rank keeps one.
+  if (!source.has(kModelFile) || source.has("model-" + rankFile(0)))
     source.mismatch("the layout", "a model kept by each rank (local SGD)",
                     "one model for every rank");
   files.push_back({0, layers, kModelFile, kOptimizerFile, rankFile(0), true});

@@ -46,11 +46,13 @@ struct LayerTransferContext {
   int tag_base = 1 << 24;
 };
 
-// Sends the transfers whose `from` is this rank and receives those whose `to` is (values copied
-// into the model's parameters in place, storage given back first where it was dropped); returns
-// the received optimizer states. A sent parameter's gradient is cleared (it trains elsewhere from
-// now on). Collective over the ranks the transfers name, which must all pass the same list;
-// blocks with `timeout` (TimeoutError), throws CommError when a peer is lost.
+// Sends the transfers whose `from` is this rank and receives those whose `to` is: the layers'
+// trainable parameters only (buffers and frozen parameters stay as the receiver has them; no zoo
+// model has any). Values are copied into the model's parameters in place, storage given back
+// first where it was dropped; returns the received optimizer states. A sent parameter's gradient is
+// cleared (it trains elsewhere from now on). Collective over the ranks the transfers name, which
+// must all pass the same list; blocks with `timeout` (TimeoutError), throws CommError when a peer
+// is lost.
 ReceivedStates transferLayers(const LayerTransferContext& context,
                               const std::vector<LayerTransfer>& transfers);
 

@@ -9,7 +9,7 @@
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/plan/plan_json.h"
-#include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/job/survivor_plan.h"
 #include "train/data_parallel_engine.h"
 #include "train/pipeline_stage_engine.h"
 
@@ -113,7 +113,8 @@ std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
     ranks.push_back(s.launch_plan.ranks.at(slot));
     slots.push_back({member, slot});
   }
-  const plan::Plan next_plan = survivorPipelinePlan(s.context->job, ranks);
+  const plan::Plan next_plan =
+      survivorPipelinePlan(s.context->job, ranks, static_cast<int>(s.context->model->numLayers()));
   return nlohmann::json{
       {"plan", plan::toJson(next_plan)}, {"slots", slots}, {"launch", plan::toJson(s.launch_plan)}}
       .dump();

@@ -55,21 +55,6 @@ std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
 void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
                      const std::vector<DeviceSpec>& devices);
 
-// Elastic recovery of a pipeline job (docs/elastic.md): the stages per replica of the next
-// generation on `devices` devices, for a job launched with `stages` stages of a model of `layers`
-// layers — the divisor of `devices` in [2, layers] nearest to `stages` (a tie to more stages, so
-// that no device holds more layers than it must), so that every device has a stage; 1 (one-stage
-// data parallelism) for a lone device or where no such divisor exists. Pure.
-int survivorStages(int devices, int stages, int layers);
-
-// The plan of an elastic pipeline job's next generation on `ranks`, the launch plan's entries of
-// the devices that go on in their new rank order: survivorStages stages per replica and as many
-// replicas as the devices make, cut over their speeds and memory as at launch (a partition that
-// lists layer counts becomes "auto"), each replica's share by its slowest stage (balancer.shares
-// kept only where they still are one per replica), every rank computing in its launch precision.
-// Pure; every rank computes the same. Throws ConfigError when no cut fits the devices' memory.
-plan::Plan survivorPipelinePlan(const JobConfig& job, const std::vector<plan::RankPlan>& ranks);
-
 // One line for the log: "data parallel on cpu@1.0, cpu@0.5: shares 43/21, fp32/fp32" or
 // "2 pipelines x 2 stages on ...: layers 3/5, 8 micro-batches 1f1b, replica shares 40/24".
 std::string describePlan(const plan::Plan& plan);
