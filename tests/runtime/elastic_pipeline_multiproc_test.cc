@@ -71,6 +71,19 @@ TEST(ElasticPipelineMultiproc, ASecondLossDuringRecoveryTakesTheHybridBackToTheC
   expectSameModel(run, reference("cpu,cpu,cpu,cpu", extra));
 }
 
+// A loss while the layers move: rank 1, the copy's holder, dies after every member said what it
+// holds. The others may have taken values into their models already, so none offers its layers
+// again: they go back to the last checkpoint.
+TEST(ElasticPipelineMultiproc, ALossWhileTheLayersMoveTakesTheHybridBackToTheCheckpoint) {
+  const std::string extra = pipelineArgs(2, 2);
+  const ElasticRun run =
+      runElastic("pipeline_moving", "cpu,cpu,cpu,cpu", "3:forward:6:KILL,1:regroup:6:KILL", extra);
+  expectRecovered(run, {0, 2}, {1, 3});
+  EXPECT_TRUE(says(run, "go on from step 4")) << run.run.output;
+  expectStepsFromTheCheckpoint(run, 6, 5);
+  expectSameModel(run, reference("cpu,cpu,cpu,cpu", extra));
+}
+
 // The first stage (rank 0, the log's writer) is lost from two: the other trains the whole model
 // as one-stage data parallelism, from the stages' files of the checkpoint.
 TEST(ElasticPipelineMultiproc, ALoneSurvivorOfTwoStagesTrainsTheWholeModel) {

@@ -188,9 +188,9 @@ bool restoreReplicas(Trainer::State& s, const nlohmann::json& header, const Gene
 
 // Every member's side of the regrouping once `next` formed: the source's header and handover
 // reach every member, and each builds its engine for the next plan. `carry` is this rank's own
-// state to keep (none for a joiner).
+// state to keep (none for a joiner); `hooks` are the run's (fault injection).
 void adoptGeneration(Trainer::State& s, const Generation& next, std::string header,
-                     std::string handover, const LocalCarry& carry) {
+                     std::string handover, const LocalCarry& carry, const TrainerHooks& hooks) {
   TrainingContext& c = *s.context;
   comm::Communicator& world = *c.worker->world();
   const int root = next.rankOf(next.source);
@@ -207,7 +207,7 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
     s.slots[pair.at(0).get<int>()] = pair.at(1).get<int>();
   // A pipeline's layers come from the members that hold them, while their engines still do.
   std::optional<ReceivedStates> layers;
-  if (s.launch_plan.stageCount() > 1) layers = layersFromMembers(s, s.plan, next.step);
+  if (s.launch_plan.stageCount() > 1) layers = layersFromMembers(s, s.plan, next.step, hooks);
   // Until this generation's engine holds its layers (from the members or the checkpoint), the
   // model's values are of no known step: a failed attempt must not offer them.
   s.layers_unsure = true;
@@ -283,7 +283,7 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   // A failed attempt may have left no engine (its rebuild was collective).
   const LocalCarry carry = s.engine ? s.engine->localCarry() : LocalCarry{};
   membership.regroup(next);
-  adoptGeneration(s, next, std::move(header), std::move(handover), carry);
+  adoptGeneration(s, next, std::move(header), std::move(handover), carry, hooks);
   RecoveryRecord record;
   record.generation = next.number;
   record.members = next.members;
@@ -385,7 +385,7 @@ void joinRunningJob(Trainer::State& s, const ElasticOptions& options) {
   s.membership = ElasticMembership::join(c.worker, options, replaces);
   const Generation next = s.membership->current();
   s.membership->regroup(next);
-  adoptGeneration(s, next, "", "", LocalCarry{});
+  adoptGeneration(s, next, "", "", LocalCarry{}, TrainerHooks{});
   std::vector<int> shares;
   for (std::int64_t share : s.engine->shares()) shares.push_back(static_cast<int>(share));
   logInfo("elastic: rank ", c.worker->member(), " joined generation ", next.number, " as rank ",

@@ -121,7 +121,7 @@ std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
 }
 
 std::optional<ReceivedStates> layersFromMembers(Trainer::State& s, const plan::Plan& next_plan,
-                                                std::int64_t step) {
+                                                std::int64_t step, const TrainerHooks& hooks) {
   TrainingContext& c = *s.context;
   comm::Communicator& world = *c.worker->world();
   const std::vector<Holding> holdings = gatherHoldings(world, holdingOf(s));
@@ -130,6 +130,7 @@ std::optional<ReceivedStates> layersFromMembers(Trainer::State& s, const plan::P
   // From here the model's values change in place: should the move fail, this rank's layers are
   // of no known step.
   s.layers_unsure = true;
+  if (hooks.at_point) hooks.at_point(step, "regroup");
   ReceivedStates states =
       transferLayers({world, *c.model, optimizerOf(s.engine.get()), c.job.optimizer,
                       std::chrono::milliseconds(c.worker->identity().timeout_ms)},

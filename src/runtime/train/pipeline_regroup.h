@@ -27,8 +27,9 @@ std::string pipelineHeader(const Trainer::State& s, const Generation& next);
 // nullopt when some layer has no holder at `step` (every member then agrees: the checkpoint).
 // Collective over the new world. A rank that took part in a move that failed holds nothing
 // trustworthy afterwards; `s.layers_unsure` records it for the next attempt.
+// `hooks.at_point` is called with "regroup" once this rank's values may change.
 std::optional<ReceivedStates> layersFromMembers(Trainer::State& s, const plan::Plan& next_plan,
-                                                std::int64_t step);
+                                                std::int64_t step, const TrainerHooks& hooks);
 
 // Gives the optimizer of `engine` (just built for the next plan) the states `states` holds for
 // its parameters.

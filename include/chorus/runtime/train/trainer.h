@@ -102,9 +102,9 @@ struct TrainerHooks {
   // Test hook of fault injection: called at named points of each step ("forward": before the
   // first micro-batch; "reduce": after the last backward, with gradient buckets in flight;
   // "optimizer": after every rank's figures arrived, before the optimizer steps; "recovery":
-  // when an elastic recovery begins, with the step to redo; "checkpoint": after a checkpoint of
-  // the step was written, or, in async mode, while it is being written in the background). A
-  // test program kills or stops its own process there. Default: none.
+  // when an elastic recovery begins, with the step to redo; "regroup": a pipeline's, before its
+  // layers move; "checkpoint": after a checkpoint of the step was written, or while an async one
+  // is written). A test program kills or stops its own process there. Default: none.
   std::function<void(std::int64_t step, const char* point)> at_point;
   // Test hook: the emulated speed of this rank from a step on (1.0 = real speed); overrides the
   // device spec's speed. Default: none.
