@@ -32,11 +32,12 @@ std::optional<at::Generator> deviceGenerator(const DataParallelEngine& s) {
   return at::globalContext().defaultGenerator(device);
 }
 
-// The model archive is flat: one tensor per dotted parameter or buffer name.
+// The model archive is flat: one tensor per dotted parameter or buffer name, copied in place
+// (the file may come from a rank on another device).
 void loadModel(model::ZooModel& model, torch::serialize::InputArchive& archive) {
   torch::NoGradGuard no_grad;
-  for (auto& item : model.named_parameters()) archive.read(item.key(), item.value());
-  for (auto& item : model.named_buffers()) archive.read(item.key(), item.value(), true);
+  for (auto& item : model.named_parameters()) readInto(archive, item.key(), item.value(), false);
+  for (auto& item : model.named_buffers()) readInto(archive, item.key(), item.value(), true);
 }
 
 void restoreRankState(DataParallelEngine& s, const std::string& bytes) {
@@ -199,6 +200,7 @@ void DataParallelEngine::restore(const CheckpointSource& source) {
       loadModel(*s.model, own);
       auto own_optimizer = archiveOf(source.read("optimizer-" + rankFile(s.worker->rank())));
       s.optimizer->load(own_optimizer);
+      moveStatesToParameters(*s.optimizer);
     }
   } else if (s.worker->rank() == 0) {
     logInfo("resuming a ", source.manifest.world_size, "-rank checkpoint on ", world,

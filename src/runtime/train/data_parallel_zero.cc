@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint_archive.h"
 #include "chorus/core/error.h"
 #include "train/data_parallel_engine.h"
+#include "train/layer_state_restore.h"
 
 namespace chorus::runtime {
 namespace {
@@ -270,6 +271,7 @@ void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source
   if (!engine.zero && !sharded) {
     auto archive = archiveOf(source.read("optimizer.pt"));
     engine.optimizer->load(archive);
+    moveStatesToParameters(*engine.optimizer);  // the file may come from another device
     return;
   }
   if (engine.zero && sharded && restoreOwnSlices(engine, source)) return;

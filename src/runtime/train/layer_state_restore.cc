@@ -36,15 +36,6 @@ std::vector<at::Tensor> writerParameters(model::ZooModel& model, const LayerFile
   return parameters;
 }
 
-// `archive`'s tensor `name` copied into `target` in place: it keeps its device and storage
-// (libtorch's read would move it to the device that wrote the file).
-void readInto(torch::serialize::InputArchive& archive, const std::string& name, at::Tensor target,
-              bool is_buffer) {
-  at::Tensor value;
-  archive.read(name, value, is_buffer);
-  target.detach().copy_(value);
-}
-
 // The values of layers [first, last) of `model` from `archive` (named as in the whole model).
 void readLayerValues(model::ZooModel& model, torch::serialize::InputArchive& archive, int first,
                      int last) {
@@ -55,18 +46,6 @@ void readLayerValues(model::ZooModel& model, torch::serialize::InputArchive& arc
       readInto(archive, layer.key() + "." + item.key(), item.value(), false);
     for (const auto& item : layer.value()->named_buffers(/*recurse=*/true))
       readInto(archive, layer.key() + "." + item.key(), item.value(), true);
-  }
-}
-
-// `state`'s tensors on `device` (the parameter's; the file may come from another device).
-void moveState(torch::optim::OptimizerParamState& state, const at::Device& device) {
-  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
-    if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(device));
-  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
-    adamw->exp_avg(adamw->exp_avg().to(device));
-    adamw->exp_avg_sq(adamw->exp_avg_sq().to(device));
-    if (adamw->max_exp_avg_sq().defined())
-      adamw->max_exp_avg_sq(adamw->max_exp_avg_sq().to(device));
   }
 }
 
@@ -91,12 +70,38 @@ void readLayerStates(const CheckpointSource& source, model::ZooModel& model,
     if (wanted_index.count(key) == 0) continue;
     auto found = scratch->state().find(stand_ins[i].unsafeGetTensorImpl());
     if (found == scratch->state().end()) continue;
-    moveState(*found->second, writer[i].device());
     states[key] = std::move(found->second);
   }
 }
 
+// `state`'s tensors on `device`.
+void moveState(torch::optim::OptimizerParamState& state, const at::Device& device) {
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
+    if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(device));
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
+    adamw->exp_avg(adamw->exp_avg().to(device));
+    adamw->exp_avg_sq(adamw->exp_avg_sq().to(device));
+    if (adamw->max_exp_avg_sq().defined())
+      adamw->max_exp_avg_sq(adamw->max_exp_avg_sq().to(device));
+  }
+}
+
 }  // namespace
+
+void readInto(torch::serialize::InputArchive& archive, const std::string& name, at::Tensor target,
+              bool is_buffer) {
+  at::Tensor value;
+  archive.read(name, value, is_buffer);
+  target.detach().copy_(value);
+}
+
+void moveStatesToParameters(torch::optim::Optimizer& optimizer) {
+  auto& states = optimizer.state();
+  for (const auto& group : optimizer.param_groups())
+    for (const at::Tensor& parameter : group.params())
+      if (auto found = states.find(parameter.unsafeGetTensorImpl()); found != states.end())
+        moveState(*found->second, parameter.device());
+}
 
 std::vector<LayerFiles> layerFilesOf(const CheckpointSource& source, int layers) {
   const nlohmann::json& saved = source.saved;
@@ -149,6 +154,7 @@ std::string restoreLayers(const CheckpointSource& source, model::ZooModel& model
     live.erase(key);
     if (auto found = states.find(key); found != states.end()) live[key] = std::move(found->second);
   }
+  moveStatesToParameters(optimizer);
   return rank_state;
 }
 

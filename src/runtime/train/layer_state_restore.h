@@ -6,6 +6,7 @@
 #pragma once
 
 #include <torch/optim.h>
+#include <torch/serialize/input-archive.h>
 
 #include <string>
 #include <vector>
@@ -43,6 +44,16 @@ std::vector<LayerFiles> layerFilesOf(const CheckpointSource& source, int layers)
 std::string restoreLayers(const CheckpointSource& source, model::ZooModel& model, int first,
                           int last, torch::optim::Optimizer& optimizer,
                           const OptimizerSection& options);
+
+// `archive`'s tensor `name` copied into `target` in place: `target` keeps its device and storage,
+// where libtorch's read would move it to the device that wrote the file (a CPU rank's file read
+// on a GPU rank).
+void readInto(torch::serialize::InputArchive& archive, const std::string& name, at::Tensor target,
+              bool is_buffer);
+
+// Every optimizer state tensor moved to its parameter's device (a state loaded from a file is
+// on the device that wrote it).
+void moveStatesToParameters(torch::optim::Optimizer& optimizer);
 
 // "3 stages x 1 replica, cut 2+1+2" or "one stage per replica on 3 ranks": how a checkpoint's
 // layout reads in a log line.

@@ -122,9 +122,10 @@ void PipelineStageEngine::restore(const CheckpointSource& source) {
   torch::NoGradGuard no_grad;
   auto model_archive = archiveOf(source.read(stageFile(s, "model")));
   for (auto& [name, tensor] : stageTensors(s))
-    model_archive.read(name, tensor, !tensor.requires_grad());
+    readInto(model_archive, name, tensor, !tensor.requires_grad());
   auto optimizer_archive = archiveOf(source.read(stageFile(s, "optimizer")));
   s.optimizer->load(optimizer_archive);
+  moveStatesToParameters(*s.optimizer);
   auto rng = archiveOf(source.read(stageFile(s, "rng")));
   at::Tensor cpu_rng;
   rng.read("rng_cpu", cpu_rng);
