@@ -112,13 +112,8 @@ void restorePipelineCheckpoint(DataParallelEngine& s, const CheckpointSource& so
     source.mismatch("the layout", describeSavedLayout(source),
                     s.zero ? "ZeRO (a pipeline checkpoint resumes without it)"
                            : "local SGD (a pipeline checkpoint resumes with comm.sync_every = 1)");
-  const std::string rank_state = restoreLayers(
+  s.skipped_steps = restoreLayersAndGenerator(
       source, *s.model, 0, static_cast<int>(s.model->numLayers()), *s.optimizer, s.job.optimizer);
-  auto archive = archiveOf(source.read(rank_state));
-  at::Tensor cpu_rng;
-  archive.read("rng_cpu", cpu_rng);
-  setGeneratorState(cpuGenerator(), cpu_rng);
-  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
   if (s.worker->rank() == 0)
     logInfo("resuming a checkpoint of ", describeSavedLayout(source), " on one stage per replica (",
             s.worker->worldSize(), " ranks): the shares are planned anew");

@@ -158,6 +158,17 @@ std::string restoreLayers(const CheckpointSource& source, model::ZooModel& model
   return rank_state;
 }
 
+std::int64_t restoreLayersAndGenerator(const CheckpointSource& source, model::ZooModel& model,
+                                       int first, int last, torch::optim::Optimizer& optimizer,
+                                       const OptimizerSection& options) {
+  const std::string rank_state = restoreLayers(source, model, first, last, optimizer, options);
+  auto archive = archiveOf(source.read(rank_state));
+  at::Tensor cpu_rng;
+  archive.read("rng_cpu", cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
+  return source.saved.value("skipped_steps", std::int64_t{0});
+}
+
 std::string describeSavedLayout(const CheckpointSource& source) {
   std::ostringstream text;
   if (!source.saved.contains("pipeline")) {

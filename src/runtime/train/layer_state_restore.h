@@ -45,6 +45,13 @@ std::string restoreLayers(const CheckpointSource& source, model::ZooModel& model
                           int last, torch::optim::Optimizer& optimizer,
                           const OptimizerSection& options);
 
+// restoreLayers, then this process's CPU generator from the rank state of the rank that trained
+// layer `first` (the loss scale and a codec's memory were another rank's: they start afresh).
+// Returns the steps the run had skipped (trainer.json).
+std::int64_t restoreLayersAndGenerator(const CheckpointSource& source, model::ZooModel& model,
+                                       int first, int last, torch::optim::Optimizer& optimizer,
+                                       const OptimizerSection& options);
+
 // `archive`'s tensor `name` copied into `target` in place: `target` keeps its device and storage,
 // where libtorch's read would move it to the device that wrote the file (a CPU rank's file read
 // on a GPU rank).

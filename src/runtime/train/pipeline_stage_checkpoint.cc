@@ -63,14 +63,8 @@ bool sameLayout(const PipelineStageEngine& s, const CheckpointSource& source) {
 // rank that trained the first of them. The loss scale and a codec's memory start afresh (they
 // were another rank's), and the shares stay the plan's.
 void restoreOtherLayout(PipelineStageEngine& s, const CheckpointSource& source) {
-  const std::string rank_state =
-      restoreLayers(source, *s.model, s.engine->firstLayer(), s.engine->lastLayer(), *s.optimizer,
-                    s.job.optimizer);
-  auto archive = archiveOf(source.read(rank_state));
-  at::Tensor cpu_rng;
-  archive.read("rng_cpu", cpu_rng);
-  setGeneratorState(cpuGenerator(), cpu_rng);
-  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
+  s.skipped_steps = restoreLayersAndGenerator(source, *s.model, s.engine->firstLayer(),
+                                              s.engine->lastLayer(), *s.optimizer, s.job.optimizer);
   if (s.worker->rank() == 0)
     logInfo("resuming a checkpoint of ", describeSavedLayout(source), " on ",
             s.options.pipeline_stages, " stages x ", s.options.replicas,
