@@ -148,16 +148,6 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
               .dump()};
 }
 
-// The pipeline header, or one that carries the reason no plan fits the members (a ConfigError at
-// the source alone would leave the others waiting for its broadcast until their deadline).
-std::string pipelineHeaderOrError(const Trainer::State& s, const Generation& next) {
-  try {
-    return pipelineHeader(s, next);
-  } catch (const ConfigError& error) {
-    return nlohmann::json{{"error", error.message()}}.dump();
-  }
-}
-
 // The engine that runs `plan`'s shape.
 std::unique_ptr<StepEngine> engineFor(TrainingContext& c, const plan::Plan& plan) {
   return plan.stageCount() > 1 ? makePipelineStageEngine(c, plan) : makeDataParallelEngine(c, plan);
@@ -266,7 +256,7 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   const Change change = changeOf(s.engine_members, next);
   std::string header, handover;
   if (next.source == c.worker->member() && s.launch_plan.stageCount() > 1) {
-    header = withLastCheckpoint(s, pipelineHeaderOrError(s, next));
+    header = withLastCheckpoint(s, pipelineHeader(s, next));
   } else if (next.source == c.worker->member()) {
     const Regroup regroup = regroupOf(s, next, change);
     if (s.plan.zero_stage > 0) {

@@ -99,9 +99,8 @@ void keepStates(Trainer::State& s, std::pair<int, int> range, ReceivedStates& st
     }
 }
 
-}  // namespace
-
-std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
+// The header proper (pipelineHeader); throws ConfigError where no plan fits the members.
+std::string plannedHeader(const Trainer::State& s, const Generation& next) {
   std::vector<plan::RankPlan> ranks;
   nlohmann::json slots = nlohmann::json::array();
   for (int member : next.members) {
@@ -118,6 +117,16 @@ std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
   return nlohmann::json{
       {"plan", plan::toJson(next_plan)}, {"slots", slots}, {"launch", plan::toJson(s.launch_plan)}}
       .dump();
+}
+
+}  // namespace
+
+std::string pipelineHeader(const Trainer::State& s, const Generation& next) {
+  try {
+    return plannedHeader(s, next);
+  } catch (const ConfigError& error) {
+    return nlohmann::json{{"error", error.message()}}.dump();
+  }
 }
 
 std::optional<ReceivedStates> layersFromMembers(Trainer::State& s, const plan::Plan& next_plan,

@@ -17,8 +17,9 @@ namespace chorus::runtime {
 
 // The header the source of generation `next` hands every member: the next plan, re-cut over the
 // members' devices (a joiner's is the launch rank's it replaces), the launch rank each member
-// runs in place of, and the launch plan. Not collective. Throws ConfigError for a new device (a
-// pipeline job takes none) or when no cut fits the devices' memory.
+// runs in place of, and the launch plan. Not collective. Where no plan fits — a new device (a
+// pipeline job takes none), no cut within the devices' memory — it carries the reason as "error"
+// instead, so that every member stops with it at once (rather than wait for a source that threw).
 std::string pipelineHeader(const Trainer::State& s, const Generation& next);
 
 // The layers of `next_plan` from the members that hold them at step `step`, moved while this
