@@ -8,6 +8,8 @@
 // (fp32: where a layer runs and the order of the sums are the only differences).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "elastic_run.h"
 
 namespace chorus::testing {
@@ -98,12 +100,12 @@ TEST(ElasticPipelineMultiproc, ALoneSurvivorOfTwoStagesTrainsTheWholeModel) {
 
 // The agent replaces the killed second stage (elastic.max_restarts = 1): rank 0 trains alone
 // from the last checkpoint until the replacement joins, and then hands it the second stage's
-// layers: the two go on as two stages again without going back again. Rank 0 is slow (400 ms a
+// layers: the two go on as two stages again without going back again. Rank 0 is slow (200 ms a
 // step), so that the job outlasts the replacement's start.
 TEST(ElasticPipelineMultiproc, AReplacementBringsTheLaunchLayoutBack) {
   const std::string extra = pipelineArgs(2, 1);
   const ElasticRun run =
-      runElastic("pipeline_restart", "cpu,cpu", "1:forward:5:KILL,0:forward:0:SLOW400",
+      runElastic("pipeline_restart", "cpu,cpu", "1:forward:5:KILL,0:forward:0:SLOW200",
                  extra + " --set elastic.max_restarts=1");
   EXPECT_EQ(run.run.exit_code, 0) << run.run.output;
   ASSERT_FALSE(run.recoveries.empty()) << run.run.output;
@@ -111,10 +113,14 @@ TEST(ElasticPipelineMultiproc, AReplacementBringsTheLaunchLayoutBack) {
   const nlohmann::json& join = run.recoveries.back();
   EXPECT_EQ(join.at("joined").get<std::vector<int>>(), (std::vector<int>{2})) << join.dump();
   EXPECT_EQ(join.at("members").get<std::vector<int>>(), (std::vector<int>{0, 2}));
-  // The loss and the join take one generation each, or one together when the replacement is
-  // ready before the survivors agreed on the loss (rank 0 may still be in its slow step): then
-  // nobody holds the lost stage, and both go back to the checkpoint.
+  // The loss and the join take one generation each (rank 0 notices the loss within its 200 ms
+  // step, the replacement asks after its start-up of 0.5 s or more: 6 of 6 runs here), or one
+  // together when the replacement is ready first (with 400 ms steps, 4 of 5): then nobody holds
+  // the lost stage, and both go back to the checkpoint.
   ASSERT_LE(run.recoveries.size(), 2u) << run.run.output;
+  std::printf("recoveries: %zu (%s)\n", run.recoveries.size(),
+              run.recoveries.size() == 2 ? "the join took the stage from rank 0"
+                                         : "loss and join together, from the checkpoint");
   if (run.recoveries.size() == 2)
     EXPECT_TRUE(says(run, "come from the members that hold them")) << run.run.output;
   ASSERT_FALSE(run.steps.empty());
