@@ -281,6 +281,20 @@ ShardedSplit splitShardedState(const MemoryModel& memory,
   return split;
 }
 
+std::vector<double> headroomOf(const ShardedSplit& split, const std::vector<double>& usable,
+                               const std::vector<std::string>& names) {
+  std::vector<double> headroom;
+  for (size_t r = 0; r < usable.size(); ++r) {
+    const double fixed = split.fixed[r];
+    CHORUS_CHECK_CONFIG(
+        fixed < usable[r], "ZeRO shards by memory: device '", names[r], "' (rank ", r,
+        ") cannot hold even its unsharded part: ", formatBytes(static_cast<std::uint64_t>(fixed)),
+        " of ", formatBytes(static_cast<std::uint64_t>(usable[r])), " usable");
+    headroom.push_back(usable[r] - fixed);
+  }
+  return headroom;
+}
+
 namespace {
 
 std::vector<double> proportionalFractions(const ShardedSplit& split,
@@ -309,14 +323,7 @@ std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
       "ZeRO shards by memory: one request, capacity and name per rank");
   const ShardedSplit split = splitShardedState(memory, std::move(requests));
   double total_headroom = 0;
-  for (size_t r = 0; r < usable.size(); ++r) {
-    const double fixed = split.fixed[r];
-    CHORUS_CHECK_CONFIG(
-        fixed < usable[r], "ZeRO shards by memory: device '", names[r], "' (rank ", r,
-        ") cannot hold even its unsharded part: ", formatBytes(static_cast<std::uint64_t>(fixed)),
-        " of ", formatBytes(static_cast<std::uint64_t>(usable[r])), " usable");
-    total_headroom += usable[r] - fixed;
-  }
+  for (double headroom : headroomOf(split, usable, names)) total_headroom += headroom;
   CHORUS_CHECK_CONFIG(total_headroom >= split.sharded,
                       "ZeRO shards by memory: the devices together "
                       "have ",

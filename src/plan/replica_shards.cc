@@ -165,15 +165,8 @@ std::vector<double> zeroShardsWithReplicas(const MemoryModel& memory,
       !requests.empty() && requests.size() == usable.size() && usable.size() == names.size(),
       "ZeRO shards by memory: one request, capacity and name per rank");
   const ShardedSplit split = splitShardedState(memory, std::move(requests));
-  std::vector<double> headroom;
-  for (size_t r = 0; r < usable.size(); ++r) {
-    CHORUS_CHECK_CONFIG(split.fixed[r] < usable[r], "ZeRO shards by memory: device '", names[r],
-                        "' (rank ", r, ") cannot hold even its unsharded part: ",
-                        formatBytes(static_cast<std::uint64_t>(split.fixed[r])), " of ",
-                        formatBytes(static_cast<std::uint64_t>(usable[r])), " usable");
-    headroom.push_back(usable[r] - split.fixed[r]);
-  }
-  auto [fractions, used] = shardsAroundReplicas(headroom, split.sharded, split.replica);
+  auto [fractions, used] =
+      shardsAroundReplicas(headroomOf(split, usable, names), split.sharded, split.replica);
   // A rank may hold no slice (an empty one works); the memory model reads a fraction of 0 as
   // "even", so it gets a vanishing one instead.
   double total = 0;

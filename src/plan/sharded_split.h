@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "chorus/plan/memory_model.h"
@@ -19,5 +20,10 @@ struct ShardedSplit {
 
 // The split of each rank's request (its shard and replica fractions are ignored).
 ShardedSplit splitShardedState(const MemoryModel& memory, std::vector<StageMemoryRequest> requests);
+
+// What each rank's `usable` bytes leave for the sharded state (and a replica) once its fixed part
+// is held. Throws ConfigError naming the rank (by names[r]) that cannot hold even that part.
+std::vector<double> headroomOf(const ShardedSplit& split, const std::vector<double>& usable,
+                               const std::vector<std::string>& names);
 
 }  // namespace chorus::plan

@@ -2,7 +2,7 @@
 // the devices left, with as many stages as keeps every device busy.
 #include "chorus/runtime/job/survivor_plan.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstdlib>
 
 #include "chorus/core/error.h"

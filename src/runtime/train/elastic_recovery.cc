@@ -73,12 +73,6 @@ Change changeOf(const std::vector<int>& engine_members, const Generation& next) 
   return change;
 }
 
-// The launch rank whose device `member` runs on.
-int slotOf(const Trainer::State& s, int member) {
-  const auto found = s.slots.find(member);
-  return found == s.slots.end() ? member : found->second;
-}
-
 // The share `launch` planned for each launch rank of `slots`.
 std::vector<std::int64_t> plannedShares(const plan::Plan& launch, const std::vector<int>& slots) {
   std::map<int, std::int64_t> share_of_rank;
@@ -301,6 +295,11 @@ std::string zeroShardsText(const plan::Plan& plan) {
 }
 
 }  // namespace
+
+int slotOf(const Trainer::State& s, int member) {
+  const auto found = s.slots.find(member);
+  return found == s.slots.end() ? member : found->second;
+}
 
 bool recoversFromCheckpoints(const Trainer::State& s) {
   return s.plan.zero_stage > 0 || s.launch_plan.stageCount() > 1;

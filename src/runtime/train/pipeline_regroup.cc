@@ -16,12 +16,6 @@
 namespace chorus::runtime {
 namespace {
 
-// The launch rank whose device `member` runs on.
-int slotOf(const Trainer::State& s, int member) {
-  const auto found = s.slots.find(member);
-  return found == s.slots.end() ? member : found->second;
-}
-
 torch::optim::Optimizer* optimizerOf(StepEngine* engine) {
   if (auto* stage = dynamic_cast<PipelineStageEngine*>(engine)) return stage->optimizer.get();
   if (auto* replica = dynamic_cast<DataParallelEngine*>(engine)) return replica->optimizer.get();

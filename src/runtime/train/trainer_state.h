@@ -114,6 +114,10 @@ void finishPendingCheckpoint(Trainer::State& s);
 // world when the engine's restore is.
 void restoreCheckpoint(Trainer::State& s, const std::string& checkpoint_dir);
 
+// The launch rank whose device elastic member `member` runs on (State::slots; a launch member's
+// own rank).
+int slotOf(const Trainer::State& s, int member);
+
 // Whether elastic recovery goes back to the last checkpoint (ZeRO's lost slices, a pipeline's lost
 // stage): such a job writes one before its first step.
 bool recoversFromCheckpoints(const Trainer::State& s);
