@@ -202,9 +202,8 @@ Config Config::parseFile(const std::string& path) {
 Config Config::parseString(const std::string& text, const std::string& source) {
   Config config;
   config.impl_->source = source;
-  detail::requireAsciiOutsideStrings(text, source);
   try {
-    config.impl_->root = toml::parse(std::string_view(text), std::string_view(source));
+    config.impl_->root = detail::parseToml(text, source);
   } catch (const toml::parse_error& error) {
     const toml::source_position& where = error.source().begin;
     CHORUS_THROW(ConfigError, source, ":", where.line, ":", where.column, ": ",
@@ -235,13 +234,12 @@ void Config::set(const std::string& assignment) {
   bool is_value = false;
   try {
     const std::string document = "v = " + text + "\n";
-    detail::requireAsciiOutsideStrings(document, "--set");  // toml++ 3.3: see toml_checks.h
-    parsed = toml::parse(std::string_view(document), std::string_view("--set"));
+    parsed = detail::parseToml(document, "--set");
     is_value = parsed.size() == 1 && parsed.get("v") != nullptr;
   } catch (const toml::parse_error&) {
-    is_value = false;
+    is_value = false;  // e.g. a bare word, ASCII or not: kept as text
   } catch (const ConfigError&) {
-    is_value = false;  // e.g. a bare word that is not ASCII: kept as text
+    is_value = false;  // text parseToml refuses to read (toml_checks.h): kept as text too
   }
   if (is_value) detail::requireWritableKeys(parsed, "--set " + key);
 

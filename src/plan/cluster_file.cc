@@ -268,8 +268,7 @@ Cluster parseClusterToml(const std::string& text, const std::string& source) {
   const Reader reader(source);
   toml::table root;
   try {
-    chorus::detail::requireAsciiOutsideStrings(text, source);  // toml++ 3.3: toml_checks.h
-    root = toml::parse(text, source);
+    root = chorus::detail::parseToml(text, source);
   } catch (const toml::parse_error& error) {
     reader.fail(error.source(), std::string(error.description()));
   }
