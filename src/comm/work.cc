@@ -5,6 +5,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "chorus/comm/sliced_wait.h"
 #include "chorus/core/error.h"
 #include "work_state.h"
 
@@ -44,8 +45,8 @@ void abandon(Work::State& state) {
 constexpr std::chrono::milliseconds kAbortCheck{50};
 
 // Waits up to `budget` for `state`'s transfer. A Gloo collective cannot be interrupted, so it is
-// waited in slices of kAbortCheck, and an abort() of the group (elastic recovery, when the
-// heartbeat declares a peer lost) ends the wait at the next slice rather than at the
+// waited in slices of kAbortCheck (waitInSlices), and an abort() of the group (elastic recovery,
+// when the heartbeat declares a peer lost) ends the wait at the next slice rather than at the
 // collective's deadline; the collective itself runs on in its process group (~Backends). Other
 // transfers are waited at once: the shared-memory transport watches the abort itself, and a
 // timed-out wait on a Gloo send or receive (or NCCL) would fail the transfer. Returns false when
@@ -55,20 +56,12 @@ bool waitForTransfer(Work::State& state, std::chrono::milliseconds budget) {
   if (collective == nullptr) return state.work->wait(budget);
   const Deadline deadline =
       budget >= std::chrono::hours(24 * 365) ? Deadline::never() : Deadline::after(budget);
-  for (;;) {
-    const auto slice =
-        std::min(kAbortCheck, std::max(deadline.remaining(), std::chrono::milliseconds(1)));
-    try {
-      return collective->wait(slice);  // c10d::Work::wait: "timed out" while still running
-    } catch (const std::exception&) {
-      if (collective->isCompleted() || deadline.expired()) throw;
-    }
-    if (state.group->aborted.load()) {
-      std::lock_guard<std::mutex> lock(state.group->failure_mutex);
-      CHORUS_THROW(CommError, state.operation, " #", state.sequence, " in group '",
-                   state.group->name, "' was given up: ", state.group->failure);
-    }
-  }
+  const std::optional<bool> done =
+      waitInSlices(*collective, deadline, kAbortCheck, [&] { return state.group->aborted.load(); });
+  if (done.has_value()) return *done;
+  std::lock_guard<std::mutex> lock(state.group->failure_mutex);
+  CHORUS_THROW(CommError, state.operation, " #", state.sequence, " in group '", state.group->name,
+               "' was given up: ", state.group->failure);
 }
 
 }  // namespace
