@@ -1,6 +1,7 @@
 // toml::parse without toml++ 3.3's unreachable point; see parseToml in toml_checks.h.
 #include <cstdint>
 #include <iomanip>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,12 +31,17 @@ bool unclassifiable(char32_t c) {
   return block != 5 && block != 7;
 }
 
-// Where such a code point goes while toml++ reads: plane 15 (private use), which toml++
-// classifies without the gap and treats like the original everywhere (neither is whitespace, a
-// control character or a surrogate).
-constexpr char32_t kShift = 0xF0000;
+// Where such a code point goes while toml++ reads: the same place in another plane, which toml++
+// classifies without the gap and treats like the original everywhere (no code point there is
+// whitespace, a control character or a surrogate to it). The private-use planes first; any
+// plane whose images the document itself holds is passed over, so the move back is exact.
+constexpr char32_t kPlanes[] = {0xF, 0x10, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6,
+                                0x7, 0x8,  0x9, 0xA, 0xB, 0xC, 0xD, 0xE};
 
-bool shifted(char32_t c) { return c >= kShift && unclassifiable(c - kShift); }
+// The code point `c` stands for in a document moved by `offset`, or 0 if it stands for itself.
+char32_t original(char32_t c, char32_t offset) {
+  return c >= offset && c - offset <= kGapLast && unclassifiable(c - offset) ? c - offset : 0;
+}
 
 void appendUtf8(std::string& out, char32_t c) {
   if (c < 0x80) {
@@ -101,35 +107,40 @@ std::string mapCodePoints(std::string_view text, From from, To to) {
   return out;
 }
 
-std::string unshift(std::string_view text) {
-  return mapCodePoints(text, shifted, [](char32_t c) { return c - kShift; });
+std::string unshift(std::string_view text, char32_t offset) {
+  return mapCodePoints(
+      text, [&](char32_t c) { return original(c, offset) != 0; },
+      [&](char32_t c) { return original(c, offset); });
 }
 
-// toml++ shows a non-ASCII code point in a message as \uXXXX or \UXXXXXXXX.
-std::string unshiftMessage(std::string_view message) {
-  std::string out = unshift(message);
-  for (std::size_t at = out.find("\\U000F"); at != std::string::npos;
-       at = out.find("\\U000F", at + 1)) {
-    if (at + 10 > out.size()) break;
-    const std::string digits = out.substr(at + 6, 4);
-    if (digits.find_first_not_of("0123456789ABCDEF") != std::string::npos) continue;
-    const auto code = static_cast<char32_t>(std::stoul(digits, nullptr, 16));
-    if (unclassifiable(code)) out.replace(at, 10, "\\u" + digits);
+// toml++ shows a non-ASCII code point in a message as it is, or as \uXXXX or \UXXXXXXXX.
+std::string unshiftMessage(std::string_view message, char32_t offset) {
+  std::string out = unshift(message, offset);
+  for (std::size_t at = out.find("\\U"); at != std::string::npos; at = out.find("\\U", at + 1)) {
+    const std::string digits = out.substr(at + 2, 8);
+    if (digits.size() < 8 || digits.find_first_not_of("0123456789ABCDEF") != std::string::npos)
+      continue;
+    const char32_t code = original(static_cast<char32_t>(std::stoul(digits, nullptr, 16)), offset);
+    if (code == 0) continue;
+    std::ostringstream shown;
+    shown << "\\u" << std::hex << std::uppercase << std::setw(4) << std::setfill('0')
+          << static_cast<std::uint32_t>(code);
+    out.replace(at, 10, shown.str());
   }
   return out;
 }
 
-void unshiftNode(toml::node& node);
+void unshiftNode(toml::node& node, char32_t offset);
 
-void unshiftTable(toml::table& table) {
+void unshiftTable(toml::table& table, char32_t offset) {
   std::vector<toml::key> renamed;
   for (auto&& [key, value] : table) {
-    unshiftNode(value);
-    if (unshift(key.str()) != key.str()) renamed.push_back(key);
+    unshiftNode(value, offset);
+    if (unshift(key.str(), offset) != key.str()) renamed.push_back(key);
   }
   // Renaming moves a node out under its new key; the table keeps its own place and form.
   for (const toml::key& key : renamed) {
-    const toml::key fresh(unshift(key.str()), key.source());
+    const toml::key fresh(unshift(key.str(), offset), key.source());
     table.get(key.str())->visit([&](auto&& concrete) {
       auto moved = std::move(concrete);
       table.erase(key.str());
@@ -138,42 +149,43 @@ void unshiftTable(toml::table& table) {
   }
 }
 
-void unshiftNode(toml::node& node) {
+void unshiftNode(toml::node& node, char32_t offset) {
   if (toml::table* table = node.as_table()) {
-    unshiftTable(*table);
+    unshiftTable(*table, offset);
   } else if (toml::array* array = node.as_array()) {
-    for (toml::node& element : *array) unshiftNode(element);
+    for (toml::node& element : *array) unshiftNode(element, offset);
   } else if (toml::value<std::string>* text = node.as_string()) {
-    text->get() = unshift(text->get());
+    text->get() = unshift(text->get(), offset);
   }
 }
 
 }  // namespace
 
 toml::table parseToml(std::string_view text, std::string_view source) {
-  char32_t first = 0;  // the first code point toml++ 3.3 cannot classify
-  char32_t taken = 0;  // a plane-15 code point the move back would confuse with a moved one
+  char32_t first = 0;        // the first code point toml++ 3.3 cannot classify
+  std::uint32_t planes = 0;  // bit k: the document holds an image in plane k
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char32_t code = codePointAt(text, i).first;
     if (first == 0 && unclassifiable(code)) first = code;
-    if (taken == 0 && shifted(code)) taken = code;
+    if (code > 0xFFFF && unclassifiable(code & 0xFFFF)) planes |= std::uint32_t{1} << (code >> 16);
   }
   if (first == 0) return toml::parse(text, source);
-  if (taken != 0)
-    CHORUS_THROW(ConfigError, source, ": the private-use code point U+", std::hex, std::uppercase,
-                 static_cast<std::uint32_t>(taken),
-                 " cannot be read in a document that also holds U+", std::setw(4),
-                 std::setfill('0'), static_cast<std::uint32_t>(first),
-                 " (toml++ 3.3 reads the second only through plane 15)");
+  char32_t offset = 0;
+  for (const char32_t plane : kPlanes)
+    if (offset == 0 && !(planes & (std::uint32_t{1} << plane))) offset = plane << 16;
+  if (offset == 0)
+    CHORUS_THROW(ConfigError, source, ": the document holds U+", std::hex, std::uppercase,
+                 std::setw(4), std::setfill('0'), static_cast<std::uint32_t>(first),
+                 " and its image in every plane from 1 to 16, so toml++ 3.3 cannot read it");
   const std::string moved =
-      mapCodePoints(text, unclassifiable, [](char32_t c) { return c + kShift; });
+      mapCodePoints(text, unclassifiable, [&](char32_t c) { return c + offset; });
   toml::table root;
   try {
     root = toml::parse(moved, source);
   } catch (const toml::parse_error& error) {
-    throw toml::parse_error(unshiftMessage(error.description()).c_str(), error.source());
+    throw toml::parse_error(unshiftMessage(error.description(), offset).c_str(), error.source());
   }
-  unshiftTable(root);
+  unshiftTable(root, offset);
   return root;
 }
 

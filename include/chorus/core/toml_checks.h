@@ -43,9 +43,10 @@ std::string escaped(std::string_view text);
 // the parser asks whether a character is whitespace: in a bare key or value, after a quote inside
 // a bare word, after a line-ending backslash in a string. Found by the fuzz targets, three times
 // in different places. Instead of guessing where toml++ asks, no such code point ever reaches
-// it: they are moved to plane 15 (private use, U+F0000 + c) while toml++ reads, and moved back in
-// every key, string and error message of the result. A document that holds both such a code point
-// and its plane-15 image is refused (ConfigError).
+// it: they are moved to the same place in plane 15 (private use), or in the first plane whose
+// images the document does not hold itself, while toml++ reads, and moved back in every key,
+// string and error message of the result. Only a document holding images in all of planes 1-16
+// is refused (ConfigError).
 toml::table parseToml(std::string_view text, std::string_view source);
 
 }  // namespace chorus::detail
