@@ -40,54 +40,7 @@ constexpr char32_t kPlanes[] = {0xF, 0x10, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6,
 
 // The code point `c` stands for in a document moved by `offset`, or 0 if it stands for itself.
 char32_t original(char32_t c, char32_t offset) {
-  return c >= offset && c - offset <= kGapLast && unclassifiable(c - offset) ? c - offset : 0;
-}
-
-void appendUtf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
-
-// The code point of the well-formed UTF-8 sequence at text[i] and its length; length 0 where
-// there is none (ASCII, or bytes toml++ will refuse as they are).
-std::pair<char32_t, std::size_t> codePointAt(std::string_view text, std::size_t i) {
-  const auto lead = static_cast<unsigned char>(text[i]);
-  std::size_t length = 0;
-  char32_t code = 0;
-  if ((lead & 0xE0) == 0xC0) {
-    length = 2;
-    code = lead & 0x1F;
-  } else if ((lead & 0xF0) == 0xE0) {
-    length = 3;
-    code = lead & 0x0F;
-  } else if ((lead & 0xF8) == 0xF0) {
-    length = 4;
-    code = lead & 0x07;
-  } else {
-    return {0, 0};
-  }
-  if (i + length > text.size()) return {0, 0};
-  for (std::size_t k = 1; k < length; ++k) {
-    const auto next = static_cast<unsigned char>(text[i + k]);
-    if ((next & 0xC0) != 0x80) return {0, 0};
-    code = (code << 6) | (next & 0x3F);
-  }
-  static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (code < kSmallest[length] || code > 0x10FFFF) return {0, 0};
-  return {code, length};
+  return c >= offset && unclassifiable(c - offset) ? c - offset : 0;
 }
 
 // `text` with every code point `from` selects replaced by `to` of it; the rest byte for byte.
@@ -96,7 +49,7 @@ std::string mapCodePoints(std::string_view text, From from, To to) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    const auto [code, length] = codePointAt(text, i);
+    const auto [code, length] = utf8At(text, i);
     if (length > 0 && from(code)) {
       appendUtf8(out, to(code));
       i += length;
@@ -165,7 +118,7 @@ toml::table parseToml(std::string_view text, std::string_view source) {
   char32_t first = 0;        // the first code point toml++ 3.3 cannot classify
   std::uint32_t planes = 0;  // bit k: the document holds an image in plane k
   for (std::size_t i = 0; i < text.size(); ++i) {
-    const char32_t code = codePointAt(text, i).first;
+    const char32_t code = utf8At(text, i).first;
     if (first == 0 && unclassifiable(code)) first = code;
     if (code > 0xFFFF && unclassifiable(code & 0xFFFF)) planes |= std::uint32_t{1} << (code >> 16);
   }

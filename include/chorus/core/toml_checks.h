@@ -13,6 +13,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <toml++/toml.h>
 
@@ -33,6 +34,14 @@ std::string unwritableKeyMessage(std::string_view key);
 // toml++ writes a key or string that is not UTF-8 as other text than it holds (found by
 // fuzz/config_fuzzer.cc: a key "steps\xd9" came back as a second "steps").
 bool isUtf8(std::string_view text);
+
+// The code point of the well-formed UTF-8 sequence that starts at text[i], and its length in
+// bytes; {0, 0} where none starts there (ASCII, a continuation byte, a sequence cut short or
+// overlong, past U+10FFFF). Surrogates are decoded: whether they are text is the caller's call.
+std::pair<char32_t, std::size_t> utf8At(std::string_view text, std::size_t i);
+
+// Appends `c` to `out` as UTF-8.
+void appendUtf8(std::string& out, char32_t c);
 
 // `text` with control characters and bytes above 0x7e shown as \xNN, for messages.
 std::string escaped(std::string_view text);
