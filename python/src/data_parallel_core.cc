@@ -57,6 +57,9 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
   plan::BalancerOptions balancer;
   balancer.mode = parseBalance(options_.balance);
   balancer.initial_shares = options_.shares;
+  // A rank with no samples would get an empty batch from ShardSampler, which a user's loop need
+  // not expect: the Python front keeps every rank in.
+  balancer.leave_out = false;
   balancer_ = std::make_unique<plan::LoadBalancer>(balancer, worldSize(), options_.global_batch);
 
   parallel::ReducerOptions reducer;

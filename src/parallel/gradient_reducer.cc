@@ -102,7 +102,7 @@ GradientReducer::GradientReducer(std::vector<at::Tensor> parameters,
   }
   if (scattering()) checkScatter(flat_begin);
   engine_ = options_.hierarchical;
-  if (!engine_ && options_.codec && !scattering()) {
+  if (!engine_ && options_.codec && !scattering() && !alone()) {
     // One-rank groups make every rank a leader: the codec then runs among all ranks, on the
     // engine's own group and helper thread.
     comm::HierarchicalOptions engine_options;
@@ -233,6 +233,12 @@ void GradientReducer::noteCompletions() {
 void GradientReducer::launch(Bucket& bucket) {
   noteCompletions();
   bucket.launched = true;
+  // A world of one: the sum over its ranks is the bucket as it is, and nothing crosses a link
+  // for a codec to compress; a plain PyTorch loop runs no collective either.
+  if (alone()) {
+    bucket.work = comm::Work();
+    return;
+  }
   timings_.push_back({bucket.index, std::chrono::steady_clock::now(), {}});
   if (scattering()) {
     launchScatter(bucket);

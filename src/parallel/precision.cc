@@ -58,9 +58,9 @@ AutocastScope::~AutocastScope() {
   at::autocast::set_autocast_dtype(device_, previous_dtype_);
 }
 
-void allowTf32(bool allow) {
-  at::globalContext().setAllowTF32CuBLAS(allow);
-  at::globalContext().setAllowTF32CuDNN(allow);
+void allowTf32(bool matmul, bool convolution) {
+  at::globalContext().setAllowTF32CuBLAS(matmul);
+  at::globalContext().setAllowTF32CuDNN(convolution);
 }
 
 }  // namespace chorus::parallel

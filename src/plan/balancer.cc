@@ -20,6 +20,10 @@ constexpr double kConfidence = 2.0;
 // A gain the fits predict but noise could explain is acted on once the same move has been called
 // for this many updates in a row, and then only halfway (a damped move).
 constexpr int64_t kPersistentUpdates = 5;
+// A rank is left out only when the step without it is predicted this much shorter than with its
+// one sample: a margin against flapping in and out at the threshold (it comes back as soon as
+// the optimum gives it samples again, so the two thresholds differ by this much).
+constexpr double kLeaveOutGain = 0.05;
 
 // Per rank, which way `to` moves from `from`: -1, 0 or +1.
 std::vector<int> directionOf(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
@@ -280,30 +284,84 @@ bool LoadBalancer::update(int64_t step, const std::vector<double>& compute_secon
   return false;
 }
 
-// Every rank keeps at least one sample when the batch allows it: a rank at zero is never measured
-// again, so a rank that was slow during a noisy moment would be starved for the rest of the run.
-// Giving each rank its first sample up front and balancing the rest on t_i(1 + x) = (a_i + c_i) +
-// c_i x solves exactly the problem with b_i >= 1.
+namespace {
+
+// The ranks in `floored` keep at least one sample when the batch allows it: a rank at zero is
+// never measured again, so a rank that was slow during a noisy moment must not be starved on the
+// word of noise. Giving each floored rank its first sample up front and balancing the rest on
+// t_i(1 + x) = (a_i + c_i) + c_i x solves exactly the problem with b_i >= 1 for those ranks
+// (b_i >= 0 for the others).
 std::vector<int64_t> balanceWithFloor(const std::vector<RankTiming>& fitted, int64_t global_batch,
-                                      const std::vector<int64_t>& caps) {
-  const int64_t ranks = static_cast<int64_t>(fitted.size());
+                                      const std::vector<int64_t>& caps,
+                                      const std::vector<bool>& floored) {
+  const int64_t count = std::count(floored.begin(), floored.end(), true);
   // A cap of exactly 1 leaves no room after the first sample, and "0" means "no cap" in
   // balanceShares, so such a job is balanced without the floor.
   bool tight_cap = false;
-  for (int64_t cap : caps) tight_cap = tight_cap || cap == 1;
-  if (global_batch < ranks || tight_cap) return balanceShares(fitted, global_batch, caps);
+  for (size_t i = 0; i < caps.size(); ++i) tight_cap = tight_cap || (floored[i] && caps[i] == 1);
+  if (global_batch < count || tight_cap || count == 0)
+    return balanceShares(fitted, global_batch, caps);
   std::vector<RankTiming> shifted = fitted;
-  for (RankTiming& timing : shifted) timing.a += timing.c;
-  std::vector<int64_t> rest_caps(caps.size());
-  for (size_t i = 0; i < caps.size(); ++i) rest_caps[i] = caps[i] > 0 ? caps[i] - 1 : caps[i];
-  std::vector<int64_t> shares = balanceShares(shifted, global_batch - ranks, rest_caps);
-  for (int64_t& share : shares) share += 1;
+  std::vector<int64_t> rest_caps = caps;
+  for (size_t i = 0; i < fitted.size(); ++i) {
+    if (!floored[i]) continue;
+    shifted[i].a += shifted[i].c;
+    if (!rest_caps.empty() && rest_caps[i] > 0) --rest_caps[i];
+  }
+  std::vector<int64_t> shares = balanceShares(shifted, global_batch - count, rest_caps);
+  for (size_t i = 0; i < shares.size(); ++i) shares[i] += floored[i] ? 1 : 0;
   return shares;
+}
+
+// How a rank is named in the balancer's log lines.
+std::string rankName(const BalancerOptions& options, size_t rank) {
+  if (rank < options.rank_names.size() && !options.rank_names[rank].empty())
+    return options.rank_names[rank];
+  return detail::concat("rank ", rank);
+}
+
+std::string milliseconds(double seconds) {
+  std::ostringstream text;
+  text << std::setprecision(3) << seconds * 1e3 << " ms";
+  return text.str();
+}
+
+}  // namespace
+
+std::vector<int64_t> LoadBalancer::proposeShares(std::string& why) const {
+  const std::vector<RankTiming> fitted = timings();
+  // Ranks that have samples keep one (see balanceWithFloor); a rank left out earlier may come
+  // back whenever the optimum without it in the floor gives it samples again.
+  std::vector<bool> floored(shares_.size());
+  for (size_t i = 0; i < shares_.size(); ++i)
+    floored[i] = shares_[i] > 0 || models_[i].observations().empty();
+  std::vector<int64_t> proposal = balanceWithFloor(fitted, global_batch_, caps_, floored);
+  for (size_t i = 0; i < shares_.size(); ++i)
+    if (shares_[i] == 0 && proposal[i] > 0)
+      why += detail::concat("; ", rankName(options_, i), " back in: its ",
+                            milliseconds(fitted[i].seconds(proposal[i])), " for ", proposal[i],
+                            " sample", proposal[i] > 1 ? "s" : "", " fit the step");
+  if (!options_.leave_out) return proposal;
+  // A rank whose single sample takes clearly longer than the step the others manage without it
+  // only slows every step down: it is left out (share 0), as long as that stays true.
+  const std::vector<int64_t> free = balanceShares(fitted, global_batch_, caps_);
+  const double with_floor = plan::predictedStepSeconds(fitted, proposal);
+  const double without = plan::predictedStepSeconds(fitted, free);
+  std::string left;
+  for (size_t i = 0; i < shares_.size(); ++i)
+    if (free[i] == 0 && proposal[i] > 0 && !models_[i].observations().empty())
+      left += detail::concat("; ", rankName(options_, i), " left out: its one sample takes ",
+                             milliseconds(fitted[i].seconds(1)), " against the step's ",
+                             milliseconds(without));
+  if (left.empty() || without >= with_floor * (1.0 - kLeaveOutGain)) return proposal;
+  why = left;
+  return free;
 }
 
 bool LoadBalancer::maybeRebalance(int64_t step) {
   const std::vector<RankTiming> fitted = timings();
-  std::vector<int64_t> proposal = balanceWithFloor(fitted, global_batch_, caps_);
+  std::string membership;
+  std::vector<int64_t> proposal = proposeShares(membership);
   if (proposal == shares_) return false;
   const double now = plan::predictedStepSeconds(fitted, shares_);
   const double next = plan::predictedStepSeconds(fitted, proposal);
@@ -323,7 +381,12 @@ bool LoadBalancer::maybeRebalance(int64_t step) {
     small_gain_updates_ = 0;
     why = detail::concat(" (a gain within the noise, called for ", kPersistentUpdates,
                          " updates in a row: half the move)");
-    proposal = halfway(shares_, proposal);
+    const std::vector<int64_t> half = halfway(shares_, proposal);
+    // Half a move that leaves a rank out would keep it in; half of one that brings it back
+    // does bring it back (at least one sample moves).
+    for (size_t i = 0; i < half.size(); ++i)
+      if (proposal[i] == 0 && half[i] > 0) membership.clear();
+    proposal = half;
   } else {
     small_gain_updates_ = 0;
     return false;
@@ -333,7 +396,7 @@ bool LoadBalancer::maybeRebalance(int64_t step) {
   std::ostringstream line;
   line << "step " << step << ": shares " << joinShares(shares_) << " -> " << joinShares(proposal)
        << ": predicted step " << std::setprecision(3) << now << " s -> " << moved << " s ("
-       << "-" << std::lround(100.0 * (now - moved) / now) << "%)" << why;
+       << "-" << std::lround(100.0 * (now - moved) / now) << "%)" << why << membership;
   last_change_ = line.str();
   shares_ = std::move(proposal);
   last_change_step_ = step;
@@ -372,7 +435,9 @@ bool LoadBalancer::setCaps(const std::vector<int64_t>& caps) {
   bool over = false;
   for (size_t i = 0; i < caps_.size(); ++i) over = over || (caps_[i] > 0 && shares_[i] > caps_[i]);
   if (!over) return false;
-  std::vector<int64_t> proposal = balanceWithFloor(timings(), global_batch_, caps_);
+  std::vector<bool> floored(shares_.size());
+  for (size_t i = 0; i < shares_.size(); ++i) floored[i] = shares_[i] > 0;
+  std::vector<int64_t> proposal = balanceWithFloor(timings(), global_batch_, caps_, floored);
   std::ostringstream line;
   line << "caps " << joinShares(caps_) << ": shares " << joinShares(shares_) << " -> "
        << joinShares(proposal);

@@ -47,11 +47,15 @@ std::string configError(Body&& body) {
   return "";
 }
 
-TEST(JobPlan, DataParallelStartsWhereTheBalancerStarts) {
+// The balancer starts from shares in proportion to the devices' speeds (4:2:1 of 64), not from
+// the equal split, which `balance = "off"` keeps (DDP's).
+TEST(JobPlan, DataParallelStartsFromTheDevicesSpeeds) {
   const JobConfig job = jobWith();
   const plan::Plan plan = planOfJob(job, job.devices);
   EXPECT_EQ(plan.stageCount(), 1);
-  EXPECT_EQ(sharesOf(plan), (std::vector<int>{22, 21, 21}));
+  EXPECT_EQ(sharesOf(plan), (std::vector<int>{37, 18, 9}));
+  const JobConfig off = jobWith({"balance=\"off\""});
+  EXPECT_EQ(sharesOf(planOfJob(off, off.devices)), (std::vector<int>{22, 21, 21}));
   ASSERT_EQ(plan.ranks.size(), 3u);
   EXPECT_EQ(plan.ranks[1].device_type, "cpu@0.5");
   EXPECT_EQ(plan.ranks[1].emulated_speed, 1.0);  // the type carries the speed
@@ -59,6 +63,21 @@ TEST(JobPlan, DataParallelStartsWhereTheBalancerStarts) {
   // No micro_batch in the job: each share in one pass.
   for (const auto& replica : plan.replicas) EXPECT_EQ(replica.stages[0].micro_batch, replica.share);
   EXPECT_NO_THROW(checkPlanForJob(plan, job, job.devices));
+}
+
+// Measured rates of unlike devices (a GPU beside a CPU) multiply their emulated speeds; a device
+// too slow for a share of its own still gets one sample, so that it is measured.
+TEST(JobPlan, MeasuredRatesScaleTheStartAndEveryDeviceGetsASample) {
+  const JobConfig job = jobWith();
+  // Speeds 1 x 1, 4 x 0.5, 8 x 0.25: 1:2:2 of 64.
+  EXPECT_EQ(sharesOf(planOfJob(job, job.devices, {}, {1, 4, 8})), (std::vector<int>{13, 26, 25}));
+  const JobConfig slow = jobWith({"devices=\"cpu,cpu@0.5,cpu@0.001\""});
+  EXPECT_EQ(sharesOf(planOfJob(slow, slow.devices)), (std::vector<int>{42, 21, 1}));
+  const std::vector<double> speeds = startSpeeds(slow.devices, {2, 2, 1000});
+  ASSERT_EQ(speeds.size(), 3u);
+  for (const double speed : {speeds[1], speeds[2]}) EXPECT_DOUBLE_EQ(speed, 1.0);
+  EXPECT_THROW(planOfJob(job, job.devices, {}, {1, 2}), ConfigError);
+  EXPECT_THROW(planOfJob(job, job.devices, {}, {1, 0, 1}), ConfigError);
 }
 
 TEST(JobPlan, FixedAndInitialSharesMicroBatchAndPrecisionComeFromTheJob) {

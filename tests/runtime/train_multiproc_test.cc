@@ -55,6 +55,21 @@ TEST(TrainMultiproc, SmallMemoryBudgetIsRespectedWithoutChangingTheMath) {
         << "step " << i + 1;
 }
 
+// A weak device beside a strong one: the first step already splits by the devices' speeds (not
+// 32/32), and a device whose one sample makes it the straggler is left out, saying why. The
+// margin is wide: cpu@0.01's one sample takes ~100x its real cost (~1 ms), the other's whole
+// share a few ms.
+TEST(TrainMultiproc, AWeakDeviceStartsAtItsSpeedsShareAndIsLeftOutWhenItOnlySlowsTheStep) {
+  const TrainRun run = chorusTrain(
+      "--set devices=cpu@1.0,cpu@0.01 --set train.eval_every=0" + kSmallJob, "weak_device");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_EQ(run.steps.size(), 12u) << run.output;
+  EXPECT_EQ(run.steps[0]["shares"], nlohmann::json::parse("[63, 1]")) << run.output;
+  EXPECT_EQ(run.steps.back()["shares"], nlohmann::json::parse("[64, 0]")) << run.output;
+  EXPECT_NE(run.output.find("cpu@0.01 left out: its one sample takes"), std::string::npos)
+      << run.output;
+}
+
 TEST(TrainMultiproc, BadConfigIsRefusedBeforeAnythingStarts) {
   const TrainRun run = chorusTrain("--set optimizer.lr=fast" + kSmallJob, "bad");
   EXPECT_EQ(run.exit_code, 2) << run.output;

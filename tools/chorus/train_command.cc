@@ -164,8 +164,11 @@ std::string prepareJob(const SettledJob& settled, const std::vector<DeviceSpec>&
   std::vector<std::string> nodes;
   for (const int node : node_of_rank) nodes.push_back("node" + std::to_string(node));
   if (settled.check_pipeline_on_join) runtime::validatePipelineJob(settled.job, devices);
+  // Unlike devices (a GPU beside a CPU) start from shares by their measured speeds.
   const plan::Plan plan =
-      settled.plan ? *settled.plan : runtime::planOfJob(settled.job, devices, nodes);
+      settled.plan ? *settled.plan
+                   : runtime::planOfJob(settled.job, devices, nodes,
+                                        runtime::measureStartRates(settled.job, devices));
   std::cout << "chorus train: plan: " << runtime::describePlan(plan) << std::endl;
   return runtime::encodeJobPackage(settled.job, plan);
 }

@@ -171,6 +171,8 @@ class GradientReducer {
   // Throws ConfigError unless the scatter options fit `elements` gradient elements.
   void checkScatter(std::int64_t elements) const;
   bool scattering() const { return !options_.scatter_bounds.empty(); }
+  // A world of one without a scatter: buckets are never sent (launch() completes them at once).
+  bool alone() const { return communicator_->size() == 1 && !scattering(); }
   // Where the buckets live (ReducerOptions::device_buckets); throws ConfigError when the
   // parameters are on several devices.
   at::Device chooseBucketDevice() const;

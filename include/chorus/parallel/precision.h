@@ -44,9 +44,10 @@ class AutocastScope {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
 };
 
-// Allows TF32 tensor cores for fp32 matrix products and convolutions on CUDA (process-wide, as in
-// PyTorch: torch.backends.cuda.matmul.allow_tf32). Call once at worker start-up. Harmless without
-// CUDA.
-void allowTf32(bool allow);
+// Allows TF32 tensor cores on CUDA for fp32 matrix products (cuBLAS; PyTorch's
+// torch.backends.cuda.matmul.allow_tf32, off by default) and, separately, for fp32 convolutions
+// (cuDNN; torch.backends.cudnn.allow_tf32, which PyTorch leaves on by default). Process-wide;
+// call once at worker start-up. Harmless without CUDA.
+void allowTf32(bool matmul, bool convolution);
 
 }  // namespace chorus::parallel

@@ -166,6 +166,14 @@ struct BalancerOptions {
   // kStatic / kAdaptive then refine from measurements and kOff keeps. REQUIRES: empty, or one
   // entry >= 0 per rank, within the caps, summing to the global batch. Default: empty (equal).
   std::vector<int64_t> initial_shares;
+  // Whether a rank may be left out (share 0) when even its one sample would make it the
+  // straggler: when the step the others manage without it is predicted at least 5% shorter than
+  // with its one sample. It is brought back as soon as the fits give it samples again (the
+  // others slowed down). A rank never measured is never left out. Default: true.
+  bool leave_out = true;
+  // How the log lines name each rank ("cpu@0.01"); empty or missing entries: "rank i".
+  // Default: empty.
+  std::vector<std::string> rank_names;
 };
 
 // Everything a LoadBalancer needs to resume where it stopped, as plain vectors for checkpoints.
@@ -207,7 +215,10 @@ struct BalancerState {
 // changes again. kAdaptive refits every step and changes the shares when the predicted gain is
 // enough and at least cooldown_steps have passed since the last change (or a rank's speed
 // changed). Every rank keeps at least one sample when the batch allows, so none stops being
-// measured.
+// measured, except one that options.leave_out lets go: a rank whose single sample takes clearly
+// longer than the whole step of the others (a CPU beside a GPU) is left out with share 0 and a
+// log line that says why, keeps its last fit, and comes back when that fit says it would
+// shorten the step (the others slowed down).
 //
 // "Enough" is min_gain (a dead band, 0 by default) plus two standard errors of the noisiest
 // rank's fit (SpeedModel::relativeError): noise alone rarely moves samples, and when it does the
@@ -274,6 +285,9 @@ class LoadBalancer {
 
  private:
   bool maybeRebalance(int64_t step);
+  // The shares the current fits call for, ranks left out or brought back included; appends to
+  // `why` what changes in who takes part.
+  std::vector<int64_t> proposeShares(std::string& why) const;
 
   BalancerOptions options_;
   int64_t global_batch_;

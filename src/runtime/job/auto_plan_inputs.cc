@@ -1,5 +1,6 @@
 // What plan = "auto" (and `chorus plan --model JOB.toml`) plans with: the job's devices as
 // measured on this host, and the job's zoo model as the planner's per-layer profile.
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -72,6 +73,36 @@ std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec
     result.push_back(measured[key]);
   }
   return result;
+}
+
+std::vector<double> measureStartRates(const JobConfig& job,
+                                      const std::vector<DeviceSpec>& devices) {
+  const BalancerSection& balancer = job.balancer;
+  if (balancer.mode == "off" || !balancer.shares.empty() || !balancer.initial_shares.empty() ||
+      job.parallel.pipeline_stages > 1 || devices.empty())
+    return {};
+  bool mixed = false;
+  for (const DeviceSpec& device : devices)
+    mixed = mixed || device.kind != devices[0].kind || device.index != devices[0].index;
+  if (!mixed) return {};
+  const std::vector<device::DeviceInfo> found = device::discoverDevices();
+  for (const DeviceSpec& spec : devices) {
+    const bool local = std::any_of(found.begin(), found.end(), [&](const auto& info) {
+      return info.kind == spec.kind && info.index == spec.index;
+    });
+    if (!local) return {};
+  }
+  const std::vector<plan::MeasuredDevice> measured = measureJobDevices(devices);
+  std::vector<double> rates;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const std::string format = precisionOf(job.precision, static_cast<int>(r), devices[r]);
+    // TF32 is not measured for the planner (toMeasuredDevice): fp32 ranks count at fp32.
+    const plan::Dtype dtype = plan::parseDtype(format);
+    double rate = measured[r].gflops[static_cast<int>(dtype)];
+    if (rate <= 0) rate = measured[r].gflops[static_cast<int>(plan::Dtype::kFp32)];
+    rates.push_back(rate);
+  }
+  return rates;
 }
 
 // The planner's profile of the job's model is the calibrated one, so its memory predictions are

@@ -14,6 +14,7 @@ plan::BalancerOptions balancerOptions(const BalancerSection& section) {
   options.cooldown_steps = static_cast<int>(section.cooldown_steps);
   options.window = static_cast<int>(section.window);
   options.initial_shares = section.initial_shares;
+  options.leave_out = section.leave_out;
   return options;
 }
 

@@ -196,6 +196,7 @@ BalancerSection readBalancer(const Config& config) {
   balancer.min_gain = config.getDouble("balancer.min_gain", balancer.min_gain);
   balancer.cooldown_steps = config.getInt("balancer.cooldown_steps", balancer.cooldown_steps);
   balancer.window = config.getInt("balancer.window", balancer.window);
+  balancer.leave_out = config.getBool("balancer.leave_out", balancer.leave_out);
   balancer.shares = config.getInts("balancer.shares", balancer.shares);
   for (std::int64_t share : balancer.shares) require(share >= 0, "balancer.shares", "must be >= 0");
   balancer.initial_shares = config.getInts("balancer.initial_shares", balancer.initial_shares);

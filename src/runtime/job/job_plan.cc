@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <sstream>
@@ -50,20 +51,34 @@ std::vector<plan::RankPlan> rankPlans(const JobConfig& job, const std::vector<De
   return ranks;
 }
 
-// Where the balancer starts: fixed shares, the initial ones, or its equal split.
-std::vector<std::int64_t> startShares(const JobConfig& job, int ranks) {
+// Where the balancer starts: fixed shares, the initial ones, its equal split under `balance =
+// "off"` (DDP's), else shares in proportion to the devices' expected speeds (startSpeeds), each
+// device at least one sample when the batch allows, so that every device is measured before the
+// balancer judges it. Why not the equal split: a GPU beside a CPU at 256/256 made the first steps
+// of a job take seconds each (the CPU's half of the batch).
+std::vector<std::int64_t> startShares(const JobConfig& job, const std::vector<double>& speeds) {
+  const int ranks = static_cast<int>(speeds.size());
   CHORUS_CHECK_CONFIG(
       job.balancer.shares.empty() || job.balancer.shares.size() == static_cast<size_t>(ranks),
       "config key 'balancer.shares': ", job.balancer.shares.size(), " shares for ", ranks,
       " ranks");
   if (!job.balancer.shares.empty()) return job.balancer.shares;
-  const plan::LoadBalancer balancer(balancerOptions(job.balancer), ranks, job.train.global_batch,
-                                    {});
-  return balancer.shares();
+  const plan::BalancerOptions options = balancerOptions(job.balancer);
+  if (!options.initial_shares.empty() || options.mode == plan::BalancerMode::kOff)
+    return plan::LoadBalancer(options, ranks, job.train.global_batch, {}).shares();
+  std::vector<std::int64_t> shares = plan::proportionalShares(job.train.global_batch, speeds);
+  if (job.train.global_batch < ranks) return shares;
+  for (std::int64_t& share : shares) {
+    if (share > 0) continue;
+    *std::max_element(shares.begin(), shares.end()) -= 1;
+    share = 1;
+  }
+  return shares;
 }
 
-void planDataParallel(plan::Plan& plan, const JobConfig& job, int layers) {
-  const auto shares = startShares(job, static_cast<int>(plan.ranks.size()));
+void planDataParallel(plan::Plan& plan, const JobConfig& job, int layers,
+                      const std::vector<double>& speeds) {
+  const auto shares = startShares(job, speeds);
   for (size_t r = 0; r < plan.ranks.size(); ++r) {
     plan::ReplicaPlan replica;
     replica.share = static_cast<int>(shares[r]);
@@ -127,8 +142,22 @@ plan::CommPlan commOf(const JobConfig& job) {
 
 }  // namespace
 
+std::vector<double> startSpeeds(const std::vector<DeviceSpec>& devices,
+                                const std::vector<double>& rates) {
+  CHORUS_CHECK_CONFIG(rates.empty() || rates.size() == devices.size(), "plan: ", rates.size(),
+                      " device rates for ", devices.size(), " devices");
+  std::vector<double> speeds;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const double rate = rates.empty() ? 1.0 : rates[r];
+    CHORUS_CHECK_CONFIG(std::isfinite(rate) && rate > 0, "plan: device ", devices[r].toString(),
+                        " has a rate of ", rate);
+    speeds.push_back(rate * devices[r].speed);
+  }
+  return speeds;
+}
+
 plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
-                     const std::vector<std::string>& nodes) {
+                     const std::vector<std::string>& nodes, const std::vector<double>& rates) {
   CHORUS_CHECK_CONFIG(!devices.empty(), "plan: a job without devices");
   CHORUS_CHECK_CONFIG(nodes.empty() || nodes.size() == devices.size(), "plan: ", nodes.size(),
                       " node names for ", devices.size(), " devices");
@@ -141,7 +170,7 @@ plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& device
   if (job.parallel.pipeline_stages > 1)
     planPipeline(plan, job, devices);
   else
-    planDataParallel(plan, job, layerCount(job));
+    planDataParallel(plan, job, layerCount(job), startSpeeds(devices, rates));
   plan.zero_stage = static_cast<int>(job.zero.stage);
   plan.zero_shards = zeroShardFractions(job, devices);
   plan.reason = "as the job's [parallel] and balancer keys say";

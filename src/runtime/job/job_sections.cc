@@ -91,6 +91,7 @@ PrecisionSection readPrecision(const Config& config) {
   precision.cuda = config.getString("precision.cuda", precision.cuda);
   precision.ranks = config.getStrings("precision.ranks", precision.ranks);
   precision.tf32 = config.getBool("precision.tf32", precision.tf32);
+  precision.conv_tf32 = config.getBool("precision.conv_tf32", precision.conv_tf32);
   requirePrecisionName(precision.fallback, "precision.default");
   if (!precision.cpu.empty()) requirePrecisionName(precision.cpu, "precision.cpu");
   if (!precision.cuda.empty()) requirePrecisionName(precision.cuda, "precision.cuda");

@@ -35,6 +35,7 @@ struct StepFigures {
 };
 
 StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kFigures>& mine) {
+  if (world.size() == 1) return {{mine}};  // nothing to agree on
   at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
   at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
   world.allGather(local, all).wait();
@@ -132,6 +133,7 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
   if (TraceClock::now() - turn_start > std::chrono::microseconds(50))
     traceSpan(s, observe::Track::kCompute, "wait for turn", "pad", turn_start);
   ShareResult result;
+  at::Tensor loss_sum;  // on the device: read once a phase must be timed (below)
   for (size_t k = 0; k < micro.size(); ++k) {
     const data::Batch batch = s.data.train->get(micro[k]);
     if (arm_reducer && k + 1 == micro.size()) s.reducer->armForFinalBackward();
@@ -150,7 +152,11 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
     if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
     scaled.backward();
     if (s.zero_layers) s.zero_layers->release();
-    result.loss_sum += loss.item<double>();  // also waits for a GPU's queued work
+    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+    // Reading the sum waits for a GPU's queued work, which a phase's time must include: after
+    // each micro-batch when the phase is padded to an emulated speed, else once, after the last
+    // (the phases before it then measure their launches, the last the queue's whole rest).
+    if (s.emulator->emulated() || k + 1 == micro.size()) result.loss_sum = loss_sum.item<double>();
     traceSpan(s, observe::Track::kCompute, "backward", "compute", backward_start);
     releaseHeldBuckets(s, phase);
     const auto pad_start = TraceClock::now();

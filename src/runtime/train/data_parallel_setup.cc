@@ -148,7 +148,7 @@ std::vector<std::int64_t> everyRanksLimit(comm::Communicator& world, std::int64_
 // The rank's compute format (the plan's), and a loss scaler when it is fp16.
 void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
   s.compute_precision = parallel::parsePrecision(precisionName(rank));
-  parallel::allowTf32(s.job.precision.tf32);
+  parallel::allowTf32(s.job.precision.tf32, s.job.precision.conv_tf32);
   if (!parallel::needsLossScaling(s.compute_precision)) return;
   const DeviceSpec& device = s.worker->identity().device;
   s.scaler.emplace(lossScalerOptions(
@@ -206,6 +206,7 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   if (!s.job.balancer.shares.empty()) s.fixed_shares = start_shares;
   plan::BalancerOptions balancing = balancerOptions(s.job.balancer);
   balancing.initial_shares = start_shares;
+  for (const plan::RankPlan& rank : plan.ranks) balancing.rank_names.push_back(rank.device_type);
   s.balancer =
       std::make_unique<plan::LoadBalancer>(balancing, world.size(), s.job.train.global_batch,
                                            std::vector<std::int64_t>(world.size(), 0));

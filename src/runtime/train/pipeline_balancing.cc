@@ -44,6 +44,9 @@ void ReplicaBalancer::startBalancer(const std::vector<std::int64_t>& shares) {
   // LoadBalancer needs a batch of at least one sample; one replica has nothing to balance.
   if (replicas < 2 || excess < 1) return;
   plan::BalancerOptions options = options_;
+  // The balancer splits the excess over the floor: a replica at zero excess still runs its
+  // micro-batches, so nothing is left out and no log line should say so.
+  options.leave_out = false;
   std::vector<std::int64_t> caps;  // of the excess; LoadBalancer reads 0 as "no cap"
   for (size_t r = 0; r < shares.size(); ++r) {
     options.initial_shares.push_back(shares[r] - floor_);

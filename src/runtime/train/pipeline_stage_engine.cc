@@ -175,7 +175,7 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
                       " stages x ", layout.replicas(), " replicas needs ", layout.worldSize(),
                       " ranks, the job has ", world.size());
   s.options.precision = parallel::parsePrecision(precisionName(plan.ranks.at(world.rank())));
-  parallel::allowTf32(s.job.precision.tf32);
+  parallel::allowTf32(s.job.precision.tf32, s.job.precision.conv_tf32);
   for (const plan::StagePlan& stage : plan.replicas.at(0).stages)
     s.stage_cuts.push_back(stage.first_layer);
   s.stage_cuts.push_back(plan.replicas[0].stages.back().last_layer);

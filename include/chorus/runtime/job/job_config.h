@@ -103,6 +103,9 @@ struct BalancerSection {
   // `adaptive` refine them from measurements, `off` keeps them. One per rank, summing to the
   // global batch. Default: none (equal).
   std::vector<std::int64_t> initial_shares;
+  // Whether a device whose one sample would make it the straggler is left out (share 0) until
+  // the others slow down (plan::BalancerOptions::leave_out). Default: true.
+  bool leave_out = true;
 };
 
 // Compute precision per device (parallel/precision.h): a rank takes `ranks[rank]` when given,
@@ -113,7 +116,13 @@ struct PrecisionSection {
   std::string cpu;                 // Default: "" (use the default); "bf16" is fast on recent CPUs
   std::string cuda;                // Default: "" (use the default)
   std::vector<std::string> ranks;  // Default: none; one entry per rank overrides the kinds
-  bool tf32 = false;               // Default: false; TF32 tensor cores for fp32 on CUDA
+  // TF32 tensor cores on CUDA for fp32 matrix products. Default: false, as PyTorch's
+  // torch.backends.cuda.matmul.allow_tf32.
+  bool tf32 = false;
+  // TF32 tensor cores on CUDA for fp32 convolutions (cuDNN). Default: true, as PyTorch's
+  // torch.backends.cudnn.allow_tf32: a user comparing chorus with a plain PyTorch loop gets the
+  // same numerics.
+  bool conv_tf32 = true;
   // Dynamic loss scaling of fp16 ranks (PyTorch GradScaler's defaults), [precision.loss_scale];
   // [precision.loss_scale.cpu] / [precision.loss_scale.cuda] override them per device kind.
   struct LossScale {

@@ -27,12 +27,21 @@ class Worker;
 
 // The plan of `job` as written on `devices` (the job's devices in rank order), nodes[r] the node
 // of rank r (default: every rank on "node0"). Data parallelism: one replica per rank with the
-// balancer's start shares (balancer.shares, initial_shares or an equal split). Pipelines: the
-// [parallel] layout, its cut by device speed and memory (parallel::stageCuts) and the replicas'
-// start shares by their slowest stage. Throws ConfigError (what validatePipelineJob and
-// validateJobOnDevices refuse).
+// balancer's start shares: balancer.shares, initial_shares, the equal split under `balance =
+// "off"`, else in proportion to startSpeeds(devices, rates) with at least one sample each.
+// `rates[r]`: the measured throughput of rank r's physical device (measureStartRates), in any
+// unit; empty: all alike, so only emulated speeds tell devices apart. Pipelines: the [parallel]
+// layout, its cut by device speed and memory (parallel::stageCuts) and the replicas' start shares
+// by their slowest stage. Throws ConfigError (what validatePipelineJob and validateJobOnDevices
+// refuse).
 plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
-                     const std::vector<std::string>& nodes = {});
+                     const std::vector<std::string>& nodes = {},
+                     const std::vector<double>& rates = {});
+
+// Each device's expected speed: rates[r] (1 when empty) times its emulated speed (`cpu@0.5`).
+// Throws ConfigError on rates of the wrong count, or not finite and positive.
+std::vector<double> startSpeeds(const std::vector<DeviceSpec>& devices,
+                                const std::vector<double>& rates);
 
 // planOfJob on every rank's device and node, all-gathered from the world communicator of
 // `worker`; collective. For trainers built without a plan (a program that builds its own).
