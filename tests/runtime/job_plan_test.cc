@@ -80,6 +80,20 @@ TEST(JobPlan, MeasuredRatesScaleTheStartAndEveryDeviceGetsASample) {
   EXPECT_THROW(planOfJob(job, job.devices, {}, {1, 0, 1}), ConfigError);
 }
 
+// zero.shards = "speed": each rank steps the slice of the optimizer its speed can take (4:2:1).
+TEST(JobPlan, ZeroSlicesBySpeedFollowTheDevicesSpeeds) {
+  const JobConfig job = jobWith({"zero.stage=1", "zero.shards=\"speed\""});
+  const plan::Plan plan = planOfJob(job, job.devices);
+  ASSERT_EQ(plan.zero_shards.size(), 3u);
+  EXPECT_DOUBLE_EQ(plan.zero_shards[0], 4.0 / 7);
+  EXPECT_DOUBLE_EQ(plan.zero_shards[1], 2.0 / 7);
+  EXPECT_DOUBLE_EQ(plan.zero_shards[2], 1.0 / 7);
+  // Measured rates count too: 1 x 1, 4 x 0.5, 8 x 0.25.
+  const plan::Plan rated = planOfJob(job, job.devices, {}, {1, 4, 8});
+  EXPECT_DOUBLE_EQ(rated.zero_shards[0], 0.2);
+  EXPECT_DOUBLE_EQ(rated.zero_shards[2], 0.4);
+}
+
 TEST(JobPlan, FixedAndInitialSharesMicroBatchAndPrecisionComeFromTheJob) {
   const JobConfig fixed = jobWith({"balancer.shares=[40, 16, 8]", "train.micro_batch=12",
                                    "precision.ranks=[\"fp32\", \"bf16\", \"fp16\"]"});

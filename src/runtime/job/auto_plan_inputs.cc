@@ -78,8 +78,10 @@ std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec
 std::vector<double> measureStartRates(const JobConfig& job,
                                       const std::vector<DeviceSpec>& devices) {
   const BalancerSection& balancer = job.balancer;
-  if (balancer.mode == "off" || !balancer.shares.empty() || !balancer.initial_shares.empty() ||
-      job.parallel.pipeline_stages > 1 || devices.empty())
+  const bool shares_by_speed =
+      balancer.mode != "off" && balancer.shares.empty() && balancer.initial_shares.empty();
+  const bool slices_by_speed = job.zero.stage >= 1 && job.zero.shards == "speed";
+  if (!(shares_by_speed || slices_by_speed) || job.parallel.pipeline_stages > 1 || devices.empty())
     return {};
   bool mixed = false;
   for (const DeviceSpec& device : devices)

@@ -172,7 +172,7 @@ plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& device
   else
     planDataParallel(plan, job, layerCount(job), startSpeeds(devices, rates));
   plan.zero_stage = static_cast<int>(job.zero.stage);
-  plan.zero_shards = zeroShardFractions(job, devices);
+  plan.zero_shards = zeroShardFractions(job, devices, rates);
   plan.reason = "as the job's [parallel] and balancer keys say";
   return plan;
 }

@@ -20,10 +20,13 @@ void checkZero(const JobConfig& job);
 // Each rank's fraction of ZeRO's sharded state for `job` on `devices` (rank order): the job's
 // list; empty (even) for "even", and for "memory" when no device has a budget; else by memory
 // (plan::zeroShardsByMemory over 90% of each budget, after the replicated state and one sample's
-// activations; the rest of a budget goes to micro-batches). Empty without a ZeRO stage. Throws
-// ConfigError when only some devices have budgets, or they cannot hold the state.
-std::vector<double> zeroShardFractions(const JobConfig& job,
-                                       const std::vector<DeviceSpec>& devices);
+// activations; the rest of a budget goes to micro-batches); for "speed", in proportion to the
+// devices' expected speeds (startSpeeds in job_plan.h over `rates`, empty: emulated speeds
+// alone), so that a slow device steps a small slice of the optimizer instead of all of it. Empty
+// without a ZeRO stage. Throws ConfigError when only some devices have budgets, or they cannot
+// hold the state.
+std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                                       const std::vector<double>& rates = {});
 // [elastic] on its own, and against the rest of the job: what elastic recovery cannot recover
 // yet is refused (elastic_section.cc). Throw ConfigError naming the key.
 ElasticSection readElastic(const Config& config);

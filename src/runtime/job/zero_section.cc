@@ -35,9 +35,10 @@ ZeroSection readZero(const Config& config) {
     zero.fractions = readFractions(config);
   } else {
     zero.shards = config.getString("zero.shards", zero.shards);
-    require(
-        zero.shards == "memory" || zero.shards == "even", "zero.shards",
-        "'" + zero.shards + "' is unknown; expected \"memory\", \"even\" or a list of fractions");
+    require(zero.shards == "memory" || zero.shards == "even" || zero.shards == "speed",
+            "zero.shards",
+            "'" + zero.shards +
+                "' is unknown; expected \"memory\", \"even\", \"speed\" or a list of fractions");
   }
   require(zero.stage >= 1 || !config.has("zero.shards"), "zero.shards",
           "needs zero.stage >= 1 (stage 0 replicates everything)");

@@ -7,6 +7,7 @@
 #include "chorus/plan/device_catalog.h"
 #include "chorus/plan/memory_model.h"
 #include "chorus/plan/replica_shards.h"
+#include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/job_sections.h"
 
@@ -36,10 +37,17 @@ std::vector<double> fractionsByMemory(const JobConfig& job,
 
 }  // namespace
 
-std::vector<double> zeroShardFractions(const JobConfig& job,
-                                       const std::vector<DeviceSpec>& devices) {
+std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                                       const std::vector<double>& rates) {
   const ZeroSection& zero = job.zero;
   if (zero.stage == 0 || zero.shards == "even") return {};
+  if (zero.shards == "speed") {
+    std::vector<double> fractions = startSpeeds(devices, rates);
+    double total = 0;
+    for (const double speed : fractions) total += speed;
+    for (double& fraction : fractions) fraction /= total;
+    return fractions;
+  }
   if (zero.shards == "list") {
     require(zero.fractions.size() == devices.size(), "zero.shards",
             std::to_string(zero.fractions.size()) + " fractions for " +

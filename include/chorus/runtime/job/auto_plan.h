@@ -43,9 +43,9 @@ std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec
 // The device rates planOfJob starts a data-parallel job's shares from (job_plan.h): each
 // device's measured matmul rate in its rank's compute format (measureJobDevices), when the job
 // mixes device kinds or GPUs and its balancer starts from speeds (not `balance = "off"`, fixed
-// or initial shares, nor a pipeline). Empty otherwise, also when a device is not on this host
-// (another node's), so that emulated speeds alone set the start. Throws DeviceError when a
-// measurement fails.
+// or initial shares, nor a pipeline) or it sizes ZeRO's slices by speed (zero.shards = "speed").
+// Empty otherwise, also when a device is not on this host (another node's), so that emulated speeds
+// alone set the start. Throws DeviceError when a measurement fails.
 std::vector<double> measureStartRates(const JobConfig& job, const std::vector<DeviceSpec>& devices);
 
 // One local device and its measured figures in the planner's terms (description = the device's
