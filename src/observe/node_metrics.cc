@@ -73,7 +73,14 @@ struct NodeMetrics::Families {
         recovery_seconds(gauge(r, "chorus_elastic_recovery_seconds",
                                "Phase of the last elastic recovery: agree (from the failure to "
                                "the agreed membership) or rebuild (communicator, state, engine)")),
-        lost_ranks(gauge(r, "chorus_elastic_lost_ranks", "Launch ranks lost from the job")) {}
+        lost_ranks(gauge(r, "chorus_elastic_lost_ranks", "Launch ranks lost from the job")),
+        gpu_info(gauge(r, "chorus_gpu_info", "1 per GPU of the node: its name and PCI address")),
+        gpu_utilization(gauge(r, "chorus_gpu_utilization_ratio",
+                              "Fraction of NVML's last sample period in which a kernel ran")),
+        gpu_memory_used(
+            gauge(r, "chorus_gpu_memory_used_bytes", "GPU memory in use by all processes (NVML)")),
+        gpu_memory_total(gauge(r, "chorus_gpu_memory_total_bytes", "GPU memory (NVML)")),
+        gpu_power(gauge(r, "chorus_gpu_power_watts", "GPU power draw (NVML)")) {}
 
   static Family<Gauge>& gauge(prometheus::Registry& r, const char* name, const char* help) {
     return BuildGauge().Name(name).Help(help).Register(r);
@@ -113,6 +120,11 @@ struct NodeMetrics::Families {
   Family<Counter>& recoveries;
   Family<Gauge>& recovery_seconds;
   Family<Gauge>& lost_ranks;
+  Family<Gauge>& gpu_info;
+  Family<Gauge>& gpu_utilization;
+  Family<Gauge>& gpu_memory_used;
+  Family<Gauge>& gpu_memory_total;
+  Family<Gauge>& gpu_power;
 };
 
 namespace {
@@ -140,6 +152,17 @@ Labels opLabels(const RankReport& report, const std::string& node, const std::st
   Labels labels = rankLabels(report, node);
   labels["op"] = op;
   labels["link"] = report.link;
+  return labels;
+}
+
+Labels gpuLabels(const GpuReading& gpu, const std::string& node) {
+  return {{"node", node}, {"gpu", std::to_string(gpu.index)}};
+}
+
+Labels gpuInfoLabels(const GpuReading& gpu, const std::string& node) {
+  Labels labels = gpuLabels(gpu, node);
+  labels["name"] = gpu.name;
+  labels["pci"] = gpu.pci;
   return labels;
 }
 
@@ -251,6 +274,35 @@ void NodeMetrics::removeRankLocked(const RankReport& last) {
   for (const auto& [op, totals] : last.ops)
     for (Family<Counter>* family : {&f.comm_bytes, &f.comm_ops, &f.comm_seconds})
       removeSeries(*family, opLabels(last, node, op));
+}
+
+void NodeMetrics::updateGpus(const std::vector<GpuReading>& readings) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Gauges keep no history, so every series of the last readings goes and these are set anew:
+  // what they no longer report leaves the exposition.
+  for (const GpuReading& last : gpus_) removeGpuLocked(last);
+  Families& f = *families_;
+  const std::string node = std::to_string(node_);
+  for (const GpuReading& gpu : readings) {
+    const Labels labels = gpuLabels(gpu, node);
+    f.gpu_info.Add(gpuInfoLabels(gpu, node)).Set(1);
+    if (gpu.utilization) f.gpu_utilization.Add(labels).Set(*gpu.utilization);
+    if (gpu.memory_used_bytes)
+      f.gpu_memory_used.Add(labels).Set(static_cast<double>(*gpu.memory_used_bytes));
+    if (gpu.memory_total_bytes)
+      f.gpu_memory_total.Add(labels).Set(static_cast<double>(*gpu.memory_total_bytes));
+    if (gpu.power_watts) f.gpu_power.Add(labels).Set(*gpu.power_watts);
+  }
+  gpus_ = readings;
+}
+
+void NodeMetrics::removeGpuLocked(const GpuReading& last) {
+  Families& f = *families_;
+  const std::string node = std::to_string(node_);
+  removeSeries(f.gpu_info, gpuInfoLabels(last, node));
+  for (Family<Gauge>* family :
+       {&f.gpu_utilization, &f.gpu_memory_used, &f.gpu_memory_total, &f.gpu_power})
+    removeSeries(*family, gpuLabels(last, node));
 }
 
 std::string NodeMetrics::exposition() const {

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <string>
 
 #include "chorus/core/error.h"
 
@@ -101,6 +104,22 @@ TEST_F(MemoryBudgetTest, AutogradAndClonesAreCounted) {
   }
   EXPECT_EQ(budget->bytesInUse(), base);
   budget->uninstall();
+}
+
+// The CUDA side on any host (tests/gpu covers a real device): an index past the host's GPUs has
+// no allocator figures and no cap, on this CPU-only host as on a GPU one.
+TEST(CudaMemory, ADeviceThisHostLacksHasNoFiguresAndCannotBeCapped) {
+  const int count = static_cast<int>(torch::cuda::device_count());
+  EXPECT_FALSE(cudaMemoryFigures(count).has_value());
+  EXPECT_FALSE(cudaMemoryFigures(-1).has_value());
+  try {
+    capCudaMemory(count, 256 * kMiB);
+    FAIL() << "cuda:" << count << " was capped";
+  } catch (const DeviceError& error) {
+    EXPECT_NE(std::string(error.what()).find("cuda:" + std::to_string(count) + ": "),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

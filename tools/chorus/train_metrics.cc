@@ -71,7 +71,17 @@ void TrainMetrics::step(const runtime::StepRecord& record) {
   report.test_accuracy = record.test_accuracy;
   const auto [rss, rss_peak] = residentSet();
   report.memory_reserved = rss;
-  if (const auto budget = worker_->memoryBudget()) {
+  const auto gpu = identity.device.kind == DeviceKind::kCuda
+                       ? device::cudaMemoryFigures(identity.device.index)
+                       : std::nullopt;
+  if (gpu) {
+    // A GPU rank's memory is its device's, as libtorch's caching allocator holds it; the
+    // process's resident set says nothing about it. Its budget caps that allocator.
+    report.memory_used = gpu->allocated;
+    report.memory_reserved = gpu->reserved;
+    report.memory_peak = gpu->allocated_peak;
+    report.memory_budget = identity.device.memory_budget.value_or(0);
+  } else if (const auto budget = worker_->memoryBudget()) {
     report.memory_used = budget->bytesInUse();
     report.memory_peak = budget->peakBytes();
     report.memory_budget = budget->budget();

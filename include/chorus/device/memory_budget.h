@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include <c10/core/Allocator.h>
 
@@ -80,8 +81,23 @@ class MemoryBudget final : public c10::Allocator {
 // `cuda:1/20GiB`): its per-process memory fraction, budget / the device's memory, so that an
 // allocation past the budget raises c10::OutOfMemoryError as a full device would. Process-wide
 // and for the process's lifetime, like MemoryBudget; call at worker start-up. Returns the
-// fraction. Throws ConfigError when the budget exceeds the device's memory, DeviceError when the
-// device cannot be queried or this build has no CUDA runtime. Compiles here; not yet run on a GPU.
+// fraction. Initializes CUDA in the process first (libtorch's lazy init, as a first tensor on the
+// GPU would): the allocator has no state for a device before it. Throws ConfigError when the
+// budget exceeds the device's memory, DeviceError when the device cannot be queried or capped or
+// this build has no CUDA runtime.
 double capCudaMemory(int index, std::uint64_t budget_bytes);
+
+// What libtorch's CUDA caching allocator holds on one device, in bytes: allocated to tensors now
+// and at its peak, and reserved from the device (allocated plus its cache). Value type.
+struct CudaMemoryFigures {
+  std::uint64_t allocated = 0;
+  std::uint64_t allocated_peak = 0;
+  std::uint64_t reserved = 0;
+};
+
+// The caching allocator's figures for device `index`, for metrics: all 0 while CUDA is not yet
+// initialized in this process (nothing allocated), nullopt when they cannot be read (no CUDA
+// runtime headers in this build, no such device). Never throws; never initializes CUDA.
+std::optional<CudaMemoryFigures> cudaMemoryFigures(int index);
 
 }  // namespace chorus::device

@@ -1,7 +1,7 @@
 // The Prometheus metrics of one node: its agent feeds every worker's RankReport in and serves
 // the text exposition on /metrics (metrics_server.h). Names follow Prometheus conventions: the
 // `chorus_` prefix, base units (seconds, bytes), `_total` for counters, labels `rank`, `device`,
-// `node`, `op`, `link`. The list, with what each means, is in docs/observability.md.
+// `node`, `op`, `link`, `gpu`. The list, with what each means, is in docs/observability.md.
 //
 // Built on prometheus-cpp's core (Debian's prometheus-cpp-dev): its metric types and its text
 // serializer; the HTTP side is the agent's own (metrics_server.h).
@@ -12,7 +12,9 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "chorus/observe/gpu_readings.h"
 #include "chorus/observe/rank_report.h"
 
 namespace prometheus {
@@ -40,6 +42,11 @@ class NodeMetrics {
   // so a dashboard stops showing its last figures as current), and a later report of a lost
   // rank is ignored: a worker left out of the job cannot rejoin it (docs/elastic.md).
   void update(const RankReport& report);
+  // Takes the node's GPU readings (gpu_readings.h) as the `chorus_gpu_*` gauges, labelled `node`
+  // and `gpu` (NVML's index), and chorus_gpu_info with the GPU's name and PCI address. The series
+  // of the previous readings that these do not repeat (a GPU no longer read, a figure it did not
+  // report this time) are removed, so none shows a stale figure as current.
+  void updateGpus(const std::vector<GpuReading>& readings);
   // The Prometheus text exposition format (version 0.0.4) of every metric.
   std::string exposition() const;
   // Reports taken so far.
@@ -50,6 +57,8 @@ class NodeMetrics {
 
   // Removes every series of the rank whose last report is `last`.
   void removeRankLocked(const RankReport& last);
+  // Removes every series of the GPU read as `last`.
+  void removeGpuLocked(const GpuReading& last);
 
   const int node_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -58,6 +67,7 @@ class NodeMetrics {
   std::map<int, RankReport> last_;  // by launch rank (RankReport::member), live ranks only
   std::set<int> lost_;              // launch ranks lost from the job
   long reports_ = 0;
+  std::vector<GpuReading> gpus_;  // the last readings updateGpus took
 };
 
 }  // namespace chorus::observe

@@ -1,7 +1,8 @@
 // A node agent's monitoring: receives its workers' reports on the node-local channel
 // (metrics_channel.h), keeps them as Prometheus metrics (node_metrics.h) and as the live page's
 // history (live_state.h), and serves both over HTTP (metrics_server.h). `chorus train
-// --metrics-port` runs one per node, for as long as the node's workers run.
+// --metrics-port` runs one per node, for as long as the node's workers run. Where the node has
+// NVIDIA GPUs, each scrape of /metrics also reads them through NVML (gpu_readings.h).
 #pragma once
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "chorus/observe/gpu_readings.h"
 #include "chorus/observe/live_state.h"
 #include "chorus/observe/metrics_channel.h"
 #include "chorus/observe/metrics_server.h"
@@ -22,6 +24,9 @@ struct NodeMonitorOptions {
   // Where the HTTP endpoint listens (MetricsServerOptions). Defaults: "0.0.0.0", port 0.
   std::string address = "0.0.0.0";
   int port = 0;
+  // Where the node's GPU readings come from. Default (null): NVML when the node has it and a
+  // GPU (openNvml), else none, which the monitor logs once per process.
+  std::shared_ptr<GpuSource> gpus;
 };
 
 // Starts listening and receiving in the constructor (throws ConfigError when the port cannot be
@@ -47,6 +52,7 @@ class NodeMonitor {
 
   MetricsReceiver receiver_;
   NodeMetrics metrics_;
+  std::shared_ptr<GpuSource> gpus_;  // null: no GPU series; read by the server's thread
   LiveState state_;
   std::atomic<bool> stopping_{false};
   std::atomic<long> malformed_{0};
