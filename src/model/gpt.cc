@@ -19,6 +19,14 @@ namespace {
 // GPT-2's initialization scale.
 constexpr double kInitStd = 0.02;
 
+// x through `layer` as one aten::linear (addmm with its bias): libtorch's C++ Linear::forward
+// computes a matmul and then adds the bias for inputs of more than two dimensions, and under bf16
+// autocast that add converts the fp32 bias on every call (1.4 ms of a small GPT's bf16 forward
+// on a CPU, bench/single_device.py, 2026-12-04); PyTorch's nn.Linear calls aten::linear.
+at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
+  return at::linear(x, layer->weight, layer->bias.defined() ? layer->bias : at::Tensor());
+}
+
 at::Tensor maybeDropout(const at::Tensor& x, double p, bool training) {
   if (p == 0.0 || !training) return x;
   return torch::nn::functional::dropout(
@@ -81,10 +89,10 @@ class Block : public detail::Layer {
   }
 
   at::Tensor forward(at::Tensor x) override {
-    x = x + maybeDropout(attention_out_->forward(attention(attention_norm_->forward(x))),
+    x = x + maybeDropout(linear(attention_out_, attention(attention_norm_->forward(x))),
                          config_.dropout, is_training());
-    at::Tensor hidden = at::gelu(mlp_in_->forward(mlp_norm_->forward(x)));
-    return x + maybeDropout(mlp_out_->forward(hidden), config_.dropout, is_training());
+    at::Tensor hidden = at::gelu(linear(mlp_in_, mlp_norm_->forward(x)));
+    return x + maybeDropout(linear(mlp_out_, hidden), config_.dropout, is_training());
   }
 
   void initialize(at::Generator& generator) override {
@@ -107,10 +115,14 @@ class Block : public detail::Layer {
 
  private:
   // Causal multi-head self-attention on normalized x [B, T, w], before the output projection.
+  // On a GPU through PyTorch's fused kernel (flash or memory-efficient attention), as a plain
+  // PyTorch model with F.scaled_dot_product_attention runs it; on a CPU written out (matmul, mask,
+  // softmax, matmul), which measured faster there: the fused CPU kernel halved a bf16 step
+  // (bench/single_device.py, 2026-12-04).
   at::Tensor attention(const at::Tensor& x) {
     const std::int64_t batch = x.size(0), t = x.size(1), w = config_.width;
     const std::int64_t heads = config_.heads, d = w / heads;
-    const std::vector<at::Tensor> qkv = qkv_->forward(x).split(w, /*dim=*/2);
+    const std::vector<at::Tensor> qkv = linear(qkv_, x).split(w, /*dim=*/2);
     // [B, T, w] -> [B, heads, T, d]
     auto split_heads = [&](const at::Tensor& y) {
       return y.reshape({batch, t, heads, d}).transpose(1, 2);
@@ -118,12 +130,21 @@ class Block : public detail::Layer {
     const at::Tensor q = split_heads(qkv[0]);
     const at::Tensor k = split_heads(qkv[1]);
     const at::Tensor v = split_heads(qkv[2]);
-    at::Tensor scores = at::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(d));
-    // Position i attends to positions <= i: the strict upper triangle is masked out.
-    const at::Tensor future = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
-    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-    const at::Tensor weights = maybeDropout(scores.softmax(-1), config_.dropout, is_training());
-    return at::matmul(weights, v).transpose(1, 2).reshape({batch, t, w});
+    at::Tensor mixed;
+    if (x.is_cuda()) {
+      // Position i attends to positions <= i.
+      const double dropout = is_training() ? config_.dropout : 0.0;
+      mixed = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout,
+                                               /*is_causal=*/true);
+    } else {
+      at::Tensor scores = at::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(d));
+      // Position i attends to positions <= i: the strict upper triangle is masked out.
+      const at::Tensor future = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
+      scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+      const at::Tensor weights = maybeDropout(scores.softmax(-1), config_.dropout, is_training());
+      mixed = at::matmul(weights, v);
+    }
+    return mixed.transpose(1, 2).reshape({batch, t, w});
   }
 
   ModelConfig config_;
@@ -143,7 +164,7 @@ class Head : public detail::Layer {
         "linear",
         torch::nn::Linear(torch::nn::LinearOptions(config.width, config.vocab).bias(false)));
   }
-  at::Tensor forward(at::Tensor x) override { return linear_->forward(norm_->forward(x)); }
+  at::Tensor forward(at::Tensor x) override { return linear(linear_, norm_->forward(x)); }
   void initialize(at::Generator& generator) override {
     initLayerNorm(norm_);
     initLinear(linear_, kInitStd, generator);

@@ -202,6 +202,15 @@ int GradientReducer::heldBuckets() const { return static_cast<int>(held_.size())
 
 void GradientReducer::release(Bucket& bucket) {
   noteCompletions();
+  // A world of one sends nothing: the gradients stay where backward wrote them (finish() scales
+  // them in place), so the copies into and out of the bucket are saved.
+  if (alone()) {
+    if (options_.hold_launch && options_.hold_launch(bucket.index))
+      held_.push_back(bucket.index);
+    else
+      launch(bucket);
+    return;
+  }
   if (!bucket.flat.defined()) bucket.flat = newBucket(bucket.elements);
   std::int64_t offset = 0;
   for (int index : bucket.parameters) {
@@ -311,6 +320,11 @@ ReduceTiming GradientReducer::finish(std::int64_t global_batch) {
   }
   timing.wait_seconds = clock.seconds();
   timing.buckets = numBuckets();
+  if (alone()) {
+    scaleInPlace(1.0 / static_cast<double>(global_batch));
+    armed_ = false;
+    return timing;
+  }
   writeGradients(1.0 / static_cast<double>(global_batch));
   if (scattering())
     for (auto& bucket : buckets_) {
@@ -342,11 +356,31 @@ void GradientReducer::writeGradients(double scale) {
   }
 }
 
+void GradientReducer::scaleInPlace(double scale) {
+  std::vector<at::Tensor> grads;
+  for (at::Tensor& parameter : parameters_) {
+    // An unused parameter, or no backward on this rank, contributes zero (as a bucket would).
+    if (!parameter.grad().defined()) parameter.mutable_grad() = at::zeros_like(parameter);
+    grads.push_back(parameter.mutable_grad());
+  }
+  // One fused pass scales them and notes a non-finite value (GradScaler's unscale kernel).
+  const auto options = parameters_.front().options();
+  found_inf_ = at::zeros({1}, options);
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, at::full({1}, scale, options));
+}
+
 bool GradientReducer::gradientsFinite() const {
   if (scattering()) return at::isfinite(options_.scatter_output).all().item<bool>();
-  for (const auto& bucket : buckets_)
-    if (!at::isfinite(bucket->flat).all().item<bool>()) return false;
-  return true;
+  if (alone() && found_inf_.defined()) return found_inf_.item<float>() == 0.0f;
+  // One fused pass over every bucket and one read: a check and a read per bucket cost 1.2-1.9 ms
+  // a step on a CPU for 3-5 MiB of gradients (bench/single_device.py, 2026-12-04).
+  std::vector<at::Tensor> flats;
+  for (const auto& bucket : buckets_) flats.push_back(bucket->flat);
+  if (flats.empty()) return true;
+  at::Tensor found = at::zeros({1}, flats.front().options());
+  at::_amp_foreach_non_finite_check_and_unscale_(flats, found,
+                                                 at::ones({1}, flats.front().options()));
+  return found.item<float>() == 0.0f;
 }
 
 void GradientReducer::finishLocal(std::int64_t local_batch) {

@@ -144,10 +144,11 @@ class GradientReducer {
   // fp32 all-reduce on the communicator, bucket by bucket. REQUIRES: no step in progress.
   void averageParameters(double weight = 1.0);
 
-  // Whether the gradients the last finish() or finishLocal() wrote are all finite: one check per
-  // bucket, whose flat buffer holds exactly what was written (cheaper than a check per parameter,
-  // which costs a small model a quarter of a millisecond per step); under scatter_bounds, one
-  // check of this rank's slice.
+  // Whether the gradients the last finish() or finishLocal() wrote are all finite: one fused pass
+  // over the buckets, whose flat buffers hold exactly what was written, and one read (a check per
+  // parameter costs a small model a quarter of a millisecond per step); in a world of one the flag
+  // finish() noted while it scaled the gradients in place; under scatter_bounds, one check of
+  // this rank's slice.
   bool gradientsFinite() const;
 
   // The buckets' launch and completion times of the last finish(), in launch order.
@@ -173,6 +174,8 @@ class GradientReducer {
   bool scattering() const { return !options_.scatter_bounds.empty(); }
   // A world of one without a scatter: buckets are never sent (launch() completes them at once).
   bool alone() const { return communicator_->size() == 1 && !scattering(); }
+  // alone(): every gradient times `scale`, in place, noting a non-finite value in found_inf_.
+  void scaleInPlace(double scale);
   // Where the buckets live (ReducerOptions::device_buckets); throws ConfigError when the
   // parameters are on several devices.
   at::Device chooseBucketDevice() const;
@@ -195,6 +198,9 @@ class GradientReducer {
   std::deque<int> held_;
   std::vector<BucketTiming> timings_;
   bool armed_ = false;
+  // A world of one: whether the last finish()'s gradients held a non-finite value (one element,
+  // non-zero when so); undefined before the first.
+  at::Tensor found_inf_;
 };
 
 }  // namespace chorus::parallel
