@@ -66,7 +66,7 @@ TEST(JobPlanMultiproc, WorkersNeedOnlyThePlanNotTheJobFile) {
   const auto run = trainDeletingTheJobFile(job, log);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(access(job.c_str(), F_OK), 0) << "the job file was not deleted";
-  EXPECT_NE(run.output.find("chorus train: plan: data parallel on cpu, cpu@0.5: shares 24/24"),
+  EXPECT_NE(run.output.find("chorus train: plan: data parallel on cpu, cpu@0.5: shares 32/16"),
             std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("done: 4 steps"), std::string::npos) << run.output;
