@@ -36,6 +36,10 @@ namespace chorus::parallel {
 // all but over, and nothing overlaps. The floor keeps buckets of tiny models from costing more in
 // per-collective latency than they hide.
 struct ReducerOptions {
+  // A world of one sends nothing and keeps its gradients in place (alone()). Off for an elastic
+  // job: a lone survivor learns of a joining worker when an abort fails its collectives, so it
+  // keeps running them. Default: true.
+  bool skip_alone = true;
   // Cap of the first bucket to be launched. Default: 1 MiB (PyTorch DDP's first bucket).
   std::int64_t first_bucket_bytes = 1ll << 20;
   // Cap of every later bucket. Default: 25 MiB (PyTorch DDP's bucket_cap_mb).
@@ -173,7 +177,7 @@ class GradientReducer {
   void checkScatter(std::int64_t elements) const;
   bool scattering() const { return !options_.scatter_bounds.empty(); }
   // A world of one without a scatter: buckets are never sent (launch() completes them at once).
-  bool alone() const { return communicator_->size() == 1 && !scattering(); }
+  bool alone() const { return options_.skip_alone && communicator_->size() == 1 && !scattering(); }
   // alone(): every gradient times `scale`, in place, noting a non-finite value in found_inf_.
   void scaleInPlace(double scale);
   // Where the buckets live (ReducerOptions::device_buckets); throws ConfigError when the

@@ -34,8 +34,11 @@ struct StepFigures {
   bool any(Figure figure) const { return sum(figure) > 0; }
 };
 
-StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kFigures>& mine) {
-  if (world.size() == 1) return {{mine}};  // nothing to agree on
+// A world of one has nothing to agree on, unless it is elastic: a lone survivor learns of a joining
+// worker when an abort fails this collective.
+StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kFigures>& mine,
+                          bool elastic) {
+  if (world.size() == 1 && !elastic) return {{mine}};
   at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
   at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
   world.allGather(local, all).wait();
@@ -246,10 +249,11 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   const double balance = hooks.balancer_seconds
                              ? hooks.balancer_seconds(step, static_cast<std::int64_t>(mine.size()))
                              : share.compute_seconds;
-  const StepFigures figures =
-      gatherFigures(world, {share.compute_seconds, reduce.wait_seconds, share.loss_sum,
-                            local_overflow ? 1.0 : 0.0, stop ? 1.0 : 0.0,
-                            s.scaler ? s.scaler->scale() : 0.0, balance});
+  const StepFigures figures = gatherFigures(
+      world,
+      {share.compute_seconds, reduce.wait_seconds, share.loss_sum, local_overflow ? 1.0 : 0.0,
+       stop ? 1.0 : 0.0, s.scaler ? s.scaler->scale() : 0.0, balance},
+      s.job.elastic.enabled);
   traceSpan(s, observe::Track::kComm, "step figures", "sync", figures_start);
   record.skipped = figures.any(kOverflow);
   record.stop_requested = figures.any(kStop);

@@ -46,6 +46,7 @@ comm::RankDescriptor rankDescriptor(const DataParallelEngine& s) {
 parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
   const CommSection& section = s.job.comm;
   parallel::ReducerOptions options = reducerBuckets(section);
+  options.skip_alone = !s.job.elastic.enabled;
   // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
   // phase had got (runShare launches it at the emulated moment); launches after the phase
   // (finish(), overlap off) find none and go out at once. The State outlives the reducer it owns.
