@@ -328,8 +328,8 @@ std::string milliseconds(double seconds) {
 
 }  // namespace
 
-std::vector<int64_t> LoadBalancer::proposeShares(std::string& why) const {
-  const std::vector<RankTiming> fitted = timings();
+std::vector<int64_t> LoadBalancer::proposeShares(const std::vector<RankTiming>& fitted,
+                                                 std::string& why) const {
   // Ranks that have samples keep one (see balanceWithFloor); a rank left out earlier may come
   // back whenever the optimum without it in the floor gives it samples again.
   std::vector<bool> floored(shares_.size());
@@ -361,7 +361,7 @@ std::vector<int64_t> LoadBalancer::proposeShares(std::string& why) const {
 bool LoadBalancer::maybeRebalance(int64_t step) {
   const std::vector<RankTiming> fitted = timings();
   std::string membership;
-  std::vector<int64_t> proposal = proposeShares(membership);
+  std::vector<int64_t> proposal = proposeShares(fitted, membership);
   if (proposal == shares_) return false;
   const double now = plan::predictedStepSeconds(fitted, shares_);
   const double next = plan::predictedStepSeconds(fitted, proposal);

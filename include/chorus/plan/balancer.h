@@ -285,9 +285,9 @@ class LoadBalancer {
 
  private:
   bool maybeRebalance(int64_t step);
-  // The shares the current fits call for, ranks left out or brought back included; appends to
-  // `why` what changes in who takes part.
-  std::vector<int64_t> proposeShares(std::string& why) const;
+  // The shares the fits `fitted` (timings()) call for, ranks left out or brought back included;
+  // appends to `why` what changes in who takes part.
+  std::vector<int64_t> proposeShares(const std::vector<RankTiming>& fitted, std::string& why) const;
 
   BalancerOptions options_;
   int64_t global_batch_;
