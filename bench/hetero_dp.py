@@ -233,6 +233,7 @@ def chorus_settings(args, devices, balance):
     return {
         "devices": devices,
         "balance": balance,
+        "cpu_threads": 1,  # a device of speed 1 is one core, alone as beside emulated ones
         "train.global_batch": args.global_batch,
         "train.eval_every": 0,
         "train.target_accuracy": 0,

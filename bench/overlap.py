@@ -55,6 +55,7 @@ def job_settings(args, overlap):
     """The GPT job (the zoo's default GPT: 4 layers, width 128, context 64) as --set options."""
     settings = {
         "devices": args.device, "balance": "off", "seed": "1",
+        "cpu_threads": "1",  # both emulated hosts share this machine's cores
         "train.steps": str(args.steps), "train.global_batch": str(args.global_batch),
         "train.eval_every": "0", "train.eval_samples": "32", "train.log_every": "1000",
         "model.kind": "gpt", "data.dataset": "text", "data.path": CORPUS,

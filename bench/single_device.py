@@ -16,10 +16,11 @@ Numerics, the same in both: fp32 (on a GPU matrix products without TF32, chorus'
 `precision.tf32 = false` and PyTorch's default; cuDNN convolutions in TF32 when the binary knows
 `precision.conv_tf32`, which is then set true as PyTorch's cudnn.allow_tf32 default, else not), or bf16
 autocast with fp32 master weights (chorus `precision.default = "bf16"`, PyTorch
-`torch.autocast(dtype=torch.bfloat16)`). On a CPU both compute on one intra-op thread: chorus's CPU
-worker sets at::set_num_threads(1) (src/runtime/launch/worker.cc, InitOptions::single_thread), the
-loop calls torch.set_num_threads(1). Both run with the malloc settings chorus's agent gives its
-workers (GLIBC_TUNABLES, AgentOptions::kRetainFreedMemory) unless --system-malloc.
+`torch.autocast(dtype=torch.bfloat16)`). On a CPU both compute on --threads intra-op threads
+(default 1, the steadiest figure on a shared host): chorus's job sets `cpu_threads` (its worker
+calls at::set_num_threads, src/runtime/launch/worker.cc), the loop torch.set_num_threads. Both
+run with the malloc settings chorus's agent gives its workers (GLIBC_TUNABLES,
+AgentOptions::kRetainFreedMemory) unless --system-malloc.
 
 Timing: each run takes --steps steps; the last --measure are timed. On a CPU every op is
 synchronous, so the loop's per-step time.perf_counter() is the step's time, and each side's figure is
@@ -264,7 +265,7 @@ def pytorch_worker(spec):
     import torch.nn.functional as F  # noqa: PLC0415
     m, device = spec["model"], torch.device(spec["device"])
     if device.type == "cpu":
-        torch.set_num_threads(1)
+        torch.set_num_threads(spec.get("threads", 1))
     else:  # as chorus: matrix products in fp32; convolutions in TF32 when chorus's are
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = bool(spec.get("conv_tf32"))
@@ -382,6 +383,8 @@ def chorus_settings(args, m, batch, dtype):
         settings[f"model.{key}"] = m[key]
     if m["kind"] == "cnn":
         settings["model.input_shape"] = "[" + ",".join(str(d) for d in m["input_shape"]) + "]"
+    if args.device == "cpu" and chorus_knows(args, "cpu_threads"):
+        settings["cpu_threads"] = args.threads
     if args.device.startswith("cuda"):
         settings["precision.tf32"] = "false"  # fp32 matrix products in fp32, as PyTorch's default
         if args.conv_tf32:  # cuDNN convolutions in TF32, as PyTorch's default (chorus af50370 on)
@@ -419,7 +422,7 @@ def run_chorus(args, m, batch, dtype, workdir, tag, trace=None):
 def run_pytorch(args, m, batch, dtype, attention, phases=False):
     spec = {"model": m, "device": args.device, "batch": batch, "dtype": dtype, "seed": args.seed,
             "steps": args.steps, "measure": args.measure, "attention": attention, "phases": phases,
-            "conv_tf32": args.conv_tf32, "linear": args.pytorch_linear}
+            "conv_tf32": args.conv_tf32, "linear": args.pytorch_linear, "threads": args.threads}
     command = [sys.executable, os.path.abspath(__file__), "--pytorch-worker", json.dumps(spec)]
     output = run(command, job_env(args, PYTHONWARNINGS="ignore"), args.timeout)
     line = next(line for line in output.splitlines() if line.startswith("RESULT "))
@@ -743,6 +746,8 @@ def parse_args(argv=None):
                         help="global batches, MODEL=B,... (defaults: cnn-small 32, cnn-large 16, "
                              "gpt 16 on a CPU; 256, 256, 64, gpt2-small 8 on a GPU)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of both on a CPU (default: 1)")
     parser.add_argument("--out", default=None,
                         help="results JSON (default: bench/results/single_device_<device>_<date>.json)")
     parser.add_argument("--chorus", default=DEFAULT_CHORUS, help="chorus binary (build/chorus)")
@@ -860,7 +865,7 @@ def main(argv=None):
               "peaks_gflops": peaks, "peaks_gflops_after": info["peaks_gflops_after"],
               "malloc": "system" if args.system_malloc else CHORUS_MALLOC,
               "optimizer": f"SGD lr {LR} momentum {MOMENTUM} weight decay 0, constant schedule",
-              "intra_op_threads": None if gpu else 1, "seed": args.seed,
+              "intra_op_threads": None if gpu else args.threads, "seed": args.seed,
               "cudnn_conv_tf32": args.conv_tf32 if gpu else None,
               "pytorch_linear": args.pytorch_linear, "attention": args.attention,
               "chorus_binary": os.path.abspath(args.chorus)}

@@ -54,7 +54,9 @@ def run_job(args, devices, workdir, name):
     log = os.path.join(workdir, name + ".jsonl")
     command = [args.chorus, "train", JOB, "--steps", str(args.steps), "--log-json", log,
                "--set", f'devices="{devices}"', "--set", f"train.global_batch={args.batch}",
-               "--set", "train.eval_every=0", "--set", "train.log_every=1000"]
+               "--set", "train.eval_every=0", "--set", "train.log_every=1000",
+               # cpu@1.0 alone would compute on every core; beside an emulated device on one
+               "--set", "cpu_threads=1"]
     if args.synthetic:
         command += ["--set", 'data.dataset="synthetic"', "--set", "data.size=8192"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=args.timeout,

@@ -95,8 +95,10 @@ def init(environment=None, single_thread=True):
 
     Reads the environment once (or ``environment``, a dict, instead), connects to the job's
     store and joins the world communicator, waiting at most the job's deadline for the other
-    ranks (:class:`chorus.TimeoutError` names the absent ones). ``single_thread``: one intra-op
-    thread for a CPU worker, as chorus's workers use (default True). The first context made
+    ranks (:class:`chorus.TimeoutError` names the absent ones). ``single_thread``: a CPU worker
+    computes on the intra-op threads ``chorus run`` gives it, as chorus's workers do: one, or the
+    node's spare cores for a CPU at full speed beside GPUs or alone (default True; False keeps
+    PyTorch's setting). The first context made
     becomes the default that the rest of the API uses; calling ``init()`` again returns it.
     """
     global _default

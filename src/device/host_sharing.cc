@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "chorus/core/error.h"
+
 namespace chorus::device {
 namespace {
 
@@ -76,6 +78,29 @@ std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores)
     }
   }
   return offsets;
+}
+
+std::vector<int> intraOpThreads(const std::vector<bool>& cpu, const std::vector<double>& speeds,
+                                int cores, int requested) {
+  CHORUS_CHECK_CONFIG(cpu.size() == speeds.size(), "intraOpThreads: ", cpu.size(), " workers but ",
+                      speeds.size(), " speeds");
+  CHORUS_CHECK_CONFIG(requested >= 0, "cpu_threads must be >= 0 (0 = auto), got ", requested);
+  std::vector<size_t> full;  // CPU workers at full speed
+  bool emulation = false;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i] && speeds[i] >= 1.0) full.push_back(i);
+    emulation = emulation || (cpu[i] && speeds[i] < 1.0);
+  }
+  std::vector<int> threads(cpu.size(), 1);
+  if (full.empty() || (emulation && requested == 0)) return threads;
+  const int workers = static_cast<int>(cpu.size());
+  const int spare = std::max(0, cores - workers);
+  const int each = spare / static_cast<int>(full.size());
+  const int remainder = spare % static_cast<int>(full.size());
+  for (size_t k = 0; k < full.size(); ++k)
+    threads[full[k]] =
+        requested > 0 ? requested : 1 + each + (static_cast<int>(k) < remainder ? 1 : 0);
+  return threads;
 }
 
 }  // namespace chorus::device

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "chorus/core/error.h"
+
 namespace chorus::device {
 namespace {
 
@@ -40,6 +42,41 @@ TEST(StaggerOffsets, WorkersTakeTurnsOnACore) {
   const std::vector<double> speeds = {0.35, 0.35, 0.35, 0.2, 0.1};
   const std::vector<double> offsets = staggerOffsets(speeds, 2);
   for (size_t i = 0; i < speeds.size(); ++i) EXPECT_LE(offsets[i] + speeds[i], 1 + 1e-12) << i;
+}
+
+TEST(IntraOpThreads, ACpuBesideAGpuTakesTheCoresTheGpuWorkerLeaves) {
+  // cuda:0,cpu on 16 cores: the GPU's worker keeps one core, the CPU gets the other 15.
+  EXPECT_EQ(intraOpThreads({false, true}, {1.0, 1.0}, 16, 0), (std::vector<int>{1, 15}));
+  // CPUs at full speed share what is left evenly, the first ones the remainder: every core busy.
+  EXPECT_EQ(intraOpThreads({false, true, true}, {1.0, 1.0, 1.0}, 16, 0),
+            (std::vector<int>{1, 8, 7}));
+  EXPECT_EQ(intraOpThreads({true, true}, {1.0, 1.0}, 5, 0), (std::vector<int>{3, 2}));
+  EXPECT_EQ(intraOpThreads({true, true, true}, {1.0, 1.0, 1.0}, 5, 0), (std::vector<int>{2, 2, 1}));
+  // A job of one CPU has the node: PyTorch's default, every core.
+  EXPECT_EQ(intraOpThreads({true}, {1.0}, 2, 0), (std::vector<int>{2}));
+}
+
+TEST(IntraOpThreads, EmulatedDevicesAndFullNodesKeepOneThread) {
+  // An emulated CPU's speed is taken from its one thread's CPU time: it never gets more, and
+  // beside it cpu@1.0 is a device of one core, the unit of the emulated speeds.
+  EXPECT_EQ(intraOpThreads({true, true}, {1.0, 0.5}, 16, 0), (std::vector<int>{1, 1}));
+  EXPECT_EQ(intraOpThreads({false, true}, {1.0, 0.5}, 16, 0), (std::vector<int>{1, 1}));
+  EXPECT_EQ(intraOpThreads({true, true}, {0.5, 0.01}, 16, 0), (std::vector<int>{1, 1}));
+  // No core left over: one each.
+  EXPECT_EQ(intraOpThreads({true, true}, {1.0, 1.0}, 2, 0), (std::vector<int>{1, 1}));
+  EXPECT_EQ(intraOpThreads({true, true, true}, {1.0, 1.0, 1.0}, 2, 0), (std::vector<int>{1, 1, 1}));
+  // GPU workers keep one whatever is asked.
+  EXPECT_EQ(intraOpThreads({false, false}, {1.0, 0.4}, 16, 4), (std::vector<int>{1, 1}));
+}
+
+TEST(IntraOpThreads, ARequestedCountIsWhatEveryFullSpeedCpuGets) {
+  EXPECT_EQ(intraOpThreads({false, true, true}, {1.0, 1.0, 0.5}, 16, 4),
+            (std::vector<int>{1, 4, 1}));
+  EXPECT_EQ(intraOpThreads({false, true}, {0.5, 1.0}, 16, 0), (std::vector<int>{1, 15}));
+  // The user may oversubscribe: what is asked is what runs.
+  EXPECT_EQ(intraOpThreads({true, true}, {1.0, 1.0}, 2, 3), (std::vector<int>{3, 3}));
+  EXPECT_THROW(intraOpThreads({true}, {1.0}, 2, -1), ConfigError);
+  EXPECT_THROW(intraOpThreads({true, false}, {1.0}, 2, 0), ConfigError);
 }
 
 }  // namespace

@@ -28,6 +28,18 @@ dataset = "synthetic"
 size = 256
 )";
 
+// The same for a GPT: the MLP's keys would be refused by it.
+constexpr const char* kGptJob = R"(devices = "cpu,cpu"
+[train]
+steps = 10
+global_batch = 16
+[model]
+kind = "gpt"
+[data]
+dataset = "synthetic"
+size = 256
+)";
+
 struct JobRow {
   BadInputRow row;
   std::vector<std::string> settings = {};  // --set assignments
@@ -139,7 +151,9 @@ const std::vector<JobRow>& jobRows() {
         "config key 'model.classes': 5 does not fit Fashion-MNIST, which has 10 classes"},
        {"data.dataset=fashion-mnist", "model.classes=5"}},
       {{"JOB-30", "ConfigError", "config key 'model.vocab': is taken from the corpus"},
-       {"model.kind=gpt", "data.dataset=text", "model.vocab=50"}},
+       {"data.dataset=text", "model.vocab=50"},
+       "",
+       kGptJob},
       {{"JOB-31", "ConfigError",
         "config key 'train.global_batch': 1000 is larger than the synthetic data set (data.size "
         "= 256)"},
@@ -155,7 +169,9 @@ const std::vector<JobRow>& jobRows() {
       {{"JOB-35", "ConfigError", "Fashion-MNIST not found at /nonexistent"},
        {"data.dataset=fashion-mnist", "model.input_shape=[1, 28, 28]", "data.dir=/nonexistent"}},
       {{"JOB-36", "ConfigError", "config key 'data.path': no text file at /nonexistent.txt"},
-       {"model.kind=gpt", "data.dataset=text", "data.path=/nonexistent.txt"}},
+       {"data.dataset=text", "data.path=/nonexistent.txt"},
+       "",
+       kGptJob},
       {{"JOB-37", "ConfigError",
         "invalid --set 'train.steps.x=1': 'train.steps' is an integer, not a table"},
        {"train.steps.x=1"}},
@@ -238,6 +254,24 @@ const std::vector<JobRow>& jobRows() {
         "config key 'zero.redundancy': needs elastic.enabled = true (the replicas serve only "
         "elastic recovery)"},
        {"zero.stage=2", "zero.redundancy=1"}},
+      {{"JOB-67", "ConfigError",
+        "config key 'model.dropout': is read by model.kind gpt only, and this job's is 'mlp'; "
+        "remove the key"},
+       {"model.dropout=0.1"}},
+      {{"JOB-68", "ConfigError",
+        "config key 'optimizer.beta1': is AdamW's; SGD's is optimizer.momentum; remove the key"},
+       {"optimizer.beta1=0.8"}},
+      {{"JOB-69", "ConfigError",
+        "config key 'optimizer.momentum': is SGD's; AdamW's moments are optimizer.beta1 and "
+        "beta2; remove the key"},
+       {"optimizer.name=adamw", "optimizer.momentum=0.5"}},
+      {{"JOB-70", "ConfigError",
+        "config key 'optimizer.min_lr_ratio': is where the cosine schedule ends; "
+        "optimizer.schedule is 'constant'; remove the key"},
+       {"optimizer.schedule=constant", "optimizer.min_lr_ratio=0.2"}},
+      {{"JOB-71", "ConfigError",
+        "config key 'cpu_threads': must be >= 0 (0 = the node's spare cores)"},
+       {"cpu_threads=-2"}},
   };
   return rows;
 }

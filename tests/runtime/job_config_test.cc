@@ -68,6 +68,38 @@ TEST(JobConfig, AnInitialLossScaleRemembersWhetherTheJobSetIt) {
   EXPECT_FALSE(cuda_only.precision.loss_scale_cpu.init_given);
 }
 
+// A key that nothing of this job reads is refused, naming what does read it; the built-in job
+// leaves every kind's own keys at their defaults, so that --set switches the kind.
+TEST(JobConfig, KeysOfAnotherModelOrOptimizerAreRefused) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"model.dropout=0.1"}, "'model.dropout': is read by model.kind gpt only"},
+      {{"model.kind=mlp", "model.channels=16"}, "'model.channels': is read by model.kind cnn"},
+      {{"model.hidden=[32]"}, "'model.hidden': is read by model.kind mlp only"},
+      {{"model.kind=gpt", "model.classes=10"},
+       "'model.classes': is read by model.kind mlp and cnn"},
+      {{"model.layers=2"}, "'model.layers': is read by model.kind gpt only"},
+      {{"optimizer.name=adamw", "optimizer.momentum=0.5"}, "'optimizer.momentum': is SGD's"},
+      {{"optimizer.beta1=0.8"}, "'optimizer.beta1': is AdamW's"},
+      {{"optimizer.beta2=0.99"}, "'optimizer.beta2': is AdamW's"},
+      {{"optimizer.schedule=constant", "optimizer.min_lr_ratio=0.2"},
+       "'optimizer.min_lr_ratio': is where the cosine schedule ends"},
+  };
+  for (const auto& [settings, expected] : cases)
+    EXPECT_NE(errorOf(settings).find(expected), std::string::npos)
+        << settings.back() << " gave: '" << errorOf(settings) << "'";
+  // What each kind reads is accepted, from the built-in job too.
+  EXPECT_EQ(fromDefaultWith(
+                {"model.kind=gpt", "data.dataset=text", "model.dropout=0.1", "model.layers=2"})
+                .model.layers,
+            2);
+  EXPECT_EQ(fromDefaultWith({"model.kind=mlp", "model.hidden=[32]"}).model.hidden.size(), 1u);
+  EXPECT_EQ(fromDefaultWith({"optimizer.name=adamw", "optimizer.beta2=0.99"}).optimizer.beta2,
+            0.99);
+  EXPECT_EQ(fromDefaultWith({"optimizer.momentum=0.5"}).optimizer.momentum, 0.5);
+  EXPECT_EQ(fromDefaultWith({}).model.channels, 32);
+  EXPECT_EQ(fromDefaultWith({}).optimizer.momentum, 0.9);
+}
+
 TEST(JobConfig, ExampleDefaultEqualsTheBuiltInDefault) {
   std::ifstream file(std::string(CHORUS_SOURCE_DIR) + "/examples/default.toml");
   ASSERT_TRUE(file) << "examples/default.toml missing";

@@ -42,7 +42,7 @@ size = 4096
 [optimizer]
 name = "sgd"
 lr = 0.01
-momentum = 0.9
+# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
 )";
 
 // Sizes where activations are a large part of the peak (the state alone would be easy to predict).

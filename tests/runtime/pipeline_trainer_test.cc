@@ -42,7 +42,7 @@ size = 1024
 [optimizer]
 name = "sgd"
 lr = 0.03
-momentum = 0.9
+# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
 warmup_steps = 2
 )";
 // Pipeline keys are refused without a pipeline (they would do nothing), so only here.

@@ -70,6 +70,26 @@ TEST(TrainMultiproc, AWeakDeviceStartsAtItsSpeedsShareAndIsLeftOutWhenItOnlySlow
       << run.output;
 }
 
+// cpu_threads reaches the worker's intra-op pool (the rank's world line reads it back from
+// libtorch); an emulated device computes on one thread whatever the node leaves idle.
+TEST(TrainMultiproc, ACpuComputesOnTheThreadsItsNodeGivesIt) {
+  const TrainRun three = chorusTrain(
+      "--set devices=cpu --set cpu_threads=3 --set train.eval_every=0" + kSmallJob, "threads");
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  EXPECT_NE(three.output.find("cpu computes on 3 threads (cpu_threads)"), std::string::npos)
+      << three.output;
+  EXPECT_NE(three.output.find("computes in fp32 on 3 thread(s)"), std::string::npos)
+      << three.output;
+  const TrainRun emulated =
+      chorusTrain("--set devices=cpu@0.5 --set train.eval_every=0" + kSmallJob, "emulated_threads");
+  ASSERT_EQ(emulated.exit_code, 0) << emulated.output;
+  EXPECT_NE(emulated.output.find("computes in fp32 on 1 thread(s)"), std::string::npos)
+      << emulated.output;
+  const TrainRun negative = chorusTrain("--set cpu_threads=-1" + kSmallJob, "bad_threads");
+  EXPECT_EQ(negative.exit_code, 2) << negative.output;
+  EXPECT_NE(negative.output.find("cpu_threads"), std::string::npos) << negative.output;
+}
+
 TEST(TrainMultiproc, BadConfigIsRefusedBeforeAnythingStarts) {
   const TrainRun run = chorusTrain("--set optimizer.lr=fast" + kSmallJob, "bad");
   EXPECT_EQ(run.exit_code, 2) << run.output;

@@ -45,7 +45,7 @@ size = 1024
 [optimizer]
 name = "sgd"
 lr = 0.03
-momentum = 0.9
+# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
 [comm]
 bucket_mb = 0.01
 )";

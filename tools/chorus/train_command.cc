@@ -93,8 +93,10 @@ void applyAutoPlan(const TrainArgs& args, Config& config, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1,
                       "config key 'plan': plan = \"auto\" plans one node's devices; with --nnodes "
                       "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
-  const runtime::PlannedJob planned =
-      runtime::planJob(settled.job, settled.devices, runtime::measureJobDevices(settled.devices));
+  const runtime::PlannedJob planned = runtime::planJob(
+      settled.job, settled.devices,
+      runtime::measureJobDevices(settled.devices,
+                                 runtime::jobThreads(settled.job, settled.devices, settled.found)));
   std::cout << "chorus train: " << planned.summary << std::endl;
   for (const std::string& setting : planned.settings) config.set(setting);
   settled.job = runtime::readJobConfig(config);
@@ -223,6 +225,7 @@ int runFrontEnd(const TrainArgs& args) {
   agent.devices = settled.devices;
   agent.discovered = settled.found;
   agent.cpu_transport = job.comm.cpu_transport;
+  agent.cpu_threads = static_cast<int>(job.cpu_threads);
   // A lost worker is the survivors' to recover from (docs/elastic.md), not a reason to stop.
   agent.elastic = job.elastic.enabled;
   agent.max_restarts = static_cast<int>(job.elastic.max_restarts);

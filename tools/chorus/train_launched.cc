@@ -95,7 +95,12 @@ int trainLaunchedRank(const TrainArgs& args, runtime::Environment environment) {
   if (identity.rank == 0 && !args.log_json.empty() &&
       !std::ofstream(args.log_json, std::ios::trunc))
     CHORUS_THROW(ConfigError, "--log-json: cannot write ", args.log_json);
-  environment[runtime::env::kDevice] = deviceOfRank(job, identity, environment).toString();
+  const DeviceSpec device = deviceOfRank(job, identity, environment);
+  environment[runtime::env::kDevice] = device.toString();
+  // cpu_threads as asked; "auto" is one thread here, since the launcher, not chorus, decides what
+  // shares the host's cores.
+  if (job.cpu_threads > 0 && device.kind == DeviceKind::kCpu && device.speed >= 1.0)
+    environment[runtime::env::kCpuThreads] = std::to_string(job.cpu_threads);
   runtime::InitOptions init;
   init.environment = std::move(environment);
   auto worker = chorus::init(init);

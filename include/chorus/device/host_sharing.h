@@ -42,4 +42,17 @@ int lowerThreadPriority(double speed);
 // of cores). A worker that fits nowhere gets 0.
 std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores);
 
+// Intra-op threads of each worker of a node with `cores` cores, in the order given; `cpu[i]`
+// says whether worker i computes on the CPU and `speeds[i]` is its emulated speed. Why: a worker
+// computes on one core, so a GPU's worker leaves the node's other cores idle, and a CPU device
+// beside a GPU can use them, and a job of one CPU computes on every core (PyTorch's default).
+// `requested` > 0 gives every CPU worker at full speed that many threads; 0 (auto) shares the
+// cores left over after one per worker evenly among them (the first ones get the remainder),
+// unless a CPU worker of the node is emulated (speed < 1): then the node is an emulation, whose
+// speeds are in units of one core (an emulated worker's speed comes from its one thread's CPU
+// time), and every worker keeps one. Every other worker gets 1. Throws ConfigError for
+// `requested` < 0 or sizes that differ.
+std::vector<int> intraOpThreads(const std::vector<bool>& cpu, const std::vector<double>& speeds,
+                                int cores, int requested);
+
 }  // namespace chorus::device

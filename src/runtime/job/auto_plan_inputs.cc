@@ -2,11 +2,13 @@
 // measured on this host, and the job's zoo model as the planner's per-layer profile.
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "chorus/core/error.h"
 #include "chorus/data/text_corpus.h"
 #include "chorus/device/discovery.h"
+#include "chorus/device/host_sharing.h"
 #include "chorus/device/microbench.h"
 #include "chorus/model/zoo_model.h"
 #include "chorus/runtime/job/auto_plan.h"
@@ -56,23 +58,41 @@ model::ModelConfig trainedModelConfig(const JobConfig& job) {
   return config;
 }
 
-std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices) {
+std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices,
+                                                    const std::vector<int>& threads) {
   const std::vector<device::DeviceInfo> found = device::discoverDevices();
-  std::map<std::pair<DeviceKind, int>, plan::MeasuredDevice> measured;
+  std::map<std::tuple<DeviceKind, int, int>, plan::MeasuredDevice> measured;
   std::vector<plan::MeasuredDevice> result;
-  for (const DeviceSpec& spec : devices) {
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const DeviceSpec& spec = devices[r];
     CHORUS_CHECK_CONFIG(spec.kind != DeviceKind::kAuto, "measureJobDevices: expand 'auto' first");
-    const auto key = std::make_pair(spec.kind, spec.index);
+    device::MeasureOptions options = planningMeasurement();
+    if (spec.kind == DeviceKind::kCpu && r < threads.size()) options.threads = threads[r];
+    const auto key = std::make_tuple(spec.kind, spec.index, options.threads);
     if (!measured.count(key)) {
       const device::DeviceInfo* info = nullptr;
       for (const auto& candidate : found)
         if (candidate.kind == spec.kind && candidate.index == spec.index) info = &candidate;
       CHORUS_CHECK_CONFIG(info, "device spec '", spec.toString(), "' matches no local device");
-      measured[key] = toMeasuredDevice(*info, device::measureDevice(*info, planningMeasurement()));
+      measured[key] = toMeasuredDevice(*info, device::measureDevice(*info, options));
     }
     result.push_back(measured[key]);
   }
   return result;
+}
+
+std::vector<int> jobThreads(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                            const std::vector<device::DeviceInfo>& found) {
+  int cores = 1;
+  for (const device::DeviceInfo& info : found)
+    if (info.kind == DeviceKind::kCpu) cores = std::max(1, info.cores);
+  std::vector<bool> cpu;
+  std::vector<double> speeds;
+  for (const DeviceSpec& device : devices) {
+    cpu.push_back(device.kind == DeviceKind::kCpu);
+    speeds.push_back(device.speed);
+  }
+  return device::intraOpThreads(cpu, speeds, cores, static_cast<int>(job.cpu_threads));
 }
 
 std::vector<double> measureStartRates(const JobConfig& job,
@@ -94,7 +114,8 @@ std::vector<double> measureStartRates(const JobConfig& job,
     });
     if (!local) return {};
   }
-  const std::vector<plan::MeasuredDevice> measured = measureJobDevices(devices);
+  const std::vector<plan::MeasuredDevice> measured =
+      measureJobDevices(devices, jobThreads(job, devices, found));
   std::vector<double> rates;
   for (size_t r = 0; r < devices.size(); ++r) {
     const std::string format = precisionOf(job.precision, static_cast<int>(r), devices[r]);

@@ -36,6 +36,41 @@ TrainSection readTrain(const Config& config) {
   return train;
 }
 
+// A key that only another kind reads would be accepted and change nothing: refused, naming the
+// kinds that read it.
+void requireKeysOfKind(const Config& config, const std::string& kind) {
+  struct KeyUse {
+    const char* key;
+    std::initializer_list<const char*> kinds;
+  };
+  const KeyUse uses[] = {
+      {"model.input_shape", {"mlp", "cnn"}},
+      {"model.classes", {"mlp", "cnn"}},
+      {"model.hidden", {"mlp"}},
+      {"model.channels", {"cnn"}},
+      {"model.blocks", {"cnn"}},
+      {"model.groups", {"cnn"}},
+      {"model.vocab", {"gpt"}},
+      {"model.layers", {"gpt"}},
+      {"model.width", {"gpt"}},
+      {"model.heads", {"gpt"}},
+      {"model.context", {"gpt"}},
+      {"model.dropout", {"gpt"}},
+  };
+  for (const KeyUse& use : uses) {
+    if (!config.has(use.key)) continue;
+    std::string readers;
+    bool read = false;
+    for (const char* reader : use.kinds) {
+      read = read || kind == reader;
+      readers += (readers.empty() ? "" : " and ") + std::string(reader);
+    }
+    require(read, use.key,
+            "is read by model.kind " + readers + " only, and this job's is '" + kind +
+                "'; remove the key");
+  }
+}
+
 model::ModelConfig readModel(const Config& config) {
   model::ModelConfig model;
   model.kind = config.getString("model.kind", model.kind);
@@ -52,6 +87,7 @@ model::ModelConfig readModel(const Config& config) {
   model.context = config.getInt("model.context", model.context);
   model.dropout = config.getDouble("model.dropout", model.dropout);
   model::validateModelConfig(model);
+  requireKeysOfKind(config, model.kind);
   return model;
 }
 
@@ -120,6 +156,16 @@ OptimizerSection readOptimizer(const Config& config) {
           "'" + opt.schedule + "' is unknown; expected cosine or constant");
   require(opt.min_lr_ratio >= 0 && opt.min_lr_ratio <= 1, "optimizer.min_lr_ratio",
           "must be in [0, 1]");
+  require(opt.schedule == "cosine" || !config.has("optimizer.min_lr_ratio"),
+          "optimizer.min_lr_ratio",
+          "is where the cosine schedule ends; optimizer.schedule is '" + opt.schedule +
+              "'; remove the key");
+  // Keys the other optimizer reads would change nothing.
+  require(opt.name == "sgd" || !config.has("optimizer.momentum"), "optimizer.momentum",
+          "is SGD's; AdamW's moments are optimizer.beta1 and beta2; remove the key");
+  for (const char* beta : {"optimizer.beta1", "optimizer.beta2"})
+    require(opt.name == "adamw" || !config.has(beta), beta,
+            "is AdamW's; SGD's is optimizer.momentum; remove the key");
   return opt;
 }
 
@@ -225,6 +271,8 @@ JobConfig readJobConfig(const Config& config) {
   job.seed = static_cast<std::uint64_t>(seed);
   job.plan = config.getString("plan", job.plan);
   requireOneOf(job.plan, "plan", {"manual", "auto"});
+  job.cpu_threads = config.getInt("cpu_threads", job.cpu_threads);
+  require(job.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0 = the node's spare cores)");
   if (job.plan == "auto") rejectPlannedKeys(config);
   job.train = readTrain(config);
   job.model = readModel(config);
@@ -268,11 +316,10 @@ eval_samples = 0
 target_accuracy = 0.85
 log_every = 20
 
+# channels = 32, blocks = 2, groups = 8 (the defaults; not written, so that --set
+# model.kind=gpt or mlp leaves no CNN key behind, which that kind would refuse)
 [model]
 kind = "cnn"
-channels = 32
-blocks = 2
-groups = 8
 
 [data]
 dataset = "fashion-mnist"
@@ -280,7 +327,7 @@ dataset = "fashion-mnist"
 [optimizer]
 name = "sgd"
 lr = 0.05
-momentum = 0.9
+# momentum = 0.9 (SGD's default; not written, so that --set optimizer.name=adamw works)
 warmup_steps = 20
 schedule = "cosine"
 )";

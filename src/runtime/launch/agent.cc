@@ -192,6 +192,23 @@ std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int
   return offsets;
 }
 
+// Intra-op threads of this node's workers (device::intraOpThreads), by local index; logs those
+// given more than one.
+std::vector<int> workerThreads(const std::vector<DeviceSpec>& devices, int cores, int requested) {
+  std::vector<bool> cpu;
+  std::vector<double> speeds;
+  for (const DeviceSpec& device : devices) {
+    cpu.push_back(device.kind == DeviceKind::kCpu);
+    speeds.push_back(device.speed);
+  }
+  const std::vector<int> threads = device::intraOpThreads(cpu, speeds, cores, requested);
+  for (size_t local = 0; local < devices.size(); ++local)
+    if (threads[local] > 1)
+      logInfo("chorus run: ", devices[local].toString(), " computes on ", threads[local],
+              " threads (", requested > 0 ? "cpu_threads" : "the node's spare cores", ")");
+  return threads;
+}
+
 std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
                                           const std::vector<DeviceSpec>& devices, int cores,
                                           const NodeSlot& slot, const StoreConnection& store,
@@ -201,6 +218,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
       options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
   const std::string malloc_tunables = workerMallocTunables(options);
   const std::vector<double> offsets = emulationOffsets(devices, cores);
+  const std::vector<int> threads = workerThreads(devices, cores, options.cpu_threads);
   std::vector<WorkerLaunch> workers;
   for (size_t local = 0; local < devices.size(); ++local) {
     WorkerLaunch worker;
@@ -224,6 +242,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
     worker.secret = secret;  // through an inherited pipe, never the environment
     if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
     if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
+    if (threads[local] > 1) worker.env[env::kCpuThreads] = std::to_string(threads[local]);
     workers.push_back(std::move(worker));
   }
   return workers;

@@ -152,6 +152,9 @@ void validate(const WorkerIdentity& identity) {
   if (identity.world_size < 1 || !rank_in_world)
     CHORUS_THROW(ConfigError, "worker identity: rank ", identity.rank, " is outside world size ",
                  identity.world_size, " (launcher: ", identity.launcher, ")");
+  if (identity.cpu_threads < 1)
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kCpuThreads, " must be >= 1, got ",
+                 identity.cpu_threads);
   if (identity.local_rank >= identity.local_world_size)
     CHORUS_THROW(ConfigError, "worker identity: local rank ", identity.local_rank,
                  " is outside local world size ", identity.local_world_size);
@@ -227,6 +230,7 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.cpu_transport = readString(environment, env::kCpuTransport, identity.cpu_transport);
   identity.log_level = readString(environment, env::kLogLevel, identity.log_level);
   identity.emulation_offset = readFraction(environment, env::kEmulationOffset, 0);
+  identity.cpu_threads = readInt(environment, env::kCpuThreads, 1);
   identity.replaces = readInt(environment, env::kElasticReplaces, -1);
   identity.new_device = readInt(environment, env::kElasticNewDevice, 0) != 0;
   validate(identity);

@@ -110,7 +110,8 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
   // `chorus run` already prefixes every output line with the rank; other launchers do not.
   if (identity.world_size > 1 && identity.launcher != "chorus")
     Logger::instance().setPrefix("rank " + std::to_string(identity.rank));
-  if (options.single_thread && identity.device.kind != DeviceKind::kCuda) at::set_num_threads(1);
+  if (options.single_thread && identity.device.kind != DeviceKind::kCuda)
+    at::set_num_threads(identity.cpu_threads);
 
   worker->emulator_ = worker->makeEmulator(identity.device.speed);
   // Before the communicator starts its threads, so that they inherit the priority.

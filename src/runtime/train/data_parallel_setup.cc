@@ -200,9 +200,13 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
                                                           reducing);
   setUpPrecision(s, plan.ranks.at(world.rank()));
-  if (world.rank() == 0)
+  if (world.rank() == 0) {
+    // A CPU rank's intra-op threads (device::intraOpThreads): what its speed depends on.
+    const bool cpu = s.worker->device().is_cpu();
     logInfo("world: ", world.size(), " ranks, CPU collectives over ", world.cpuTransport(),
-            ", rank 0 computes in ", parallel::toString(s.compute_precision));
+            ", rank 0 computes in ", parallel::toString(s.compute_precision),
+            cpu ? detail::concat(" on ", at::get_num_threads(), " thread(s)") : std::string());
+  }
   // balancer.shares fixes the shares: the balancer does not run.
   if (!s.job.balancer.shares.empty()) s.fixed_shares = start_shares;
   plan::BalancerOptions balancing = balancerOptions(s.job.balancer);

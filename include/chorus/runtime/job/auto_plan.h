@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "chorus/core/device_spec.h"
+#include "chorus/device/discovery.h"
 #include "chorus/plan/local_cluster.h"
 #include "chorus/plan/model_profile.h"
 #include "chorus/plan/plan.h"
@@ -35,10 +36,17 @@ struct PlannedJob {
 };
 
 // Measures the devices `devices` name on this host (device/microbench.h; each physical device
-// once, about a second for a CPU): entry i describes devices[i] as it is, without its emulated
-// speed or budget. REQUIRES: no "auto" left in `devices` (device::expandAuto). Throws
-// DeviceError when a measurement fails.
-std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices);
+// once per thread count, about a second for a CPU): entry i describes devices[i] as it is,
+// without its emulated speed or budget, a CPU at `threads[i]` intra-op threads (Default: empty,
+// one each; jobThreads gives a job's). REQUIRES: no "auto" left in `devices`
+// (device::expandAuto). Throws DeviceError when a measurement fails.
+std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices,
+                                                    const std::vector<int>& threads = {});
+
+// The intra-op threads each of `devices`, one node's, computes on in `job`
+// (device::intraOpThreads with JobConfig::cpu_threads and the node's cores in `found`).
+std::vector<int> jobThreads(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                            const std::vector<device::DeviceInfo>& found);
 
 // The device rates planOfJob starts a data-parallel job's shares from (job_plan.h): each
 // device's measured matmul rate in its rank's compute format (measureJobDevices), when the job

@@ -3,6 +3,7 @@
 // ConfigError naming the key.
 //
 //   devices = "cpu@1.0,cpu@0.5"      balance = "adaptive"      seed = 1      plan = "manual"
+//   cpu_threads = 0
 //   [train]     steps, global_batch, micro_batch, eval_every, target_accuracy, log_every
 //   [model]     kind = "mlp" | "cnn" | "gpt" and its sizes (model/model_config.h)
 //   [data]      dataset = "fashion-mnist" | "text" | "synthetic", dir, path, size, test_fraction
@@ -217,6 +218,10 @@ struct JobConfig {
   // Top-level `plan`: "manual" (Default: [parallel] and balancer.shares as written) or "auto"
   // (the planner sets them; writing one of them too is a ConfigError).
   std::string plan = "manual";
+  // Top-level `cpu_threads`: intra-op threads of each CPU device at full speed
+  // (device::intraOpThreads). Default: 0 = the cores the node's other workers leave idle, shared
+  // among them (one each when there are none); emulated CPU devices always compute on one.
+  std::int64_t cpu_threads = 0;
   TrainSection train;
   model::ModelConfig model;
   DataSection data;

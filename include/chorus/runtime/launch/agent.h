@@ -61,6 +61,10 @@ struct AgentOptions {
   // CPU transport of the workers' communicators ("auto", "gloo", "shm"), passed on as
   // CHORUS_CPU_TRANSPORT. Default: "auto".
   std::string cpu_transport = "auto";
+  // Intra-op threads of the node's CPU workers at full speed (device::intraOpThreads), passed on
+  // as CHORUS_CPU_THREADS: 0 shares the cores the other workers leave idle among them. Emulated
+  // CPU workers and GPU workers get 1. Default: 0.
+  int cpu_threads = 0;
   // Log level passed to workers. Default: "info".
   std::string log_level = "info";
   // glibc malloc settings for the workers (GLIBC_TUNABLES), unless the agent's own environment

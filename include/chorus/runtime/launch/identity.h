@@ -49,6 +49,8 @@ constexpr const char* kElasticReplaces = "CHORUS_ELASTIC_REPLACES";
 constexpr const char* kElasticNewDevice = "CHORUS_ELASTIC_NEW_DEVICE";
 // Where an emulated CPU worker computes within a step (device::staggerOffsets); set by the agent.
 constexpr const char* kEmulationOffset = "CHORUS_EMULATION_OFFSET";
+// Intra-op threads of a CPU worker (device::intraOpThreads); set by the agent.
+constexpr const char* kCpuThreads = "CHORUS_CPU_THREADS";
 }  // namespace env
 
 // Value type.
@@ -73,6 +75,9 @@ struct WorkerIdentity {
   std::string log_level = "info";
   // SpeedEmulator::setStepOffset for an emulated CPU device; Default: 0 (compute, then pad).
   double emulation_offset = 0;
+  // Intra-op threads of a CPU worker (device::intraOpThreads). Default: 1; other launchers
+  // start one process per core.
+  int cpu_threads = 1;
   std::string launcher = "none";  // "chorus", "mpirun", "srun", "torchrun" or "none"
   // A replacement worker of an elastic job (AgentOptions::max_restarts): the launch rank it stands
   // in for (env::kElasticReplaces), < rank; then `rank` is a member id that may be >= world_size

@@ -30,7 +30,9 @@ namespace chorus::runtime {
 struct InitOptions {
   // The environment to read. Default: the process's own, read once here.
   std::optional<Environment> environment;
-  // Limit CPU workers to one intra-op thread (DESIGN.md: one thread per worker). Default: true.
+  // A CPU worker computes on WorkerIdentity::cpu_threads intra-op threads: 1 unless the agent
+  // gave it the node's spare cores (device::intraOpThreads), rather than libtorch's default of
+  // every core for each of several workers. false leaves libtorch's setting. Default: true.
   bool single_thread = true;
   // Join the world communicator now (never for a replacement worker, WorkerIdentity::replaces,
   // which joins a later generation's). Default: true.
