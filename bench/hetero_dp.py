@@ -13,8 +13,8 @@ One run measures, on the same CNN, global batch B and emulated device speeds (de
 
 Throughput is B * n / sum(step_s) over the timed steps (the first --warmup steps are dropped:
 start-up, the balancer's profiling).  efficiency = throughput / ideal.  For an equal split the
-expectation is n * min(speed) / sum(speed) (0.43 for the default speeds).  Methodology: DESIGN.md,
-"Emulated heterogeneity" and "Performance method".
+expectation is n * min(speed) / sum(speed) (0.43 for the default speeds).  Methodology:
+docs/architecture.md, "Emulated heterogeneity" and "Performance method".
 
 Caveat: the ideal runs each device on the whole batch B, the split runs on shares of it, and the
 per-sample cost depends on the batch size (caches; and, with --system-malloc, glibc handing big
@@ -66,7 +66,8 @@ DEFAULT_RANDOM_JSON = os.path.join(REPO, "bench", "results", "hetero_dp_random.j
 # --random-sets: every ratio reported per set, and summarised over the sets.
 SET_RATIOS = ("adaptive_over_ideal", "adaptive_over_optimum", "equal_over_ideal",
               "ddp_over_ideal", "optimum_over_ideal")
-MAX_SPEED_SUM = 1.8  # DESIGN.md: more would oversubscribe a 2-core machine
+# More would oversubscribe a 2-core machine (docs/architecture.md, "Emulated heterogeneity").
+MAX_SPEED_SUM = 1.8
 # What `chorus run` gives its workers (runtime::AgentOptions::kRetainFreedMemory): glibc otherwise
 # hands freed activation buffers back to the OS and each step page-faults them in again (~30% of
 # compute on a small VM, and much of the noise). Every job here gets it, DDP included, so the

@@ -147,7 +147,7 @@ json bubbleTable(int steps, double scale) {
   std::printf("%-6s %2s %2s %8s  %s\n", "sched", "p", "M", "theory", "measured idle per stage");
   for (int stages : {2, 4}) {
     const std::string partition = balancedPartition(stages);
-    for (parallel::Schedule schedule : {parallel::Schedule::kGPipe, parallel::Schedule::kOneFOneB})
+    for (parallel::Schedule schedule : {parallel::Schedule::kGpipe, parallel::Schedule::kOneFOneB})
       for (int micro : {1, 2, 4, 8}) {
         RunSpec spec;
         spec.options.pipeline_stages = stages;
@@ -159,12 +159,12 @@ json bubbleTable(int steps, double scale) {
         spec.steps = steps;
         const RunResult run = runPipeline(spec);
         const double theory = parallel::theoreticalBubble(stages, micro);
-        std::printf("%-6s %2d %2d %8.3f ", parallel::toString(schedule), stages, micro, theory);
+        std::printf("%-6s %2d %2d %8.3f ", plan::toString(schedule), stages, micro, theory);
         for (double idle : run.idle) std::printf(" %.3f", idle);
         std::printf("   (cuts");
         for (int cut : run.cuts) std::printf(" %d", cut);
         std::printf(")\n");
-        rows.push_back({{"schedule", parallel::toString(schedule)},
+        rows.push_back({{"schedule", plan::toString(schedule)},
                         {"stages", stages},
                         {"micro_batches", micro},
                         {"theory", theory},

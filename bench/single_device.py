@@ -39,9 +39,9 @@ forward + backward x samples/s, over the device's matmul peak in that format as 
 --json` measures it (on a CPU at one thread).
 
 GPT attention: the loop computes it as the chorus binary does (--attention auto): through
-F.scaled_dot_product_attention(is_causal=True) when the binary calls at::scaled_dot_product_attention,
-else written out as chorus's GPT did up to e5e04ce (matmul, masked_fill, softmax, matmul; gpt.cc
-Block::attention). Unless --no-attention-reference, each GPT pair also runs the loop with the other
+F.scaled_dot_product_attention(is_causal=True) on a GPU when the binary calls
+at::scaled_dot_product_attention, else written out as chorus's GPT does on a CPU (matmul,
+masked_fill, softmax, matmul; gpt.cc Block::attention). Unless --no-attention-reference, each GPT pair also runs the loop with the other
 attention, reported beside the row (`pytorch_sdpa_*` or `pytorch_explicit_*`), not in its ratio.
 
 --breakdown (a diagnosis, not a benchmark): per model and format, --pairs chorus runs with --trace
@@ -813,8 +813,10 @@ def main(argv=None):
     # with it by default (precision.conv_tf32, PyTorch's cudnn.allow_tf32 default); the loop does
     # as the binary does.
     args.conv_tf32 = gpu and chorus_knows(args, "precision.conv_tf32")
-    if args.attention == "auto":  # chorus's GPT calls at::scaled_dot_product_attention, or not
-        args.attention = "sdpa" if chorus_knows(args, "scaled_dot_product_attention") else "explicit"
+    if args.attention == "auto":  # chorus's GPT calls at::scaled_dot_product_attention, or not:
+        # since 4583bf0 on a GPU only (src/model/gpt.cc, attention), its name in every binary
+        fused = chorus_knows(args, "scaled_dot_product_attention")
+        args.attention = "sdpa" if fused and args.device.startswith("cuda") else "explicit"
     info = machine_info(args)
     peaks = device_peaks(args)
     info["peaks_gflops"] = peaks

@@ -68,7 +68,7 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
   reducer.overlap = options_.overlap;
   // An emulated device holds each bucket back when backward finishes it, noting how far the
   // phase's compute had got; endPhase() launches it when the slower device would have got there
-  // (DESIGN.md, "Emulated heterogeneity"). This object outlives the reducer it owns.
+  // (docs/architecture.md, "Emulated heterogeneity"). This object outlives the reducer it owns.
   reducer.hold_launch = [this](int /*bucket*/) {
     ++released_;
     if (!phase_ || !emulator_.emulated()) return false;

@@ -47,7 +47,7 @@ std::vector<int> explicitCounts(const std::string& text, int layers, int stages)
 }
 
 int inFlight(const PipelineOptions& options, int stage) {
-  if (options.schedule == Schedule::kGPipe) return options.micro_batches;
+  if (options.schedule == Schedule::kGpipe) return options.micro_batches;
   return std::min(options.pipeline_stages - stage, options.micro_batches);
 }
 
@@ -104,26 +104,6 @@ std::vector<int> autoCuts(const CutRequest& request) {
 }
 
 }  // namespace
-
-const char* toString(Checkpointing checkpointing) {
-  switch (checkpointing) {
-    case Checkpointing::kNone:
-      return "none";
-    case Checkpointing::kStage:
-      return "stage";
-    case Checkpointing::kLayer:
-      return "layer";
-  }
-  return "?";
-}
-
-Checkpointing parseCheckpointing(const std::string& name) {
-  if (name == "none" || name == "off") return Checkpointing::kNone;
-  if (name == "stage" || name == "on") return Checkpointing::kStage;
-  if (name == "layer") return Checkpointing::kLayer;
-  CHORUS_THROW(ConfigError, "unknown activation checkpointing '", name,
-               "' (choose none, stage or layer)");
-}
 
 void validatePipelineOptions(const PipelineOptions& options, std::int64_t layers) {
   CHORUS_CHECK_CONFIG(options.pipeline_stages >= 1, "pipeline.stages must be >= 1, got ",
@@ -224,24 +204,12 @@ double stageWork(const CutRequest& request, int first, int last) {
   return passesOf(request.options) * (prefix[last] - prefix[first]);
 }
 
-plan::Checkpointing toPlan(Checkpointing checkpointing) {
-  switch (checkpointing) {
-    case Checkpointing::kNone:
-      return plan::Checkpointing::kNone;
-    case Checkpointing::kStage:
-      return plan::Checkpointing::kStage;
-    case Checkpointing::kLayer:
-      return plan::Checkpointing::kLayer;
-  }
-  return plan::Checkpointing::kNone;
-}
-
 plan::StageMemoryRequest stageMemoryRequest(const PipelineOptions& options, int layers, int stage,
                                             int first, int last, std::int64_t micro_batch) {
   return plan::trainerStageRequest(first, last, layers, plan::Dtype::kFp32,
                                    static_cast<double>(micro_batch), inFlight(options, stage),
                                    options.micro_batches, /*zero_stage=*/0, options.replicas,
-                                   toPlan(options.activation_checkpointing));
+                                   options.activation_checkpointing);
 }
 
 }  // namespace chorus::parallel

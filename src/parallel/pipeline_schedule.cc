@@ -157,14 +157,6 @@ void checkStage(const StageProgram& program, int s, int p, int micro_batches,
 
 }  // namespace
 
-const char* toString(Schedule schedule) { return schedule == Schedule::kGPipe ? "gpipe" : "1f1b"; }
-
-Schedule parseSchedule(const std::string& name) {
-  if (name == "gpipe") return Schedule::kGPipe;
-  if (name == "1f1b") return Schedule::kOneFOneB;
-  CHORUS_THROW(ConfigError, "unknown pipeline schedule '", name, "' (choose gpipe or 1f1b)");
-}
-
 const char* toString(ActionKind kind) {
   switch (kind) {
     case ActionKind::kRecvActivation:
@@ -189,7 +181,7 @@ std::vector<StageProgram> buildSchedule(Schedule schedule, int stages, int micro
                       micro_batches);
   std::vector<StageProgram> programs;
   for (int s = 0; s < stages; ++s)
-    programs.push_back(schedule == Schedule::kGPipe ? gpipe(s, stages, micro_batches)
+    programs.push_back(schedule == Schedule::kGpipe ? gpipe(s, stages, micro_batches)
                                                     : oneFOneB(s, stages, micro_batches));
   return programs;
 }

@@ -45,6 +45,14 @@ const char* toString(Checkpointing checkpointing) {
   return "?";
 }
 
+Checkpointing parseCheckpointing(const std::string& name) {
+  if (name == "none" || name == "off") return Checkpointing::kNone;
+  if (name == "stage" || name == "on") return Checkpointing::kStage;
+  if (name == "layer") return Checkpointing::kLayer;
+  CHORUS_THROW(ConfigError, "unknown activation checkpointing '", name,
+               "' (choose none, stage or layer)");
+}
+
 MemoryModel::MemoryModel(ModelProfile model, MemoryOptions options)
     : model_(std::move(model)), options_(options) {
   model_.validate();
@@ -346,6 +354,38 @@ std::optional<std::vector<double>> fitZeroShardsByMemory(const MemoryModel& memo
   }
   if (total_headroom < split.sharded) return std::nullopt;
   return proportionalFractions(split, usable);
+}
+
+std::int64_t maxMicroBatch(const MemoryModel& memory, Dtype dtype, std::uint64_t budget_bytes,
+                           const std::string& device, int zero_stage, int group,
+                           double shard_fraction, double replica_fraction) {
+  // The whole model on one rank, as if accumulating (gradients held through backward): the limit
+  // must serve every share the balancer may give the rank.
+  const int layers = memory.model().layerCount();
+  StageMemoryRequest request = trainerStageRequest(
+      0, layers, layers, dtype, 1, 1, /*micro_batches=*/2, zero_stage, group, Checkpointing::kNone);
+  request.shard_fraction = shard_fraction;
+  request.replica_fraction = replica_fraction;
+  // A tenth of the budget spare: the model is within 15% of the measured peak (MemoryPrediction
+  // in the runtime tests), and running out of a budget fails the step.
+  const double budget = 0.9 * static_cast<double>(budget_bytes);
+  // No micro-batch is larger than the largest share a rank can be given.
+  constexpr std::int64_t kLimit = std::int64_t{1} << 40;
+  const std::int64_t fits = memory.largestMicroBatch(request, budget, kLimit);
+  if (fits < 1) {
+    request.micro_batch = 0;
+    const double fixed = memory.peakBytes(request);
+    request.micro_batch = 1;
+    const double one = memory.peakBytes(request);
+    CHORUS_THROW(ConfigError, "device '", device, "': the memory budget of ",
+                 formatBytes(budget_bytes),
+                 " cannot hold one training sample of this model (needs ",
+                 formatBytes(static_cast<std::uint64_t>(one)),
+                 " and a tenth spare: ", formatBytes(static_cast<std::uint64_t>(fixed)),
+                 " for weights, gradients and optimizer state, ",
+                 formatBytes(static_cast<std::uint64_t>(one - fixed)), " per sample)");
+  }
+  return fits;
 }
 
 }  // namespace chorus::plan

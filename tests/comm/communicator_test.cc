@@ -1,5 +1,5 @@
 // Communicator tests with ranks as threads over one in-memory store (the multi-process versions,
-// through the launcher, are in tests/runtime/launcher_multiproc_test.cc).
+// through the launcher, are in tests/runtime/launch/launcher_multiproc_test.cc).
 #include "chorus/comm/communicator.h"
 
 #include <ATen/ATen.h>

@@ -245,8 +245,8 @@ TEST(TcpStore, ServerStopReleasesABlockedGetWithCommErrorPromptly) {
 // server at once. The set was applied, so its reply must reach node 1 and not a cut connection
 // (a CI failure: node 1 exited with "lost the connection to the store"). The window is a few
 // microseconds: over loopback this test did not catch the old stop() in 500 rounds, while the
-// two-host test (runtime/multihost_multiproc_test.cc) failed in 1 of 15 to 64 runs; it guards the
-// property, and the two-host test is where a regression shows.
+// two-host test (runtime/launch/multihost_multiproc_test.cc) failed in 1 of 15 to 64 runs; it
+// guards the property, and the two-host test is where a regression shows.
 TEST(TcpStore, ASetThatWakesTheServersOwnerIsStillAnswered) {
   constexpr int kRounds = 100;
   for (int round = 0; round < kRounds; ++round) {

@@ -78,15 +78,15 @@ TEST_P(PipelineEquivalence, GptMatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StagesSchedulesCheckpointing, PipelineEquivalence,
-                         ::testing::Values(Case{2, Schedule::kGPipe, Checkpointing::kNone},
+                         ::testing::Values(Case{2, Schedule::kGpipe, Checkpointing::kNone},
                                            Case{2, Schedule::kOneFOneB, Checkpointing::kNone},
-                                           Case{3, Schedule::kGPipe, Checkpointing::kNone},
+                                           Case{3, Schedule::kGpipe, Checkpointing::kNone},
                                            Case{3, Schedule::kOneFOneB, Checkpointing::kNone},
-                                           Case{2, Schedule::kGPipe, Checkpointing::kStage},
+                                           Case{2, Schedule::kGpipe, Checkpointing::kStage},
                                            Case{2, Schedule::kOneFOneB, Checkpointing::kStage},
-                                           Case{3, Schedule::kGPipe, Checkpointing::kStage},
+                                           Case{3, Schedule::kGpipe, Checkpointing::kStage},
                                            Case{3, Schedule::kOneFOneB, Checkpointing::kStage},
-                                           Case{3, Schedule::kGPipe, Checkpointing::kLayer},
+                                           Case{3, Schedule::kGpipe, Checkpointing::kLayer},
                                            Case{3, Schedule::kOneFOneB, Checkpointing::kLayer}));
 
 TEST(PipelineEquivalenceHybrid, TwoReplicasOfTwoStagesWithUnequalShares) {
@@ -98,7 +98,7 @@ TEST(PipelineEquivalenceHybrid, TwoReplicasOfTwoStagesWithUnequalShares) {
   options.micro_batches = 3;
   options.partition = "2,4";
   expectEquivalent(testing::gptJob(), options, "gpt hybrid 2x2 shares {11, 21} 1f1b");
-  options.schedule = Schedule::kGPipe;
+  options.schedule = Schedule::kGpipe;
   options.activation_checkpointing = Checkpointing::kStage;
   expectEquivalent(testing::gptJob(), options, "gpt hybrid 2x2 shares {11, 21} gpipe+ckpt");
 }

@@ -95,9 +95,9 @@ TEST(PipelineLayout, RejectsBadOptions) {
   EXPECT_THROW(validatePipelineOptions(options, 4), ConfigError);  // sums to 5
   options.partition = "2,1,1";
   EXPECT_NO_THROW(validatePipelineOptions(options, 4));
-  EXPECT_EQ(parseCheckpointing("layer"), Checkpointing::kLayer);
-  EXPECT_EQ(parseCheckpointing("on"), Checkpointing::kStage);
-  EXPECT_THROW(parseCheckpointing("sometimes"), ConfigError);
+  EXPECT_EQ(plan::parseCheckpointing("layer"), Checkpointing::kLayer);
+  EXPECT_EQ(plan::parseCheckpointing("on"), Checkpointing::kStage);
+  EXPECT_THROW(plan::parseCheckpointing("sometimes"), ConfigError);
 }
 
 TEST(PipelineLayout, EvenAndExplicitCuts) {

@@ -53,7 +53,7 @@ class PipelineMemory : public ::testing::Test {
 };
 
 TEST_F(PipelineMemory, CheckpointingLowersEachStagesPeak) {
-  for (Schedule schedule : {Schedule::kGPipe, Schedule::kOneFOneB}) {
+  for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB}) {
     const auto none = stagePeaks(schedule, Checkpointing::kNone);
     const auto stage = stagePeaks(schedule, Checkpointing::kStage);
     const auto layer = stagePeaks(schedule, Checkpointing::kLayer);
@@ -61,7 +61,7 @@ TEST_F(PipelineMemory, CheckpointingLowersEachStagesPeak) {
     // Stage 0 holds several micro-batches under both schedules: checkpointing must pay off there.
     EXPECT_LT(stage[0], none[0] * 0.7) << toString(schedule);
     EXPECT_LT(layer[0], none[0] * 0.7) << toString(schedule);
-    if (schedule == Schedule::kGPipe) {
+    if (schedule == Schedule::kGpipe) {
       // GPipe's last stage also holds all 8 micro-batches.
       EXPECT_LT(stage[1], none[1]);
     } else {
@@ -72,7 +72,7 @@ TEST_F(PipelineMemory, CheckpointingLowersEachStagesPeak) {
 }
 
 TEST_F(PipelineMemory, OneFOneBHoldsLessThanGPipe) {
-  const auto gpipe = stagePeaks(Schedule::kGPipe, Checkpointing::kNone);
+  const auto gpipe = stagePeaks(Schedule::kGpipe, Checkpointing::kNone);
   const auto one_f_one_b = stagePeaks(Schedule::kOneFOneB, Checkpointing::kNone);
   // 8 micro-batches in flight against 2 on stage 0, and 8 against 1 on stage 1.
   EXPECT_LT(one_f_one_b[0], gpipe[0] * 0.6);

@@ -31,7 +31,7 @@ std::string computeOrder(const StageProgram& program) {
 }
 
 TEST(PipelineSchedule, EveryShapeIsValidForBothSchedules) {
-  for (Schedule schedule : {Schedule::kGPipe, Schedule::kOneFOneB})
+  for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB})
     for (int stages = 1; stages <= 6; ++stages)
       for (int micro = 1; micro <= 9; ++micro) {
         const auto programs = buildSchedule(schedule, stages, micro);
@@ -52,7 +52,7 @@ TEST(PipelineSchedule, OneFOneBHoldsAtMostStagesMinusIndex) {
 }
 
 TEST(PipelineSchedule, GPipeHoldsEveryMicroBatch) {
-  const auto programs = buildSchedule(Schedule::kGPipe, 3, 5);
+  const auto programs = buildSchedule(Schedule::kGpipe, 3, 5);
   for (const StageProgram& program : programs) EXPECT_EQ(maxInFlight(program), 5);
   EXPECT_EQ(computeOrder(programs[1]), "F0 F1 F2 F3 F4 B0 B1 B2 B3 B4");
 }
@@ -79,7 +79,7 @@ TEST(PipelineSchedule, TransfersSurroundTheirCompute) {
 }
 
 TEST(PipelineSchedule, ProblemsAreFound) {
-  auto programs = buildSchedule(Schedule::kGPipe, 2, 2);
+  auto programs = buildSchedule(Schedule::kGpipe, 2, 2);
   // Backward before forward on the last stage.
   auto swapped = programs;
   std::swap(swapped[1][1], swapped[1][4]);
@@ -113,7 +113,7 @@ TEST(PipelineSchedule, DeadlockIsFound) {
 }
 
 TEST(PipelineSchedule, SimulatedBubbleIsTheTextbookFraction) {
-  for (Schedule schedule : {Schedule::kGPipe, Schedule::kOneFOneB})
+  for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB})
     for (int stages : {2, 3, 4})
       for (int micro : {1, 4, 8}) {
         const auto timeline =
@@ -126,11 +126,11 @@ TEST(PipelineSchedule, SimulatedBubbleIsTheTextbookFraction) {
 }
 
 TEST(PipelineSchedule, ParsesNames) {
-  EXPECT_EQ(parseSchedule("gpipe"), Schedule::kGPipe);
-  EXPECT_EQ(parseSchedule("1f1b"), Schedule::kOneFOneB);
-  EXPECT_THROW(parseSchedule("zb"), ConfigError);
-  EXPECT_THROW(buildSchedule(Schedule::kGPipe, 0, 1), ConfigError);
-  EXPECT_THROW(buildSchedule(Schedule::kGPipe, 1, 0), ConfigError);
+  EXPECT_EQ(plan::parseSchedule("gpipe"), Schedule::kGpipe);
+  EXPECT_EQ(plan::parseSchedule("1f1b"), Schedule::kOneFOneB);
+  EXPECT_THROW(plan::parseSchedule("zb"), ConfigError);
+  EXPECT_THROW(buildSchedule(Schedule::kGpipe, 0, 1), ConfigError);
+  EXPECT_THROW(buildSchedule(Schedule::kGpipe, 1, 0), ConfigError);
 }
 
 }  // namespace

@@ -70,9 +70,10 @@ def test_uneven_shares_match_single_process_training(run_job, tmp_path):
 
 def test_adaptive_shares_follow_emulated_speeds(run_job, tmp_path):
     # Speeds 1 : 0.5 : 0.25 scaled down, so that the three workers need about half a core
-    # together (DESIGN.md: then the host's contention is not what is measured). A convolution
-    # has much compute per sample and few parameters, so that the fixed cost of a step (Python,
-    # copying gradients), which an emulated device pads too, does not dominate a small share.
+    # together (docs/architecture.md, "Emulated heterogeneity": then the host's contention is
+    # not what is measured). A convolution has much compute per sample and few parameters, so
+    # that the fixed cost of a step (Python, copying gradients), which an emulated device pads
+    # too, does not dominate a small share.
     job = run_job("cpu@0.3,cpu@0.15,cpu@0.075", "train.py", tmp_path, "--steps", 25,
                   "--global-batch", 84, "--balance", "adaptive", "--model", "conv",
                   "--samples", 840, timeout=300)

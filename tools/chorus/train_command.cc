@@ -107,7 +107,7 @@ void applyAutoPlan(const TrainArgs& args, Config& config, SettledJob& settled) {
 }
 
 // --plan FILE: the plan as it is, its ranks on the job's devices (in the plan's order).
-void applyPlanFile(const TrainArgs& args, const Config& config, SettledJob& settled) {
+void applyPlanFile(const TrainArgs& args, Config& config, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1, "--plan: a plan file runs on one node (--nnodes 1)");
   CHORUS_CHECK_CONFIG(
       settled.job.plan != "auto",
@@ -127,6 +127,15 @@ void applyPlanFile(const TrainArgs& args, const Config& config, SettledJob& sett
               << std::endl;
   for (size_t rank = 0; rank < plan.ranks.size(); ++rank)
     plan.ranks[rank].device = static_cast<int>(rank);
+  // The plan's ZeRO stage is the plan's to decide, as its shares are: the job takes it (and is
+  // checked again with it) unless it says otherwise itself.
+  if (plan.zero_stage != settled.job.zero.stage) {
+    CHORUS_CHECK_CONFIG(!config.has("zero.stage"), "config key 'zero.stage': --plan ", args.plan,
+                        " runs ZeRO stage ", plan.zero_stage, ", the job says ",
+                        settled.job.zero.stage, "; remove the key or the --plan");
+    config.set("zero.stage=" + std::to_string(plan.zero_stage));
+    settled.job = runtime::readJobConfig(config);
+  }
   runtime::checkPlanForJob(plan, settled.job, settled.devices);
   settled.plan = std::move(plan);
 }

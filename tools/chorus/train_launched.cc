@@ -11,6 +11,7 @@
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/train/world_plan.h"
 #include "commands.h"
 #include "train_command.h"
 

@@ -1,8 +1,8 @@
 // Clocks and deadlines.
 //
-// Invariant 2 of the design: nothing blocks without a deadline. A Deadline is a value that every
-// blocking call takes (or derives from an options struct's timeout), so a chain of calls shares one
-// budget instead of each restarting its own timeout.
+// Invariant 2 (docs/architecture.md, "Invariants"): nothing blocks without a deadline. A Deadline
+// is a value that every blocking call takes (or derives from an options struct's timeout), so a
+// chain of calls shares one budget instead of each restarting its own timeout.
 #pragma once
 
 #include <chrono>

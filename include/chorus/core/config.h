@@ -4,7 +4,8 @@
 // typed read marks its key as known; after every component has read its keys, the caller invokes
 // rejectUnknownKeys(), which turns any key that nobody read (a typo, a stale option) into one
 // ConfigError listing all of them with their source lines and a "did you mean" where one is close.
-// Parsed once at start-up and passed explicitly (DESIGN invariant 3: no hidden global state).
+// Parsed once at start-up and passed explicitly (invariant 3, docs/architecture.md, "Invariants":
+// no hidden global state).
 //
 // Keys are dotted paths through nested tables: "optimizer.lr" is key `lr` of table `optimizer`,
 // whether the file wrote `[optimizer] lr = 0.1` or `optimizer.lr = 0.1`. Quoted TOML keys that

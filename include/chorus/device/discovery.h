@@ -53,10 +53,10 @@ constexpr int kMaxAutoCpuWorkers = 4;
 
 // Returns `specs` with `auto` replaced by concrete devices of `found`: one `cuda:i` per GPU, or,
 // on a CPU-only host, min(logical cores, kMaxAutoCpuWorkers) CPU workers. Each CPU worker runs one
-// intra-op thread (DESIGN.md), so one worker per core uses the cores without oversubscribing them;
-// beyond four, extra CPU workers mostly add all-reduce traffic for little compute. The devices
-// `auto` becomes are real (speed 1, no budget: the parser forbids both on `auto`). Other specs pass
-// unchanged.
+// intra-op thread (docs/architecture.md, "Process model"), so one worker per core uses the cores
+// without oversubscribing them; beyond four, extra CPU workers mostly add all-reduce traffic for
+// little compute. The devices `auto` becomes are real (speed 1, no budget: the parser forbids both
+// on `auto`). Other specs pass unchanged.
 std::vector<DeviceSpec> expandAuto(const std::vector<DeviceSpec>& specs,
                                    const std::vector<DeviceInfo>& found);
 

@@ -1,9 +1,9 @@
-// How emulated devices share the host's cores (DESIGN.md, "Emulated heterogeneity"): real
-// devices share nothing, but emulated ones share cores, caches and memory bandwidth. Two policies
-// keep that sharing from changing what is measured: the workers take turns within a step (step
-// offsets), and the slower a device, the lower its CPU priority (the one with the least slack gets
-// the core). A SpeedEmulator applies both (setStepOffset, yieldCoreToFasterDevices); the agent
-// computes the offsets for the workers of its node.
+// How emulated devices share the host's cores (docs/architecture.md, "Emulated heterogeneity"):
+// real devices share nothing, but emulated ones share cores, caches and memory bandwidth. Two
+// policies keep that sharing from changing what is measured: the workers take turns within a step
+// (step offsets), and the slower a device, the lower its CPU priority (the one with the least
+// slack gets the core). A SpeedEmulator applies both (setStepOffset, yieldCoreToFasterDevices);
+// the agent computes the offsets for the workers of its node.
 #pragma once
 
 #include <vector>

@@ -17,7 +17,8 @@ namespace chorus::device {
 // How to measure. Value type.
 struct MeasureOptions {
   // Intra-op threads for CPU measurements. Default: 1, as each CPU worker runs one intra-op
-  // thread (DESIGN.md); the process-wide setting is restored afterwards.
+  // thread (docs/architecture.md, "Process model"); the process-wide setting is restored
+  // afterwards.
   int threads = 1;
   // Side n of the n x n matrices multiplied. Default: 1024 (large enough for a BLAS to reach its
   // steady rate, small enough for ~20 ms per product on one core).

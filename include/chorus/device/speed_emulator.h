@@ -1,6 +1,7 @@
 // Speed emulation: makes a worker behave like a slower device by padding its compute phases with
-// sleep, so heterogeneous clusters can be tested on one homogeneous machine (DESIGN.md,
-// "Emulated heterogeneity"). A spec `cpu@0.5` runs every compute phase at twice its real time.
+// sleep, so heterogeneous clusters can be tested on one homogeneous machine
+// (docs/architecture.md, "Emulated heterogeneity"). A spec `cpu@0.5` runs every compute phase at
+// twice its real time.
 //
 // Only compute is padded. Time spent waiting for peers inside a phase (a backward pass whose
 // gradient all-reduce overlaps it) must be excluded through pauseForWait()/resume() or

@@ -26,8 +26,10 @@ struct RankReport {
   int rank = 0;    // the rank in the current generation's world
   int member = 0;  // the launch rank: names the worker for good, through elastic recoveries
   int node = 0;
-  std::string device;     // the device spec, e.g. "cpu@0.5/512MiB"
-  bool emulated = false;  // speed < 1: the figures include padding (DESIGN: always labelled)
+  std::string device;  // the device spec, e.g. "cpu@0.5/512MiB"
+  // speed < 1: the figures include padding (always labelled as such: docs/architecture.md,
+  // "Emulated heterogeneity")
+  bool emulated = false;
   std::int64_t step = 0;  // steps done, 1-based
   std::int64_t global_batch = 0;
   std::int64_t share = 0;  // samples of the global batch this rank took in the step

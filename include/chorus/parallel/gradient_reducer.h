@@ -5,8 +5,8 @@
 // Every rank back-propagates the SUM of its samples' losses (over as many micro-batches as it
 // needs). The reducer all-reduces those sums and divides by the global batch B, so every rank ends
 // with sum_i(per-sample gradients on rank i) / B: exactly the gradient of single-device training
-// on the global batch (DESIGN.md, "A training step"), whatever the shares, up to floating-point
-// reduction order.
+// on the global batch (docs/architecture.md, "A training step"), whatever the shares, up to
+// floating-point reduction order.
 #pragma once
 
 #include <ATen/core/Tensor.h>

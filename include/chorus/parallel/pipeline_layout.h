@@ -23,21 +23,9 @@
 
 namespace chorus::parallel {
 
-// What a stage keeps between a micro-batch's forward and its backward.
-enum class Checkpointing {
-  // The whole autograd graph (fastest, most memory).
-  kNone,
-  // Only the stage's input; backward re-runs the stage's forward first (one extra forward).
-  kStage,
-  // The input of every layer of the stage; backward re-runs one layer at a time, so only one
-  // layer's graph is alive at once (same extra forward; more kept, smaller recompute peak).
-  kLayer,
-};
-
-// "none", "stage", "layer".
-const char* toString(Checkpointing checkpointing);
-// Parses "none" | "stage" | "layer" (also "off" = none, "on" = stage); ConfigError otherwise.
-Checkpointing parseCheckpointing(const std::string& name);
+// What a stage keeps between a micro-batch's forward and its backward: the Plan's vocabulary
+// (plan/memory_model.h: kNone, kStage, kLayer; plan::toString, plan::parseCheckpointing).
+using plan::Checkpointing;
 
 // The job's pipeline options; the runtime maps its config onto them. Value type.
 struct PipelineOptions {
@@ -145,9 +133,6 @@ std::vector<int> stageCuts(const CutRequest& request);
 // time per micro-batch is this x micro-batch / its device's speed. ConfigError when the layers
 // are not in the profile.
 double stageWork(const CutRequest& request, int first, int last);
-
-// The memory model's checkpointing mode of `checkpointing`.
-plan::Checkpointing toPlan(Checkpointing checkpointing);
 
 // What the memory model is asked for stage `stage` of layers [first, last) of a model of `layers`
 // layers under `options`: fp32,

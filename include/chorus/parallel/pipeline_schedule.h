@@ -17,14 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "chorus/plan/plan.h"
+
 namespace chorus::parallel {
 
-enum class Schedule { kGPipe, kOneFOneB };
-
-// "gpipe" or "1f1b".
-const char* toString(Schedule schedule);
-// Parses "gpipe" or "1f1b" (case-sensitive); ConfigError naming the choices otherwise.
-Schedule parseSchedule(const std::string& name);
+// The Plan's schedule (plan/plan.h: kGpipe, kOneFOneB; plan::toString, plan::parseSchedule), one
+// vocabulary for the planner and the engine.
+using plan::Schedule;
 
 enum class ActionKind {
   kRecvActivation,  // from stage s - 1: the input of micro-batch m

@@ -8,10 +8,11 @@
 // predicted step time improves by more than the fits' noise, and explain every change in one log
 // line. Its claims are tested on simulated devices (tests/plan/balancer_simulation_test.cc).
 //
-// Only shares change; the global batch does not, so placement never changes the math (DESIGN
-// invariant 1). Everything here is deterministic plain C++: every rank runs the same code on the
-// same all-gathered timings and arrives at the same shares without another round of agreement
-// (this relies on all ranks running the same binary, so that floating point agrees bit for bit).
+// Only shares change; the global batch does not, so placement never changes the math (invariant
+// 1, docs/architecture.md, "Invariants"). Everything here is deterministic plain C++: every rank
+// runs the same code on the same all-gathered timings and arrives at the same shares without
+// another round of agreement (this relies on all ranks running the same binary, so that floating
+// point agrees bit for bit).
 #pragma once
 
 #include <cstdint>

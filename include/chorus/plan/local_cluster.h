@@ -2,12 +2,13 @@
 // copy bandwidth, memory) into a cluster description the planner reads (cluster_file.h), so a plan
 // for this machine starts from achieved rates instead of a catalog's datasheet peaks.
 //
-// Each worker of a job becomes one device. A worker with an emulated speed (`cpu@0.5`, DESIGN.md
-// "Emulated heterogeneity") is a device whose compute rates are the measured ones times the speed,
-// since the emulator pads every compute phase to 1/speed of its time; its memory bandwidth stays as
-// measured, because what is not a compute phase (the optimizer step) is not padded. A memory
-// budget (`cpu@0.5/512MiB`) becomes the device's memory. Types are named by the worker's spec, so
-// "cpu" shadows the catalog's generic server CPU in that file (cluster_file.h).
+// Each worker of a job becomes one device. A worker with an emulated speed (`cpu@0.5`,
+// docs/architecture.md, "Emulated heterogeneity") is a device whose compute rates are the measured
+// ones times the speed, since the emulator pads every compute phase to 1/speed of its time; its
+// memory bandwidth stays as measured, because what is not a compute phase (the optimizer step) is
+// not padded. A memory budget (`cpu@0.5/512MiB`) becomes the device's memory. Types are named by
+// the worker's spec, so "cpu" shadows the catalog's generic server CPU in that file
+// (cluster_file.h).
 #pragma once
 
 #include <cstdint>

@@ -51,6 +51,8 @@ enum class Checkpointing {
   kLayer,  // every layer's input; backward recomputes one layer at a time
 };
 const char* toString(Checkpointing checkpointing);  // "none", "stage", "layer"
+// Parses "none" | "stage" | "layer" (also "off" = none, "on" = stage); ConfigError otherwise.
+Checkpointing parseCheckpointing(const std::string& name);
 
 // What the model knows about the job besides the model's layers. Value type.
 struct MemoryOptions {
@@ -177,6 +179,15 @@ class MemoryModel {
 StageMemoryRequest trainerStageRequest(int first, int last, int layers, Dtype dtype,
                                        double micro_batch, int in_flight, int micro_batches,
                                        int zero_stage, int group, Checkpointing checkpointing);
+
+// Largest micro-batch of a data-parallel trainer's rank computing in `dtype` that fits
+// `budget_bytes` by `memory` with a tenth spare, its state sharded by ZeRO `zero_stage` over
+// `group` ranks with `shard_fraction` of it here (0: even), and `replica_fraction` more as a
+// replica of another rank's slice. What the trainer sizes micro-batches by and `chorus train`
+// checks budgets with. Throws ConfigError naming `device` when not even one sample fits.
+std::int64_t maxMicroBatch(const MemoryModel& memory, Dtype dtype, std::uint64_t budget_bytes,
+                           const std::string& device, int zero_stage = 0, int group = 1,
+                           double shard_fraction = 0, double replica_fraction = 0);
 
 // Predicted peak bytes of every rank of `plan`, indexed like plan.ranks: each stage with its
 // rank's precision, its micro-batches in flight under the plan's schedule (one for a one-stage

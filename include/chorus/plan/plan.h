@@ -1,5 +1,5 @@
 // The Plan: one structure that the planner writes, the simulator runs and the runtime executes
-// (DESIGN.md, "The plan").
+// (docs/architecture.md, "The plan").
 //
 // Every strategy is one shape of it: heterogeneous data parallelism is R replicas of one stage
 // each with uneven shares; a pipeline is one replica of S stages with uneven layer cuts; hybrids
@@ -57,7 +57,7 @@ struct RankPlan {
   Dtype precision = Dtype::kFp32;
   // Bytes this rank may use; 0 = the device's usable memory. Default: 0.
   std::uint64_t memory_budget = 0;
-  // Emulated speed in (0, 1] (DESIGN.md, emulated heterogeneity). Default: 1.
+  // Emulated speed in (0, 1] (docs/architecture.md, "Emulated heterogeneity"). Default: 1.
   double emulated_speed = 1;
   // Filled by the cost model.
   std::uint64_t predicted_memory = 0;

@@ -27,6 +27,10 @@ void checkZero(const JobConfig& job);
 // hold the state.
 std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                                        const std::vector<double>& rates = {});
+// The fraction of the sharded state rank `rank` of `ranks` holds as a replica of its successor's
+// slice under `zero`'s redundancy (`shards`: the plan's fractions, empty when even); 0 without.
+double replicaFraction(const ZeroSection& zero, const std::vector<double>& shards, int rank,
+                       int ranks);
 // [elastic] on its own, and against the rest of the job: what elastic recovery cannot recover
 // yet is refused (elastic_section.cc). Throw ConfigError naming the key.
 ElasticSection readElastic(const Config& config);

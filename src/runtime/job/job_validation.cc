@@ -11,7 +11,6 @@
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/job_sections.h"
 #include "job/trained_model.h"
-#include "train/trainer_state.h"
 
 namespace chorus::runtime {
 namespace {
@@ -59,9 +58,9 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
     const DeviceSpec& device = devices[rank];
     if (!device.memory_budget) continue;
     const plan::Dtype dtype = plan::parseDtype(precisionOf(job.precision, rank, device));
-    maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString(),
-                  static_cast<int>(job.zero.stage), ranks, shards.empty() ? 0 : shards[rank],
-                  replicaFraction(job.zero, shards, rank, ranks));
+    plan::maxMicroBatch(*memory, dtype, *device.memory_budget, device.toString(),
+                        static_cast<int>(job.zero.stage), ranks, shards.empty() ? 0 : shards[rank],
+                        replicaFraction(job.zero, shards, rank, ranks));
   }
 }
 

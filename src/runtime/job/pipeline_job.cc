@@ -45,12 +45,12 @@ parallel::PipelineOptions pipelineOptions(const JobConfig& job) {
   const ParallelSection& section = job.parallel;
   parallel::PipelineOptions options;
   options.pipeline_stages = static_cast<int>(section.pipeline_stages);
-  options.schedule = parallel::parseSchedule(section.schedule);
+  options.schedule = plan::parseSchedule(section.schedule);
   options.micro_batches = static_cast<int>(section.micro_batches);
   options.partition = section.partition;
   options.replicas = static_cast<int>(section.replicas);
   options.global_batch = job.train.global_batch;
-  options.activation_checkpointing = parallel::parseCheckpointing(section.activation_checkpointing);
+  options.activation_checkpointing = plan::parseCheckpointing(section.activation_checkpointing);
   options.fp32_transfers = section.activations == "fp32";
   options.timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
   return options;

@@ -64,4 +64,11 @@ std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<D
   return fractionsByMemory(job, devices);
 }
 
+double replicaFraction(const ZeroSection& zero, const std::vector<double>& shards, int rank,
+                       int ranks) {
+  if (zero.stage == 0 || zero.redundancy == 0 || ranks < 2) return 0;
+  const int successor = (rank + 1) % ranks;
+  return shards.empty() ? 1.0 / ranks : shards.at(successor);
+}
+
 }  // namespace chorus::runtime

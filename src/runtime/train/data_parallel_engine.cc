@@ -121,9 +121,10 @@ std::vector<std::vector<std::int64_t>> microBatchesOf(const DataParallelEngine& 
 // This rank's share of the step: forward in the rank's precision, backward of the (scaled) loss
 // over micro-batches that fit its memory. The reducer's hooks fire during the last backward.
 // An emulated slower device computes each micro-batch in one block and pads it at its end, but
-// releases its gradient buckets at the emulated pace (DESIGN.md, "Emulated heterogeneity"): the
-// reducer holds each one back (reducerOptions), and the padding launches it at the moment the
-// slower device would have had it ready, so its all-reduces cannot hide in one final sleep.
+// releases its gradient buckets at the emulated pace (docs/architecture.md, "Emulated
+// heterogeneity"): the reducer holds each one back (reducerOptions), and the padding launches it
+// at the moment the slower device would have had it ready, so its all-reduces cannot hide in one
+// final sleep.
 ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& mine,
                      const std::vector<std::int64_t>& shares, bool inject, bool arm_reducer) {
   const auto micro = microBatchesOf(s, mine, shares);

@@ -17,6 +17,7 @@
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/balancer_settings.h"
+#include "job/job_sections.h"
 #include "train/data_parallel_engine.h"
 #include "train/engine_settings.h"
 
@@ -220,12 +221,12 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   const auto& budget = s.worker->identity().device.memory_budget;
   // The job's memory model, calibrated by measuring the model's layers (memory_calibration.h).
   s.micro_limit =
-      budget
-          ? maxMicroBatch(jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision, *budget,
-                          s.worker->identity().device.toString(), plan.zero_stage, world.size(),
-                          plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()),
-                          replicaFraction(s.job.zero, plan.zero_shards, world.rank(), world.size()))
-          : 0;
+      budget ? plan::maxMicroBatch(
+                   jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision, *budget,
+                   s.worker->identity().device.toString(), plan.zero_stage, world.size(),
+                   plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()),
+                   replicaFraction(s.job.zero, plan.zero_shards, world.rank(), world.size()))
+             : 0;
   const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
   if (planned_micro > 0)
     s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;

@@ -43,8 +43,7 @@ parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Pl
   options.pipeline_stages = plan.stageCount();
   options.replicas = static_cast<int>(plan.replicas.size());
   options.micro_batches = plan.micro_batches;
-  options.schedule = plan.schedule == plan::Schedule::kGpipe ? parallel::Schedule::kGPipe
-                                                             : parallel::Schedule::kOneFOneB;
+  options.schedule = plan.schedule;
   if (!plan.replicas[0].stages[0].checkpoint)
     options.activation_checkpointing = parallel::Checkpointing::kNone;
   else if (options.activation_checkpointing == parallel::Checkpointing::kNone)
@@ -56,9 +55,9 @@ parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Pl
 std::string describePlan(const PipelineStageEngine& s, const std::vector<std::string>& formats) {
   std::ostringstream text;
   text << "pipeline: " << s.options.pipeline_stages << " stages x " << s.options.replicas
-       << " replica(s), " << parallel::toString(s.options.schedule) << ", "
-       << s.options.micro_batches << " micro-batches, checkpointing "
-       << parallel::toString(s.options.activation_checkpointing) << "; layers per stage";
+       << " replica(s), " << plan::toString(s.options.schedule) << ", " << s.options.micro_batches
+       << " micro-batches, checkpointing " << plan::toString(s.options.activation_checkpointing)
+       << "; layers per stage";
   for (std::size_t i = 0; i + 1 < s.stage_cuts.size(); ++i)
     text << (i ? " + " : " ") << s.stage_cuts[i + 1] - s.stage_cuts[i];
   text << " (cut " << s.options.partition << "); replica shares";

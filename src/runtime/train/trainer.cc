@@ -12,6 +12,7 @@
 #include "chorus/core/logging.h"
 #include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/train/world_plan.h"
 #include "train/joined_device.h"
 #include "train/trainer_state.h"
 

@@ -51,20 +51,6 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const OptimizerSection& o
 double learningRateAt(const OptimizerSection& options, std::int64_t step, std::int64_t steps);
 void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 
-// Largest micro-batch of a data-parallel rank computing in `dtype` that fits `budget_bytes` by the
-// job's memory model (memory_calibration.h), its state sharded by ZeRO `zero_stage` over `group`
-// ranks with `shard_fraction` of it here (0: even), and `replica_fraction` more as a replica of
-// another rank's slice (zero.redundancy). Throws ConfigError naming `device` when not even one
-// sample fits.
-std::int64_t maxMicroBatch(const plan::MemoryModel& memory, plan::Dtype dtype,
-                           std::uint64_t budget_bytes, const std::string& device,
-                           int zero_stage = 0, int group = 1, double shard_fraction = 0,
-                           double replica_fraction = 0);
-// The fraction of the sharded state rank `rank` of `ranks` holds as a replica of its successor's
-// slice under `zero`'s redundancy (`shards`: the plan's fractions, empty when even); 0 without.
-double replicaFraction(const ZeroSection& zero, const std::vector<double>& shards, int rank,
-                       int ranks);
-
 // The engine that runs `plan` on this rank: DataParallelEngine for one stage per replica,
 // PipelineStageEngine otherwise. Throws ConfigError when the plan does not fit the engine.
 std::unique_ptr<StepEngine> makeDataParallelEngine(TrainingContext& context,

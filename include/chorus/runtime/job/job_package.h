@@ -13,11 +13,9 @@
 #include "chorus/comm/store/store.h"
 #include "chorus/plan/plan.h"
 #include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/launch/agent.h"  // kJobPackageKey
 
 namespace chorus::runtime {
-
-// The store key the package lives under.
-inline constexpr const char* kJobPackageKey = "job/package";
 
 // A job and its plan. Value type.
 struct JobPackage {

@@ -1,6 +1,6 @@
-// The Plan a `chorus train` job runs (DESIGN.md, "The plan"): built once by the front end, checked
-// against the job and its devices, and handed to every worker with the job (job_package.h), so
-// that no worker plans, cuts or splits on its own.
+// The Plan a `chorus train` job runs (docs/architecture.md, "The plan"): built once by the front
+// end, checked against the job and its devices, and handed to every worker with the job
+// (job_package.h), so that no worker plans, cuts or splits on its own.
 //
 // Where it comes from: the job's [parallel] and balancer keys as written (plan = "manual",
 // planOfJob), the planner (plan = "auto": planJob's settings, then planOfJob, keeping the
@@ -23,8 +23,6 @@
 
 namespace chorus::runtime {
 
-class Worker;
-
 // The plan of `job` as written on `devices` (the job's devices in rank order), nodes[r] the node
 // of rank r (default: every rank on "node0"). Data parallelism: one replica per rank with the
 // balancer's start shares: balancer.shares, initial_shares, the equal split under `balance =
@@ -42,10 +40,6 @@ plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& device
 // Throws ConfigError on rates of the wrong count, or not finite and positive.
 std::vector<double> startSpeeds(const std::vector<DeviceSpec>& devices,
                                 const std::vector<double>& rates);
-
-// planOfJob on every rank's device and node, all-gathered from the world communicator of
-// `worker`; collective. For trainers built without a plan (a program that builds its own).
-plan::Plan planOfWorld(const JobConfig& job, Worker& worker);
 
 // `plan` renumbered into rank order (see above): replica r's stage s becomes rank r·S + s.
 plan::Plan inRankOrder(const plan::Plan& plan);

@@ -14,8 +14,6 @@
 #include "chorus/plan/memory_model.h"
 #include "chorus/plan/plan.h"
 #include "chorus/runtime/job/job_config.h"
-#include "chorus/runtime/launch/worker.h"
-#include "chorus/runtime/train/trainer.h"
 
 namespace chorus::runtime {
 

@@ -18,6 +18,10 @@
 
 namespace chorus::runtime {
 
+// The store key under which node 0's agent puts what AgentOptions::prepare_job returned: for
+// `chorus train`, the job and its plan (runtime/job/job_package.h).
+inline constexpr const char* kJobPackageKey = "job/package";
+
 struct AgentOptions {
   // Devices of this node, one worker each; `auto` is expanded by the agent. Required.
   std::vector<DeviceSpec> devices;
@@ -26,7 +30,7 @@ struct AgentOptions {
   std::vector<device::DeviceInfo> discovered;
   // Node 0: called once every node has joined, with every rank's device and node rank in rank
   // order, before any worker starts; what it returns is put in the job's store under
-  // kJobPackageKey (job_package.h), where `chorus train` workers read their job and plan. An
+  // kJobPackageKey (above), where `chorus train` workers read their job and plan. An
   // exception it throws stops the job before it starts. Default: none.
   std::function<std::string(const std::vector<DeviceSpec>& devices,
                             const std::vector<int>& node_of_rank)>
