@@ -383,7 +383,7 @@ def chorus_settings(args, m, batch, dtype):
         settings[f"model.{key}"] = m[key]
     if m["kind"] == "cnn":
         settings["model.input_shape"] = "[" + ",".join(str(d) for d in m["input_shape"]) + "]"
-    if args.device == "cpu" and chorus_knows(args, "cpu_threads"):
+    if args.device == "cpu" and args.sets_cpu_threads:
         settings["cpu_threads"] = args.threads
     if args.device.startswith("cuda"):
         settings["precision.tf32"] = "false"  # fp32 matrix products in fp32, as PyTorch's default
@@ -813,6 +813,7 @@ def main(argv=None):
     # with it by default (precision.conv_tf32, PyTorch's cudnn.allow_tf32 default); the loop does
     # as the binary does.
     args.conv_tf32 = gpu and chorus_knows(args, "precision.conv_tf32")
+    args.sets_cpu_threads = chorus_knows(args, "cpu_threads")  # once: the binary is large
     if args.attention == "auto":  # chorus's GPT calls at::scaled_dot_product_attention, or not:
         # since 4583bf0 on a GPU only (src/model/gpt.cc, attention), its name in every binary
         fused = chorus_knows(args, "scaled_dot_product_attention")

@@ -103,4 +103,14 @@ std::vector<int> intraOpThreads(const std::vector<bool>& cpu, const std::vector<
   return threads;
 }
 
+std::vector<int> intraOpThreads(const std::vector<DeviceSpec>& devices, int cores, int requested) {
+  std::vector<bool> cpu;
+  std::vector<double> speeds;
+  for (const DeviceSpec& device : devices) {
+    cpu.push_back(device.kind == DeviceKind::kCpu);
+    speeds.push_back(device.speed);
+  }
+  return intraOpThreads(cpu, speeds, cores, requested);
+}
+
 }  // namespace chorus::device

@@ -95,7 +95,7 @@ void applyAutoPlan(const TrainArgs& args, Config& config, SettledJob& settled) {
                       "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
   const runtime::PlannedJob planned = runtime::planJob(
       settled.job, settled.devices,
-      runtime::measureJobDevices(settled.devices,
+      runtime::measureJobDevices(settled.devices, settled.found,
                                  runtime::jobThreads(settled.job, settled.devices, settled.found)));
   std::cout << "chorus train: " << planned.summary << std::endl;
   for (const std::string& setting : planned.settings) config.set(setting);

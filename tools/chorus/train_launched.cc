@@ -8,6 +8,7 @@
 
 #include "chorus/chorus.h"
 #include "chorus/device/discovery.h"
+#include "chorus/device/host_sharing.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/job_plan.h"
@@ -100,8 +101,11 @@ int trainLaunchedRank(const TrainArgs& args, runtime::Environment environment) {
   environment[runtime::env::kDevice] = device.toString();
   // cpu_threads as asked; "auto" is one thread here, since the launcher, not chorus, decides what
   // shares the host's cores.
-  if (job.cpu_threads > 0 && device.kind == DeviceKind::kCpu && device.speed >= 1.0)
-    environment[runtime::env::kCpuThreads] = std::to_string(job.cpu_threads);
+  if (job.cpu_threads > 0) {
+    const int threads =
+        device::intraOpThreads({device}, /*cores=*/1, static_cast<int>(job.cpu_threads)).front();
+    if (threads > 1) environment[runtime::env::kCpuThreads] = std::to_string(threads);
+  }
   runtime::InitOptions init;
   init.environment = std::move(environment);
   auto worker = chorus::init(init);

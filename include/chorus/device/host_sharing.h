@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "chorus/core/device_spec.h"
+
 namespace chorus::device {
 
 // The nice value of a worker at emulated `speed`: round(5 x log2(1 / speed)), at most 19
@@ -54,5 +56,7 @@ std::vector<double> staggerOffsets(const std::vector<double>& speeds, int cores)
 // `requested` < 0 or sizes that differ.
 std::vector<int> intraOpThreads(const std::vector<bool>& cpu, const std::vector<double>& speeds,
                                 int cores, int requested);
+// The same for a node's device specs (their kinds and emulated speeds).
+std::vector<int> intraOpThreads(const std::vector<DeviceSpec>& devices, int cores, int requested);
 
 }  // namespace chorus::device

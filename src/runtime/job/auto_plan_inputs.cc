@@ -59,8 +59,8 @@ model::ModelConfig trainedModelConfig(const JobConfig& job) {
 }
 
 std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices,
+                                                    const std::vector<device::DeviceInfo>& found,
                                                     const std::vector<int>& threads) {
-  const std::vector<device::DeviceInfo> found = device::discoverDevices();
   std::map<std::tuple<DeviceKind, int, int>, plan::MeasuredDevice> measured;
   std::vector<plan::MeasuredDevice> result;
   for (size_t r = 0; r < devices.size(); ++r) {
@@ -86,13 +86,7 @@ std::vector<int> jobThreads(const JobConfig& job, const std::vector<DeviceSpec>&
   int cores = 1;
   for (const device::DeviceInfo& info : found)
     if (info.kind == DeviceKind::kCpu) cores = std::max(1, info.cores);
-  std::vector<bool> cpu;
-  std::vector<double> speeds;
-  for (const DeviceSpec& device : devices) {
-    cpu.push_back(device.kind == DeviceKind::kCpu);
-    speeds.push_back(device.speed);
-  }
-  return device::intraOpThreads(cpu, speeds, cores, static_cast<int>(job.cpu_threads));
+  return device::intraOpThreads(devices, cores, static_cast<int>(job.cpu_threads));
 }
 
 std::vector<double> measureStartRates(const JobConfig& job,
@@ -115,7 +109,7 @@ std::vector<double> measureStartRates(const JobConfig& job,
     if (!local) return {};
   }
   const std::vector<plan::MeasuredDevice> measured =
-      measureJobDevices(devices, jobThreads(job, devices, found));
+      measureJobDevices(devices, found, jobThreads(job, devices, found));
   std::vector<double> rates;
   for (size_t r = 0; r < devices.size(); ++r) {
     const std::string format = precisionOf(job.precision, static_cast<int>(r), devices[r]);

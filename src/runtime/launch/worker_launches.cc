@@ -47,13 +47,7 @@ std::vector<double> emulationOffsets(const std::vector<DeviceSpec>& devices, int
 // Intra-op threads of this node's workers (device::intraOpThreads), by local index; logs those
 // given more than one.
 std::vector<int> workerThreads(const std::vector<DeviceSpec>& devices, int cores, int requested) {
-  std::vector<bool> cpu;
-  std::vector<double> speeds;
-  for (const DeviceSpec& device : devices) {
-    cpu.push_back(device.kind == DeviceKind::kCpu);
-    speeds.push_back(device.speed);
-  }
-  const std::vector<int> threads = device::intraOpThreads(cpu, speeds, cores, requested);
+  const std::vector<int> threads = device::intraOpThreads(devices, cores, requested);
   for (size_t local = 0; local < devices.size(); ++local)
     if (threads[local] > 1)
       logInfo("chorus run: ", devices[local].toString(), " computes on ", threads[local],

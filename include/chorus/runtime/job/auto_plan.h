@@ -35,12 +35,13 @@ struct PlannedJob {
   plan::Plan plan;
 };
 
-// Measures the devices `devices` name on this host (device/microbench.h; each physical device
-// once per thread count, about a second for a CPU): entry i describes devices[i] as it is,
-// without its emulated speed or budget, a CPU at `threads[i]` intra-op threads (Default: empty,
-// one each; jobThreads gives a job's). REQUIRES: no "auto" left in `devices`
-// (device::expandAuto). Throws DeviceError when a measurement fails.
+// Measures the devices `devices` name among this host's, `found` (device::discoverDevices;
+// device/microbench.h; each physical device once per thread count, about a second for a CPU):
+// entry i describes devices[i] as it is, without its emulated speed or budget, a CPU at
+// `threads[i]` intra-op threads (Default: empty, one each; jobThreads gives a job's). REQUIRES: no
+// "auto" left in `devices` (device::expandAuto). Throws DeviceError when a measurement fails.
 std::vector<plan::MeasuredDevice> measureJobDevices(const std::vector<DeviceSpec>& devices,
+                                                    const std::vector<device::DeviceInfo>& found,
                                                     const std::vector<int>& threads = {});
 
 // The intra-op threads each of `devices`, one node's, computes on in `job`
