@@ -82,9 +82,9 @@ def test_adaptive_shares_follow_emulated_speeds(run_job, tmp_path):
     assert shares[0] == [28, 28, 28]  # profiling at equal shares
     # The late shares follow the speeds: ordered as they are, the fastest well above an equal
     # split and the slowest well below. How close they come to the nominal 4:2:1 is the policy's,
-    # tested on simulated devices (tests/plan/balancer_simulation_test.cc): here the host's load
-    # moves it (in CI, beside a container test, rank 0 took 0.70 of B against a nominal 0.57,
-    # its slower peers having slowed more).
+    # tested on simulated devices (tests/plan/balance/balancer_simulation_test.cc): here the
+    # host's load moves it (in CI, beside a container test, rank 0 took 0.70 of B against a
+    # nominal 0.57, its slower peers having slowed more).
     late = shares[-8:]
     fraction = [statistics.median(s[rank] / 84 for s in late) for rank in range(3)]
     assert fraction[0] > fraction[1] > fraction[2], shares

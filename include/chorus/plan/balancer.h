@@ -6,7 +6,8 @@
 // timings into integer shares b_i with Σ b_i = B that minimise the slowest rank's time, and
 // LoadBalancer is the policy around it: profile at equal shares, then rebalance whenever the
 // predicted step time improves by more than the fits' noise, and explain every change in one log
-// line. Its claims are tested on simulated devices (tests/plan/balancer_simulation_test.cc).
+// line. Its claims are tested on simulated devices
+// (tests/plan/balance/balancer_simulation_test.cc).
 //
 // Only shares change; the global batch does not, so placement never changes the math (invariant
 // 1, docs/architecture.md, "Invariants"). Everything here is deterministic plain C++: every rank

@@ -3,8 +3,8 @@
 // A cluster description names its devices by type ("A100-80", "V100-32", "MI300X", "CPU"); the
 // catalog turns a type into peak throughput per data type, memory and memory bandwidth, the figures
 // the cost model scales by an achievable fraction. Figures are vendor datasheet peaks for dense
-// math (no structured sparsity); each is cited in src/plan/device_catalog.cc. A cluster file may
-// define further types (for example the local devices as `chorus devices` measured them).
+// math (no structured sparsity); each is cited in src/plan/cluster/device_catalog.cc. A cluster
+// file may define further types (for example the local devices as `chorus devices` measured them).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 // A link's bandwidth is per device and per direction: what one GPU can push into NVLink or
 // PCIe, or what one node can push into its network (times the node's NIC count). The catalog keeps
 // the nominal figure and the fraction of it collectives reach in practice (`efficiency`), so both
-// appear in reports. Figures and sources are in src/plan/link_catalog.cc.
+// appear in reports. Figures and sources are in src/plan/cluster/link_catalog.cc.
 #pragma once
 
 #include <string>

@@ -18,7 +18,7 @@
 //  * precision per device from a policy (bf16 where supported, fp16 on V100/T4, ...).
 // Every candidate is priced by the cost model and must fit every rank's memory. The search prunes
 // with lower bounds but is exact within its space: exhaustivePlan() enumerates the same space
-// naively and finds the same best step time (tests/plan/planner_test.cc).
+// naively and finds the same best step time (tests/plan/search/planner_test.cc).
 #pragma once
 
 #include <cstdint>

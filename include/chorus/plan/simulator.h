@@ -8,7 +8,7 @@
 // traffic queues (contention). Gradient buckets become ready during each rank's last backward,
 // are all-reduced over the stage's data-parallel group in order, then the optimizer steps. Task
 // durations come from the cost model, so on a schedule without contention the simulator agrees
-// with CostModel::evaluate (tests/plan/simulator_test.cc pins the cases).
+// with CostModel::evaluate (tests/plan/simulate/simulator_test.cc pins the cases).
 #pragma once
 
 #include <string>

@@ -7,7 +7,7 @@
 // activation memory follows Korthikanti et al., "Reducing Activation Recomputation in Large
 // Transformer Models" (MLSys'23, section 4.1, without tensor or sequence parallelism, attention
 // scores kept, i.e. no flash attention). Sources of each shape's figures are in
-// src/plan/transformer_shapes.cc.
+// src/plan/model/transformer_shapes.cc.
 #pragma once
 
 #include <string>

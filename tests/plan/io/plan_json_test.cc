@@ -1,0 +1,80 @@
+#include "chorus/plan/plan_json.h"
+
+#include <gtest/gtest.h>
+
+#include "chorus/core/error.h"
+#include "chorus/plan/planner.h"
+#include "plan/plan_test_util.h"
+
+namespace chorus::plan {
+namespace {
+
+using testing::makeCluster;
+using testing::uniformModel;
+
+Plan plannedPlan(const Cluster& cluster) {
+  PlanOptions options;
+  options.global_batch = 16;
+  options.top_k = 1;
+  return planCluster(cluster, uniformModel(6, 1e8, 1e12, 1e8, 1e6), options).plans.at(0);
+}
+
+std::string errorOf(const std::string& text) {
+  try {
+    parsePlanJson(text, "plan.json");
+  } catch (const ConfigError& error) {
+    return error.message();
+  }
+  return "";
+}
+
+TEST(PlanJson, RoundTripsEveryField) {
+  const Cluster cluster = makeCluster({{"A100-80", "A100-80"}, {"V100-32", "V100-32"}});
+  Plan plan = plannedPlan(cluster);
+  plan.seed = 42;
+  plan.comm.inter_node_codec = Codec::kInt8;
+  plan.ranks[0].memory_budget = 1 << 30;
+  plan.ranks[0].emulated_speed = 0.5;
+  const nlohmann::json json = toJson(plan);
+  EXPECT_EQ(json["devices"], plan.ranks.size());
+  const Plan again = parsePlanJson(json.dump(2), "plan.json");
+  EXPECT_EQ(toJson(again), json);
+  EXPECT_EQ(again.summary(), plan.summary());
+  EXPECT_NO_THROW(checkPlanAgainstCluster(again, cluster));
+}
+
+TEST(PlanJson, ErrorsNameTheFileTheLineAndTheKey) {
+  EXPECT_EQ(errorOf("{\"global_batch\": 4,\n \"replicas\": [{\"share\": 0, \"stages\": []}],\n"
+                    " \"ranks\": []}"),
+            "plan.json:2: replicas[0].share: must be an integer in [1, 2147483647]");
+  EXPECT_EQ(
+      errorOf("{\"global_batch\": 4, \"replicas\": [],\n \"ranks\": [{\"device\": 0,\n"
+              "   \"precision\": \"fp8\"}]}"),
+      "plan.json:3: ranks[0].precision: unknown precision 'fp8'; known: fp32, tf32, bf16, fp16");
+  EXPECT_EQ(
+      errorOf("{\"global_batch\": 4, \"replicas\": [], \"ranks\": [],\n \"schedule\": \"zb\"}"),
+      "plan.json:2: schedule: unknown schedule 'zb'; known: gpipe, 1f1b");
+  EXPECT_EQ(errorOf("{\"replicas\": [], \"ranks\": []}"),
+            "plan.json:1: (top level): missing key 'global_batch'");
+  EXPECT_EQ(errorOf("{\"global_batch\": 4, \"replicas\": [], \"ranks\": [], \"devices\": 3}"),
+            "plan.json:1: devices: says 3 but 'ranks' lists 0");
+  EXPECT_THROW(loadPlanFile("/nonexistent/plan.json"), ConfigError);
+}
+
+TEST(PlanJson, ValidationRejectsInconsistentPlans) {
+  const Cluster cluster = makeCluster({{"A100-80", "A100-80"}});
+  const Plan good = plannedPlan(cluster);
+  Plan bad = good;
+  bad.global_batch += 1;
+  EXPECT_THROW(bad.validate(6), ConfigError);
+  EXPECT_THROW(good.validate(7), ConfigError);  // the plan is for a 6-layer model
+  bad = good;
+  bad.ranks.push_back(bad.ranks[0]);  // a rank that runs nothing
+  EXPECT_THROW(bad.validate(6), ConfigError);
+  // Plans made for another cluster are refused, not misread.
+  EXPECT_THROW(checkPlanAgainstCluster(good, makeCluster({{"A100-80"}})), ConfigError);
+  EXPECT_THROW(checkPlanAgainstCluster(good, makeCluster({{"T4", "T4"}})), ConfigError);
+}
+
+}  // namespace
+}  // namespace chorus::plan
