@@ -86,10 +86,18 @@ struct SettledJob {
   bool pipeline() const { return plan ? plan->stageCount() > 1 : job.parallel.pipeline_stages > 1; }
 };
 
-// plan = "auto": measures the job's devices, plans, prints the choice in one line and applies its
-// settings to the job (the devices in the plan's rank order, the shares the balancer starts from,
-// the pipeline's layout), keeping the planner's prediction with the plan.
-void applyAutoPlan(const TrainArgs& args, Config& config, SettledJob& settled) {
+// A plan made elsewhere, adopted as it is: the job's devices in the plan's rank order, the job
+// under the plan (its ZeRO stage), all checked (runtime::adoptPlan).
+void adoptPlan(const plan::Plan& plan, SettledJob& settled) {
+  runtime::AdoptedPlan adopted = runtime::adoptPlan(plan, settled.job, settled.devices);
+  settled.job = std::move(adopted.job);
+  settled.devices = std::move(adopted.devices);
+  settled.plan = std::move(adopted.plan);
+}
+
+// plan = "auto": measures the job's devices, plans, prints the choice in one line and runs the
+// planner's Plan as it is, prediction included.
+void applyAutoPlan(const TrainArgs& args, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1,
                       "config key 'plan': plan = \"auto\" plans one node's devices; with --nnodes "
                       "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
@@ -98,16 +106,11 @@ void applyAutoPlan(const TrainArgs& args, Config& config, SettledJob& settled) {
       runtime::measureJobDevices(settled.devices, settled.found,
                                  runtime::jobThreads(settled.job, settled.devices, settled.found)));
   std::cout << "chorus train: " << planned.summary << std::endl;
-  for (const std::string& setting : planned.settings) config.set(setting);
-  settled.job = runtime::readJobConfig(config);
-  settled.devices = device::expandAuto(settled.job.devices, settled.found);
-  settled.plan = runtime::planOfJob(settled.job, settled.devices);
-  settled.plan->predicted = planned.plan.predicted;
-  settled.plan->reason = planned.plan.reason;
+  adoptPlan(planned.plan, settled);
 }
 
 // --plan FILE: the plan as it is, its ranks on the job's devices (in the plan's order).
-void applyPlanFile(const TrainArgs& args, Config& config, SettledJob& settled) {
+void applyPlanFile(const TrainArgs& args, const Config& config, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1, "--plan: a plan file runs on one node (--nnodes 1)");
   CHORUS_CHECK_CONFIG(
       settled.job.plan != "auto",
@@ -117,33 +120,19 @@ void applyPlanFile(const TrainArgs& args, Config& config, SettledJob& settled) {
     CHORUS_CHECK_CONFIG(key == "parallel.activation_checkpointing" || !config.has(key),
                         "config key '", key, "': --plan ", args.plan,
                         " decides it; remove the key or the --plan");
-  plan::Plan plan = runtime::inRankOrder(plan::loadPlanFile(args.plan));
   const std::vector<DeviceSpec> listed = settled.devices;
-  settled.devices = runtime::devicesOfPlan(plan, listed);
+  adoptPlan(plan::loadPlanFile(args.plan), settled);
   // A planner may leave a device out (one that would only slow the step): say so.
   if (settled.devices.size() < listed.size())
     std::cout << "chorus train: --plan " << args.plan << " runs " << settled.devices.size()
               << " of the job's " << listed.size() << " devices (" << toString(listed) << ")"
               << std::endl;
-  for (size_t rank = 0; rank < plan.ranks.size(); ++rank)
-    plan.ranks[rank].device = static_cast<int>(rank);
-  // The plan's ZeRO stage is the plan's to decide, as its shares are: the job takes it (and is
-  // checked again with it) unless it says otherwise itself.
-  if (plan.zero_stage != settled.job.zero.stage) {
-    CHORUS_CHECK_CONFIG(!config.has("zero.stage"), "config key 'zero.stage': --plan ", args.plan,
-                        " runs ZeRO stage ", plan.zero_stage, ", the job says ",
-                        settled.job.zero.stage, "; remove the key or the --plan");
-    config.set("zero.stage=" + std::to_string(plan.zero_stage));
-    settled.job = runtime::readJobConfig(config);
-  }
-  runtime::checkPlanForJob(plan, settled.job, settled.devices);
-  settled.plan = std::move(plan);
 }
 
 // Reads the job (the only time its file is read), finds the devices (the only discovery) and
 // settles the plan where the front end can; then checks the job against this node's devices.
 SettledJob settleJob(const TrainArgs& args) {
-  Config config = loadConfig(args);
+  const Config config = loadConfig(args);
   SettledJob settled;
   settled.job = runtime::readJobConfig(config);
   settled.found = device::discoverDevices();
@@ -152,7 +141,7 @@ SettledJob settleJob(const TrainArgs& args) {
   if (!args.plan.empty())
     applyPlanFile(args, config, settled);
   else if (settled.job.plan == "auto")
-    applyAutoPlan(args, config, settled);
+    applyAutoPlan(args, settled);
   if (settled.pipeline() && !settled.plan && args.nnodes == 1) {
     runtime::validatePipelineJob(settled.job, settled.devices);
   } else {

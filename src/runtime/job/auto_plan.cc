@@ -1,7 +1,7 @@
 // plan = "auto": the job's devices become a measured local cluster, its model a profile, and the
 // planner's search, narrowed to what the trainers run, picks data parallelism with uneven shares,
-// a pipeline or replicas of pipelines. The choice comes back as job settings (PlannedJob), so the
-// front end and every worker read one and the same fully specified job.
+// a pipeline or replicas of pipelines. The choice comes back as the planner's Plan, which the
+// front end adopts as it is (job_plan.h, adoptPlan) and hands to every worker.
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -127,23 +127,18 @@ std::vector<int> stageLayers(const plan::Plan& plan) {
   return counts;
 }
 
-// Data parallelism: the planned shares are where the balancer starts (it refines them from
-// measurements unless balance = "off").
-std::vector<std::string> settingsOf(const plan::Plan& plan, const std::vector<DeviceSpec>& devices,
-                                    const std::vector<DeviceSpec>& ordered) {
-  std::vector<std::string> settings{"plan=manual"};
-  if (!(ordered == devices)) settings.push_back("devices=" + toString(ordered));
-  if (plan.zero_stage > 0) settings.push_back("zero.stage=" + std::to_string(plan.zero_stage));
-  if (plan.stageCount() == 1) {
-    settings.push_back("balancer.initial_shares=[" + joined(replicaShares(plan), ",") + "]");
-    return settings;
-  }
-  settings.push_back("parallel.pipeline_stages=" + std::to_string(plan.stageCount()));
-  settings.push_back("parallel.replicas=" + std::to_string(plan.replicas.size()));
-  settings.push_back("parallel.micro_batches=" + std::to_string(plan.micro_batches));
-  settings.push_back(std::string("parallel.schedule=") + plan::toString(plan.schedule));
-  settings.push_back("parallel.partition=[" + joined(stageLayers(plan), ",") + "]");
-  return settings;
+// Each rank computes in the format the job's [precision] gives its device (as planOfJob's ranks
+// do), counted in the trainers' rank order (replica by replica, stage by stage): the planner
+// priced 16-bit compute under its policy, the job says which 16-bit format.
+void takeJobPrecisions(plan::Plan& plan, const JobConfig& job,
+                       const std::vector<DeviceSpec>& devices) {
+  int rank = 0;
+  for (const auto& replica : plan.replicas)
+    for (const auto& stage : replica.stages) {
+      plan::RankPlan& planned = plan.ranks.at(stage.rank);
+      planned.precision =
+          plan::parseDtype(precisionOf(job.precision, rank++, devices.at(planned.device)));
+    }
 }
 
 std::string milliseconds(double seconds) {
@@ -187,7 +182,8 @@ std::string summaryOf(const JobConfig& job, const plan::PlanResult& result,
 // The first job setting that keeps ZeRO out of the plan (what checkZero or checkElastic would
 // refuse with it, or what the planner does not price), or "" when the plan may shard.
 std::string zeroBlocker(const JobConfig& job, const std::vector<DeviceSpec>& devices) {
-  if (job.zero.stage != 0) return "zero.stage is set";
+  // Also zero.stage = 0: the job keeps its state replicated.
+  if (job.zero.stage_given) return "zero.stage is set";
   if (job.comm.sync_every != 1) return "comm.sync_every is set";
   if (job.comm.compression != "none") return "comm.compression is set";
   if (job.comm.algorithm != "flat") return "comm.algorithm is set";
@@ -265,9 +261,8 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                  ")");
   PlannedJob planned;
   planned.plan = result.plans.front();
-  const std::vector<DeviceSpec> ordered = rankDevices(planned.plan, devices);
-  planned.settings = settingsOf(planned.plan, devices, ordered);
-  planned.summary = summaryOf(job, result, ordered, left_out, zero_note);
+  takeJobPrecisions(planned.plan, job, devices);
+  planned.summary = summaryOf(job, result, rankDevices(planned.plan, devices), left_out, zero_note);
   return planned;
 }
 

@@ -5,6 +5,7 @@
 #include "chorus/core/config.h"
 #include "chorus/core/error.h"
 #include "chorus/plan/plan_json.h"
+#include "chorus/runtime/job/job_plan.h"
 
 namespace chorus::runtime {
 namespace {
@@ -37,8 +38,10 @@ JobPackage decodeJobPackage(const std::string& text) {
                       "job package: no 'plan'");
   const std::string source = package["source"].get<std::string>();
   JobPackage decoded;
-  decoded.job = readJobConfig(Config::parseString(package["job"].get<std::string>(), source));
   decoded.plan = plan::parsePlanJson(package["plan"].dump(), source + " (plan)");
+  // The plan decides what the job leaves to it (a plan file's or the planner's ZeRO stage).
+  decoded.job = jobUnderPlan(
+      readJobConfig(Config::parseString(package["job"].get<std::string>(), source)), decoded.plan);
   return decoded;
 }
 

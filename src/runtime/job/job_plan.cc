@@ -257,6 +257,28 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
   }
 }
 
+JobConfig jobUnderPlan(JobConfig job, const plan::Plan& plan) {
+  if (job.zero.stage == plan.zero_stage) return job;
+  CHORUS_CHECK_CONFIG(!job.zero.stage_given, "config key 'zero.stage': the plan runs ZeRO stage ",
+                      plan.zero_stage, ", the job says ", job.zero.stage,
+                      "; remove the key or run another plan");
+  job.zero.stage = plan.zero_stage;
+  checkZero(job);
+  return job;
+}
+
+AdoptedPlan adoptPlan(const plan::Plan& plan, const JobConfig& job,
+                      const std::vector<DeviceSpec>& listed) {
+  AdoptedPlan adopted;
+  adopted.plan = inRankOrder(plan);
+  adopted.devices = devicesOfPlan(adopted.plan, listed);
+  for (size_t rank = 0; rank < adopted.plan.ranks.size(); ++rank)
+    adopted.plan.ranks[rank].device = static_cast<int>(rank);
+  adopted.job = jobUnderPlan(job, adopted.plan);
+  checkPlanForJob(adopted.plan, adopted.job, adopted.devices);
+  return adopted;
+}
+
 std::string precisionName(const plan::RankPlan& rank) {
   return rank.precision == plan::Dtype::kTf32 ? "fp32" : plan::toString(rank.precision);
 }

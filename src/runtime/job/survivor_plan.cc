@@ -28,15 +28,22 @@ int survivorStages(int devices, int stages, int layers) {
   return best;
 }
 
-plan::Plan survivorPipelinePlan(const JobConfig& job, const std::vector<plan::RankPlan>& ranks,
-                                int layers) {
+plan::Plan survivorPipelinePlan(const JobConfig& job, const plan::Plan& launch,
+                                const std::vector<plan::RankPlan>& ranks, int layers) {
   CHORUS_CHECK_CONFIG(!ranks.empty(), "elastic: a plan for no devices");
   const int devices = static_cast<int>(ranks.size());
-  const int stages =
-      survivorStages(devices, static_cast<int>(job.parallel.pipeline_stages), layers);
+  const int stages = survivorStages(devices, launch.stageCount(), layers);
+  // The launch plan's schedule, micro-batches and checkpointing (a plan file's or the planner's,
+  // which the job's [parallel] does not repeat), cut anew by the job's planning.
   JobConfig next = job;
   next.parallel.pipeline_stages = stages;
   next.parallel.replicas = stages > 1 ? devices / stages : 1;
+  next.parallel.micro_batches = launch.micro_batches;
+  next.parallel.schedule = plan::toString(launch.schedule);
+  if (!launch.replicas.at(0).stages.at(0).checkpoint)
+    next.parallel.activation_checkpointing = "none";
+  else if (next.parallel.activation_checkpointing == "none")
+    next.parallel.activation_checkpointing = "layer";
   if (listsLayerCounts(next.parallel.partition)) next.parallel.partition = "auto";
   const std::size_t replicas = stages > 1 ? next.parallel.replicas : devices;
   if (next.balancer.shares.size() != replicas) next.balancer.shares.clear();

@@ -29,6 +29,7 @@ std::vector<double> readFractions(const Config& config) {
 ZeroSection readZero(const Config& config) {
   ZeroSection zero;
   zero.stage = config.getInt("zero.stage", zero.stage);
+  zero.stage_given = config.has("zero.stage");
   require(zero.stage >= 0 && zero.stage <= 3, "zero.stage", "must be 0, 1, 2 or 3");
   if (config.isArray("zero.shards")) {
     zero.shards = "list";

@@ -106,8 +106,8 @@ std::string plannedHeader(const Trainer::State& s, const Generation& next) {
     ranks.push_back(s.launch_plan.ranks.at(slot));
     slots.push_back({member, slot});
   }
-  const plan::Plan next_plan =
-      survivorPipelinePlan(s.context->job, ranks, static_cast<int>(s.context->model->numLayers()));
+  const plan::Plan next_plan = survivorPipelinePlan(
+      s.context->job, s.launch_plan, ranks, static_cast<int>(s.context->model->numLayers()));
   return nlohmann::json{
       {"plan", plan::toJson(next_plan)}, {"slots", slots}, {"launch", plan::toJson(s.launch_plan)}}
       .dump();

@@ -1,5 +1,6 @@
-// plan = "auto": the planner's choice comes back as job settings that make a valid, runnable job,
-// the split follows the devices' speeds, and the search stays within what the trainers run.
+// plan = "auto": the planner's choice comes back as a Plan that the job adopts as it is (a valid,
+// runnable job), the split follows the devices' speeds, and the search stays within what the
+// trainers run.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,6 +11,7 @@
 #include "chorus/core/error.h"
 #include "chorus/runtime/job/auto_plan.h"
 #include "chorus/runtime/job/job_config.h"
+#include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/pipeline_job.h"
 
 namespace chorus::runtime {
@@ -36,32 +38,36 @@ Config jobConfig(const std::vector<std::string>& settings) {
 
 struct Planned {
   PlannedJob planned;
-  JobConfig job;  // the job with the plan's settings applied
+  AdoptedPlan adopted;  // the plan in rank order on the job's devices, the job under it
 };
 
-// Plans the job and applies the settings as `chorus train` does; the result must pass every check
+// Plans the job and adopts the plan as `chorus train` does; the result must pass every check
 // `chorus train` runs before starting workers.
-Planned planAndApply(const std::vector<std::string>& settings, const plan::MeasuredDevice& cpu) {
-  Config config = jobConfig(settings);
-  const JobConfig job = readJobConfig(config);
+Planned planAndAdopt(const std::vector<std::string>& settings, const plan::MeasuredDevice& cpu) {
+  const JobConfig job = readJobConfig(jobConfig(settings));
   const std::vector<plan::MeasuredDevice> measured(job.devices.size(), cpu);
   Planned result{planJob(job, job.devices, measured), {}};
-  for (const auto& setting : result.planned.settings) config.set(setting);
-  result.job = readJobConfig(config);
-  if (result.job.parallel.pipeline_stages > 1)
-    validatePipelineJob(result.job, result.job.devices);
-  else
-    validateJobOnDevices(result.job, result.job.devices);
+  result.adopted = adoptPlan(result.planned.plan, job, job.devices);
+  // A pipeline's budgets bound its stages (checked by the cut), not the whole model.
+  std::vector<DeviceSpec> devices = result.adopted.devices;
+  if (result.adopted.plan.stageCount() > 1)
+    for (auto& device : devices) device.memory_budget.reset();
+  validateJobOnDevices(result.adopted.job, devices);
   return result;
 }
 
+std::vector<int> sharesOf(const plan::Plan& plan) {
+  std::vector<int> shares;
+  for (const auto& replica : plan.replicas) shares.push_back(replica.share);
+  return shares;
+}
+
 TEST(AutoPlan, PicksDataParallelWithSharesProportionalToSpeedsForASmallCnn) {
-  const Planned run = planAndApply({"devices=cpu@1.0,cpu@0.5,cpu@0.25"}, fakeCpu());
+  const Planned run = planAndAdopt({"devices=cpu@1.0,cpu@0.5,cpu@0.25"}, fakeCpu());
   EXPECT_EQ(run.planned.plan.stageCount(), 1) << run.planned.summary;
-  EXPECT_EQ(run.job.plan, "manual");
-  EXPECT_EQ(run.job.parallel.pipeline_stages, 1);
-  EXPECT_TRUE(run.job.balancer.shares.empty());  // the balancer starts from the plan's shares
-  const auto& shares = run.job.balancer.initial_shares;
+  EXPECT_EQ(run.adopted.job.plan, "auto");  // the job as written; the plan is the planner's
+  EXPECT_EQ(run.adopted.plan.predicted.step_seconds, run.planned.plan.predicted.step_seconds);
+  const std::vector<int> shares = sharesOf(run.adopted.plan);  // where the balancer starts
   ASSERT_EQ(shares.size(), 3u);
   EXPECT_EQ(shares[0] + shares[1] + shares[2], 64);
   // 4 : 2 : 1 of 64 is 36.6 / 18.3 / 9.1; integer shares and per-rank fixed costs move it a little.
@@ -77,38 +83,34 @@ TEST(AutoPlan, PicksDataParallelWithSharesProportionalToSpeedsForASmallCnn) {
 }
 
 TEST(AutoPlan, EqualDevicesGetEqualShares) {
-  const Planned run = planAndApply({"devices=cpu,cpu"}, fakeCpu());
-  EXPECT_EQ(run.job.balancer.initial_shares, (std::vector<std::int64_t>{32, 32}));
+  const Planned run = planAndAdopt({"devices=cpu,cpu"}, fakeCpu());
+  EXPECT_EQ(sharesOf(run.adopted.plan), (std::vector<int>{32, 32}));
 }
 
 // A slow link makes the GPT's gradient all-reduce and optimizer step dearer than sending
-// activations between stages: the planner pipelines, and the settings configure the pipeline
-// trainer with the planned cut, micro-batches and schedule.
+// activations between stages: the planner pipelines, and the job runs its cut, micro-batches and
+// schedule, each rank on the device the plan gave its (replica, stage).
 TEST(AutoPlan, PipelinesAGptWhenGradientsOutweighActivations) {
   // A small global batch keeps compute short beside the gradients, whose exchange no stage of
   // ZeRO hides either: its gather follows the optimizer step.
-  const Planned run = planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=512",
+  const Planned run = planAndAdopt({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=512",
                                     "model.layers=6", "train.global_batch=4"},
                                    fakeCpu(100, 0.4));
-  const plan::Plan& plan = run.planned.plan;
-  ASSERT_GT(plan.stageCount(), 1) << run.planned.summary;
-  EXPECT_EQ(run.job.parallel.pipeline_stages, plan.stageCount());
-  EXPECT_EQ(run.job.parallel.replicas, static_cast<std::int64_t>(plan.replicas.size()));
-  EXPECT_EQ(run.job.parallel.micro_batches, plan.micro_batches);
-  EXPECT_EQ(run.job.parallel.schedule, "1f1b");
-  EXPECT_TRUE(run.job.balancer.shares.empty());
-  EXPECT_TRUE(run.job.balancer.initial_shares.empty());
-  // The partition's layer counts are the plan's cuts.
-  std::ostringstream counts;
-  for (const auto& stage : plan.replicas[0].stages)
-    counts << (stage.first_layer > 0 ? "," : "") << stage.last_layer - stage.first_layer;
-  EXPECT_EQ(run.job.parallel.partition, counts.str());
-  // Rank r runs on the device the plan gave its (replica, stage).
-  const int stages = plan.stageCount();
-  for (size_t r = 0; r < plan.replicas.size(); ++r)
-    for (int s = 0; s < stages; ++s) {
-      const int device = plan.ranks[plan.replicas[r].stages[s].rank].device;
-      EXPECT_EQ(run.job.devices.at(r * stages + s), parseDeviceSpecs("cpu@1.0,cpu@0.5").at(device));
+  const plan::Plan& planned = run.planned.plan;
+  const plan::Plan& adopted = run.adopted.plan;
+  ASSERT_GT(planned.stageCount(), 1) << run.planned.summary;
+  EXPECT_EQ(adopted.stageCount(), planned.stageCount());
+  EXPECT_EQ(adopted.micro_batches, planned.micro_batches);
+  EXPECT_EQ(adopted.schedule, plan::Schedule::kOneFOneB);
+  EXPECT_EQ(sharesOf(adopted), sharesOf(planned));
+  for (size_t r = 0; r < planned.replicas.size(); ++r)
+    for (size_t s = 0; s < planned.replicas[r].stages.size(); ++s) {
+      const plan::StagePlan& stage = planned.replicas[r].stages[s];
+      EXPECT_EQ(adopted.replicas[r].stages[s].first_layer, stage.first_layer);
+      EXPECT_EQ(adopted.replicas[r].stages[s].last_layer, stage.last_layer);
+      const int device = planned.ranks[stage.rank].device;
+      EXPECT_EQ(run.adopted.devices.at(adopted.replicas[r].stages[s].rank),
+                parseDeviceSpecs("cpu@1.0,cpu@0.5").at(device));
     }
   EXPECT_NE(run.planned.summary.find("pipeline of "), std::string::npos) << run.planned.summary;
 }
@@ -117,7 +119,7 @@ TEST(AutoPlan, PipelinesAGptWhenGradientsOutweighActivations) {
 // log line says why.
 TEST(AutoPlan, JobSettingsThatRuleOutPipelinesKeepItDataParallel) {
   const Planned run =
-      planAndApply({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=512",
+      planAndAdopt({"devices=cpu@1.0,cpu@0.5", "model.kind=gpt", "model.width=512",
                     "model.layers=6", "train.global_batch=16", "train.micro_batch=4"},
                    fakeCpu(100, 0.4));
   EXPECT_EQ(run.planned.plan.stageCount(), 1);
@@ -133,9 +135,9 @@ TEST(AutoPlan, ShardsWithZeroWhenNothingElseFits) {
   const std::vector<std::string> job{"devices=cpu/16MiB,cpu/16MiB,cpu/16MiB", "model.kind=gpt",
                                      "train.global_batch=24", "train.micro_batch=4",
                                      "optimizer.name=adamw"};
-  const Planned run = planAndApply(job, fakeCpu());
+  const Planned run = planAndAdopt(job, fakeCpu());
   EXPECT_GE(run.planned.plan.zero_stage, 1);
-  EXPECT_EQ(run.job.zero.stage, run.planned.plan.zero_stage);
+  EXPECT_EQ(run.adopted.job.zero.stage, run.planned.plan.zero_stage);
   EXPECT_NE(run.planned.summary.find("with ZeRO-"), std::string::npos) << run.planned.summary;
   EXPECT_NE(run.planned.summary.find("nothing fits replicated"), std::string::npos)
       << run.planned.summary;
@@ -143,13 +145,23 @@ TEST(AutoPlan, ShardsWithZeroWhenNothingElseFits) {
   std::vector<std::string> compressed = job;
   compressed.push_back("comm.compression=int8");
   try {
-    planAndApply(compressed, fakeCpu());
+    planAndAdopt(compressed, fakeCpu());
     ADD_FAILURE() << "planned a job that fits nowhere";
   } catch (const ConfigError& error) {
     EXPECT_NE(error.message().find("no plan fits"), std::string::npos) << error.message();
   }
+  // zero.stage = 0 written in the job keeps the state replicated: nothing fits, said so.
+  std::vector<std::string> replicated = job;
+  replicated.push_back("zero.stage=0");
+  try {
+    planAndAdopt(replicated, fakeCpu());
+    ADD_FAILURE() << "planned ZeRO for a job that says zero.stage = 0";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(error.message().find("ZeRO not tried: zero.stage is set"), std::string::npos)
+        << error.message();
+  }
   // Roomy devices: replicated, as before.
-  EXPECT_EQ(planAndApply({"devices=cpu/64MiB,cpu/64MiB,cpu/64MiB", "model.kind=gpt",
+  EXPECT_EQ(planAndAdopt({"devices=cpu/64MiB,cpu/64MiB,cpu/64MiB", "model.kind=gpt",
                           "train.global_batch=24", "train.micro_batch=4", "optimizer.name=adamw"},
                          fakeCpu())
                 .planned.plan.zero_stage,
@@ -162,10 +174,10 @@ TEST(AutoPlan, ShardsWithZeroWhenNothingElseFits) {
 TEST(AutoPlan, WeighsZeroAgainstAPipelineByPredictedTime) {
   const std::vector<std::string> job{"devices=cpu/10MiB,cpu/20MiB,cpu/40MiB", "model.kind=gpt",
                                      "train.global_batch=24", "optimizer.name=adamw"};
-  const Planned run = planAndApply(job, fakeCpu());
+  const Planned run = planAndAdopt(job, fakeCpu());
   EXPECT_EQ(run.planned.plan.zero_stage, 3) << run.planned.summary;
-  EXPECT_EQ(run.job.zero.stage, 3);
-  EXPECT_EQ(run.job.zero.shards, "memory");
+  EXPECT_EQ(run.adopted.job.zero.stage, 3);
+  EXPECT_EQ(run.adopted.job.zero.shards, "memory");
   ASSERT_EQ(run.planned.plan.zero_shards.size(), 3u);
   EXPECT_LT(run.planned.plan.zero_shards[0], run.planned.plan.zero_shards[1]);
   EXPECT_LT(run.planned.plan.zero_shards[1], run.planned.plan.zero_shards[2]);
@@ -178,7 +190,7 @@ TEST(AutoPlan, WeighsZeroAgainstAPipelineByPredictedTime) {
   std::vector<std::string> elastic = job;
   elastic.push_back("elastic.enabled=true");
   try {
-    planAndApply(elastic, fakeCpu());
+    planAndAdopt(elastic, fakeCpu());
     ADD_FAILURE() << "planned a job that fits nowhere";
   } catch (const ConfigError& error) {
     EXPECT_NE(error.message().find("ZeRO not tried: elastic recovery"), std::string::npos)
@@ -186,15 +198,15 @@ TEST(AutoPlan, WeighsZeroAgainstAPipelineByPredictedTime) {
   }
   // With checkpoint.dir a lost stage can come back: the pipeline that fits is planned.
   elastic.push_back("checkpoint.dir=" + ::testing::TempDir() + "/chorus_auto_plan_elastic");
-  const Planned pipelined = planAndApply(elastic, fakeCpu());
+  const Planned pipelined = planAndAdopt(elastic, fakeCpu());
   EXPECT_EQ(pipelined.planned.plan.stageCount(), 3) << pipelined.planned.summary;
 }
 
 // Where the cost model sees ZeRO within a few percent of replication, the plan stays replicated.
 TEST(AutoPlan, KeepsReplicationWhereZeroGainsLittle) {
-  const Planned run = planAndApply({"devices=cpu,cpu", "optimizer.name=adamw"}, fakeCpu());
+  const Planned run = planAndAdopt({"devices=cpu,cpu", "optimizer.name=adamw"}, fakeCpu());
   EXPECT_EQ(run.planned.plan.zero_stage, 0) << run.planned.summary;
-  EXPECT_EQ(run.job.zero.stage, 0);
+  EXPECT_EQ(run.adopted.job.zero.stage, 0);
   const auto note = run.planned.summary.find("; ZeRO: ");
   if (note != std::string::npos)
     EXPECT_NE(run.planned.summary.find("under the 5% it must gain", note), std::string::npos)

@@ -1,5 +1,5 @@
 // plan = "auto" (docs/planner.md, "Planning a chorus train job"): the planner prices the job's
-// model on its measured devices and returns the settings that configure the chosen plan.
+// model on its measured devices and returns the Plan the job then runs as it is.
 #pragma once
 
 #include <string>
@@ -22,16 +22,13 @@ namespace chorus::runtime {
 // The keys plan = "auto" sets; with plan = "auto" a job must not set them itself.
 const std::vector<std::string>& autoPlanKeys();
 
-// What the planner chose for a job, as settings that make the job run it. Value type.
+// What the planner chose for a job. Value type.
 struct PlannedJob {
-  // `KEY=VALUE` assignments in `--set` syntax (Config::set): "plan=manual", then the [parallel]
-  // keys of a pipeline or `balancer.shares` of data parallelism, and `devices` when the plan puts
-  // the devices in another rank order. Applied after the job's own settings, on the front end and
-  // on every worker's command line, so that all processes run the same plan.
-  std::vector<std::string> settings;
   // One line for the log: what was chosen, its predicted step time and why it won.
   std::string summary;
-  // The chosen plan with its prediction (cluster devices = the job's devices in their order).
+  // The chosen plan with its prediction and reason, as the planner made it (ranks[r].device
+  // indexes the job's devices in their listed order; adoptPlan puts it in rank order), each rank
+  // computing in the format the job's [precision] gives its device.
   plan::Plan plan;
 };
 

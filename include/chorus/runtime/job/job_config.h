@@ -181,6 +181,9 @@ struct ZeroSection {
   // 0: replicated data parallelism; 1: optimizer state sharded; 2: gradients too (reduce-scatter
   // during backward). Stage 3 (parameters) is not built yet. Default: 0.
   std::int64_t stage = 0;
+  // Whether the job writes zero.stage itself; when it does not, a plan (a plan file, plan =
+  // "auto") decides the stage (jobUnderPlan, job_plan.h). Default: false.
+  bool stage_given = false;
   // "memory": slices in proportion to what each rank's memory budget leaves after its replicated
   // state and activations (even when no rank has a budget); "even"; or "list" when the key
   // zero.shards is an array of per-rank fractions summing to 1 (then in `fractions`).

@@ -3,10 +3,10 @@
 // (job_package.h), so that no worker plans, cuts or splits on its own.
 //
 // Where it comes from: the job's [parallel] and balancer keys as written (plan = "manual",
-// planOfJob), the planner (plan = "auto": planJob's settings, then planOfJob, keeping the
-// planner's prediction), or a plan file (`chorus train --plan FILE`, checked by
-// checkPlanForJob). An executed plan is *in rank order*: rank r runs replica r / S, stage r % S
-// (S stages per replica), and ranks[r].device = r indexes the job's devices in that order.
+// planOfJob), or a plan made elsewhere and adopted as it is (adoptPlan): the planner's (plan =
+// "auto", planJob) or a plan file's (`chorus train --plan FILE`). An executed plan is *in rank
+// order*: rank r runs replica r / S, stage r % S (S stages per replica), and ranks[r].device = r
+// indexes the job's devices in that order.
 //
 // How the trainers read it: the start shares (the balancer, unless `balance = off` or
 // balancer.shares fixes them, moves them from there), each rank's compute precision, a
@@ -57,6 +57,26 @@ std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
 // the job's [comm], no ZeRO yet. Throws ConfigError naming both.
 void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
                      const std::vector<DeviceSpec>& devices);
+
+// The job as `plan` runs it: ZeRO's stage is the plan's where the job leaves zero.stage unset
+// (ZeroSection::stage_given), and the job's [zero] is checked again with it. The engines read the
+// stage from the plan; this keeps the job's own checks and ZeRO's shard sizing (zeroShardFractions)
+// in step with it. Throws ConfigError when the job sets another stage than the plan runs.
+JobConfig jobUnderPlan(JobConfig job, const plan::Plan& plan);
+
+// A plan made elsewhere (the planner's under plan = "auto", a plan file's) adopted as it is for
+// `job` on one node's devices `listed`. Value type.
+struct AdoptedPlan {
+  plan::Plan plan;                  // in rank order, ranks[r].device = r
+  JobConfig job;                    // jobUnderPlan(job, plan)
+  std::vector<DeviceSpec> devices;  // rank r's device; a plan may leave some of `listed` out
+};
+
+// `plan` in rank order (inRankOrder), each rank on the listed device it names (devicesOfPlan),
+// the job under it (jobUnderPlan), the three checked together (checkPlanForJob). Throws
+// ConfigError as those do.
+AdoptedPlan adoptPlan(const plan::Plan& plan, const JobConfig& job,
+                      const std::vector<DeviceSpec>& listed);
 
 // One line for the log: "data parallel on cpu@1.0, cpu@0.5: shares 43/21, fp32/fp32" or
 // "2 pipelines x 2 stages on ...: layers 3/5, 8 micro-batches 1f1b, replica shares 40/24".

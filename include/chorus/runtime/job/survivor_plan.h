@@ -16,14 +16,15 @@ namespace chorus::runtime {
 // data parallelism) for a lone device or where no such divisor exists. Pure.
 int survivorStages(int devices, int stages, int layers);
 
-// The plan of an elastic pipeline job's next generation on `ranks`, the launch plan's entries of
-// the devices that go on in their new rank order, for the job's model of `layers` layers:
-// survivorStages stages per replica and as many replicas as the devices make, cut over their speeds
-// and memory as at launch (a partition that lists layer counts becomes "auto"), each replica's
-// share by its slowest stage (balancer.shares kept only where they still are one per replica),
-// every rank computing in its launch precision. Pure; every rank computes the same. Throws
-// ConfigError when no cut fits the devices' memory.
-plan::Plan survivorPipelinePlan(const JobConfig& job, const std::vector<plan::RankPlan>& ranks,
-                                int layers);
+// The plan of an elastic pipeline job's next generation on `ranks`, the entries of `launch` (the
+// plan the job started with) of the devices that go on, in their new rank order, for the job's
+// model of `layers` layers: survivorStages stages per replica (launch's stage count wanted) and as
+// many replicas as the devices make, with launch's schedule, micro-batches and checkpointing, cut
+// over their speeds and memory as at launch (a partition that lists layer counts becomes "auto"),
+// each replica's share by its slowest stage (balancer.shares kept only where they still are one
+// per replica), every rank computing in its launch precision. Pure; every rank computes the same.
+// Throws ConfigError when no cut fits the devices' memory.
+plan::Plan survivorPipelinePlan(const JobConfig& job, const plan::Plan& launch,
+                                const std::vector<plan::RankPlan>& ranks, int layers);
 
 }  // namespace chorus::runtime
