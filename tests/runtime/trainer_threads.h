@@ -18,6 +18,37 @@
 
 namespace chorus::runtime::testing {
 
+// What init() takes for rank `rank` of `world` ranks that run as threads over `store`.
+inline InitOptions threadRankOptions(int rank, int world, std::shared_ptr<comm::Store> store) {
+  InitOptions options;
+  options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
+                                    {"CHORUS_WORLD_SIZE", std::to_string(world)},
+                                    {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
+                                    {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
+                                    {"CHORUS_LOG_LEVEL", "warn"}};
+  options.store = std::move(store);
+  return options;
+}
+
+// Runs `body(rank)` on `world` threads. Returns one error text per rank (what the rank threw, ""
+// when it returned).
+inline std::vector<std::string> runRankThreads(int world,
+                                               const std::function<void(int rank)>& body) {
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        body(rank);
+      } catch (const std::exception& error) {
+        errors[rank] = error.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
 // Runs `body(trainer, rank)` on `world` threads, each with a Trainer of `toml` (plus `settings`,
 // as --set would apply them; a pipeline job needs world = pipeline_stages x replicas) and, when
 // given, host_ids[rank] as its host. Returns one error text per rank ("" when the rank succeeded).
@@ -26,31 +57,15 @@ inline std::vector<std::string> runTrainers(const std::string& toml,
                                             const std::function<void(Trainer&, int rank)>& body,
                                             const std::vector<std::string>& host_ids = {}) {
   auto store = std::make_shared<comm::MemoryStore>();
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        Config config = Config::parseString(toml);
-        for (const auto& setting : settings) config.set(setting);
-        const JobConfig job = readJobConfig(config);
-        InitOptions options;
-        options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
-                                          {"CHORUS_WORLD_SIZE", std::to_string(world)},
-                                          {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
-                                          {"CHORUS_LOG_LEVEL", "warn"}};
-        if (!host_ids.empty()) (*options.environment)["CHORUS_HOST_ID"] = host_ids[rank];
-        options.store = store;
-        Trainer trainer(job, init(options));
-        body(trainer, rank);
-      } catch (const std::exception& error) {
-        errors[rank] = error.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  return errors;
+  return runRankThreads(world, [&](int rank) {
+    Config config = Config::parseString(toml);
+    for (const auto& setting : settings) config.set(setting);
+    const JobConfig job = readJobConfig(config);
+    InitOptions options = threadRankOptions(rank, world, store);
+    if (!host_ids.empty()) (*options.environment)["CHORUS_HOST_ID"] = host_ids[rank];
+    Trainer trainer(job, init(options));
+    body(trainer, rank);
+  });
 }
 
 // Detached copies of a pipeline rank's stage parameters, in the model's order.

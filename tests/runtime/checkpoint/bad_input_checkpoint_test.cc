@@ -17,6 +17,8 @@
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/launch/worker.h"
 #include "chorus/runtime/train/trainer.h"
+#include "runtime/job_fixtures.h"
+#include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
@@ -24,23 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using chorus::testing::BadInputRow;
 
-constexpr const char* kJob = R"(
-seed = 11
-balance = "off"
-[train]
-steps = 4
-global_batch = 8
-eval_every = 0
-[model]
-kind = "mlp"
-input_shape = [1, 4, 4]
-hidden = [8]
-[data]
-dataset = "synthetic"
-size = 64
-[optimizer]
-name = "adamw"
-)";
+const std::string kJob =
+    testing::jobStart({.seed = 11, .balance = "off"},
+                      {.steps = 4, .global_batch = 8, .eval_every = 0}) +
+    testing::mlpOnSynthetic({.input_shape = "[1, 4, 4]", .hidden = "[8]", .size = 64}) +
+    testing::optimizerTable({.name = "adamw"});
 
 // `chorus train` exits 3 when a worker fails; the worker's own line names the CheckpointError.
 constexpr int kWorkerFailed = 3;
@@ -52,13 +42,8 @@ JobConfig jobWith(const std::vector<std::string>& settings) {
 }
 
 std::unique_ptr<Trainer> makeTrainer(const std::vector<std::string>& settings) {
-  InitOptions options;
-  options.environment = Environment{{"CHORUS_RANK", "0"},
-                                    {"CHORUS_WORLD_SIZE", "1"},
-                                    {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                    {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
-                                    {"CHORUS_LOG_LEVEL", "error"}};
-  options.store = std::make_shared<comm::MemoryStore>();
+  InitOptions options = testing::threadRankOptions(0, 1, std::make_shared<comm::MemoryStore>());
+  (*options.environment)["CHORUS_LOG_LEVEL"] = "error";
   return std::make_unique<Trainer>(jobWith(settings), init(options));
 }
 

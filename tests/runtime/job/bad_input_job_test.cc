@@ -7,6 +7,7 @@
 #include "chorus/core/config.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/pipeline_job.h"
+#include "runtime/job_fixtures.h"
 
 namespace chorus::runtime {
 namespace {
@@ -15,30 +16,16 @@ using chorus::testing::BadInputRow;
 
 // A small valid job; each row adds TOML after it (new tables or top-level keys only) or --set
 // assignments.
-constexpr const char* kBaseJob = R"(devices = "cpu,cpu"
-[train]
-steps = 10
-global_batch = 16
-[model]
-kind = "mlp"
-input_shape = [1, 8, 8]
-hidden = [16]
-[data]
-dataset = "synthetic"
-size = 256
-)";
+const std::string kBaseJob =
+    testing::jobStart({.devices = "cpu,cpu"}, {.steps = 10, .global_batch = 16}) +
+    testing::mlpOnSynthetic({.hidden = "[16]", .size = 256});
 
 // The same for a GPT: the MLP's keys would be refused by it.
-constexpr const char* kGptJob = R"(devices = "cpu,cpu"
-[train]
-steps = 10
-global_batch = 16
-[model]
+const std::string kGptJob =
+    testing::jobStart({.devices = "cpu,cpu"}, {.steps = 10, .global_batch = 16}) +
+    R"([model]
 kind = "gpt"
-[data]
-dataset = "synthetic"
-size = 256
-)";
+)" + testing::syntheticData(256);
 
 struct JobRow {
   BadInputRow row;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/chorus_cli.h"
+#include "runtime/job_fixtures.h"
 
 namespace {
 
@@ -19,21 +20,15 @@ using chorus::testing::chorusTrain;
 using chorus::testing::runCommand;
 using chorus::testing::TrainRun;
 
-const std::string kJob = R"(devices = "cpu,cpu@0.5"
-[train]
-steps = 4
-global_batch = 48
-eval_every = 0
-eval_samples = 64
-target_accuracy = 0
-[model]
-kind = "mlp"
-input_shape = [1, 8, 8]
-hidden = [32]
-[data]
-dataset = "synthetic"
-size = 512
-)";
+using chorus::runtime::testing::jobStart;
+using chorus::runtime::testing::mlpOnSynthetic;
+
+const std::string kJob = jobStart({.devices = "cpu,cpu@0.5"}, {.steps = 4,
+                                                               .global_batch = 48,
+                                                               .eval_every = 0,
+                                                               .eval_samples = 64,
+                                                               .target_accuracy = 0}) +
+                         mlpOnSynthetic({.hidden = "[32]", .size = 512});
 
 std::string writeFile(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -150,7 +145,9 @@ TEST(JobPlanMultiproc, TrainRunsThePlansZeroStage) {
   EXPECT_NE(run.output.find("ZeRO-2"), std::string::npos) << run.output;
   const TrainRun clash = chorusTrain(job + " --set zero.stage=0 --plan " + path, "plan_clash");
   EXPECT_EQ(clash.exit_code, 2) << clash.output;
-  EXPECT_NE(clash.output.find("config key 'zero.stage': --plan"), std::string::npos)
+  EXPECT_NE(
+      clash.output.find("config key 'zero.stage': the plan runs ZeRO stage 2, the job says 0"),
+      std::string::npos)
       << clash.output;
 }
 

@@ -8,21 +8,14 @@
 #include "chorus/core/error.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/runtime/job/job_package.h"
+#include "runtime/job_fixtures.h"
 
 namespace chorus::runtime {
 namespace {
 
-constexpr const char* kJob = R"(devices = "cpu,cpu@0.5,cpu@0.25"
-[train]
-global_batch = 64
-[model]
-kind = "mlp"
-input_shape = [1, 8, 8]
-hidden = [16, 16]
-[data]
-dataset = "synthetic"
-size = 256
-)";
+const std::string kJob =
+    testing::jobStart({.devices = "cpu,cpu@0.5,cpu@0.25"}, {.global_batch = 64}) +
+    testing::mlpOnSynthetic({.hidden = "[16, 16]", .size = 256});
 
 JobConfig jobWith(const std::vector<std::string>& settings = {}) {
   Config config = Config::parseString(kJob, "job.toml");

@@ -22,6 +22,8 @@
 #include "chorus/runtime/job/pipeline_job.h"
 #include "chorus/runtime/launch/worker.h"
 #include "chorus/runtime/train/trainer.h"
+#include "runtime/job_fixtures.h"
+#include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
@@ -29,21 +31,11 @@ namespace {
 constexpr int kSteps = 3;
 constexpr double kTolerance = 0.15;
 
-constexpr const char* kCommon = R"(
-seed = 7
-balance = "off"
-devices = "cpu,cpu"
-[train]
-steps = 3
-eval_every = 0
-[data]
-dataset = "synthetic"
-size = 4096
-[optimizer]
-name = "sgd"
-lr = 0.01
-# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
-)";
+// SGD's momentum (0.9) is its default, not written: tests switch to optimizer.name=adamw.
+const std::string kCommon = testing::jobStart({.seed = 7, .devices = "cpu,cpu", .balance = "off"},
+                                              {.steps = 3, .eval_every = 0}) +
+                            testing::syntheticData(4096) +
+                            testing::optimizerTable({.name = "sgd", .lr = 0.01});
 
 // Sizes where activations are a large part of the peak (the state alone would be easy to predict).
 struct ModelCase {
@@ -76,30 +68,15 @@ std::vector<double> measuredPeaks(const JobConfig& job, const plan::Plan& plan) 
   const int world = static_cast<int>(plan.ranks.size());
   auto store = std::make_shared<comm::MemoryStore>();
   std::vector<double> peaks(world, 0);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank)
-    threads.emplace_back([&, rank] {
-      auto account = std::make_shared<device::MemoryAccount>();
-      device::MemoryAccount::Scope scope(account);
-      try {
-        InitOptions options;
-        options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
-                                          {"CHORUS_WORLD_SIZE", std::to_string(world)},
-                                          {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
-                                          {"CHORUS_LOG_LEVEL", "warn"}};
-        options.store = store;
-        Trainer trainer(job, plan, init(options));
-        // From here on the window holds what the rank keeps (weights, buckets) and every step.
-        account->resetPeak();
-        for (int step = 0; step < kSteps; ++step) trainer.step();
-        peaks[rank] = static_cast<double>(account->peakBytes());
-      } catch (const std::exception& error) {
-        errors[rank] = error.what();
-      }
-    });
-  for (auto& thread : threads) thread.join();
+  const auto errors = testing::runRankThreads(world, [&](int rank) {
+    auto account = std::make_shared<device::MemoryAccount>();
+    device::MemoryAccount::Scope scope(account);
+    Trainer trainer(job, plan, init(testing::threadRankOptions(rank, world, store)));
+    // From here on the window holds what the rank keeps (weights, buckets) and every step.
+    account->resetPeak();
+    for (int step = 0; step < kSteps; ++step) trainer.step();
+    peaks[rank] = static_cast<double>(account->peakBytes());
+  });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   return peaks;
 }

@@ -6,25 +6,14 @@
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "chorus_version.h"
+#include "runtime/job_fixtures.h"
 
 namespace chorus::runtime {
 namespace {
 
 // A 2-stage GPT job on synthetic tokens; `settings` as --set would apply them.
-constexpr const char* kJob = R"(
-devices = "cpu@1.0,cpu@0.4"
-[train]
-global_batch = 32
-[model]
-kind = "gpt"
-vocab = 16
-layers = 2
-width = 32
-heads = 2
-context = 16
-[data]
-dataset = "synthetic"
-[parallel]
+const std::string kJob = testing::jobStart({.devices = "cpu@1.0,cpu@0.4"}, {.global_batch = 32}) +
+                         testing::gptOnSynthetic({.size = std::nullopt}) + R"([parallel]
 pipeline_stages = 2
 )";
 

@@ -6,25 +6,14 @@
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/survivor_plan.h"
+#include "runtime/job_fixtures.h"
 
 namespace chorus::runtime {
 namespace {
 
 // A GPT of 4 layers (embedding, 2 blocks, head) in 3 stages over three CPUs, one slower.
-constexpr const char* kJob = R"(
-devices = "cpu,cpu@0.5,cpu"
-[train]
-global_batch = 48
-[model]
-kind = "gpt"
-vocab = 16
-layers = 2
-width = 32
-heads = 2
-context = 16
-[data]
-dataset = "synthetic"
-[parallel]
+const std::string kJob = testing::jobStart({.devices = "cpu,cpu@0.5,cpu"}, {.global_batch = 48}) +
+                         testing::gptOnSynthetic({.size = std::nullopt}) + R"([parallel]
 pipeline_stages = 3
 micro_batches = 4
 partition = [1, 2, 1]
@@ -56,7 +45,7 @@ TEST(SurvivorPlan, TheSurvivorsAreCutOverTheirOwnDevices) {
   ASSERT_EQ(launch.stageCount(), 3);
   // Rank 0 lost: the slow CPU and the last one make two stages, the slow one taking fewer layers
   // (the listed partition was for three).
-  const plan::Plan two = survivorPipelinePlan(launch_job, ranksOf(launch, {1, 2}), 4);
+  const plan::Plan two = survivorPipelinePlan(launch_job, launch, ranksOf(launch, {1, 2}), 4);
   ASSERT_EQ(two.stageCount(), 2);
   ASSERT_EQ(two.replicas.size(), 1u);
   EXPECT_EQ(two.ranks.at(0).device_type, "cpu@0.5");
@@ -69,10 +58,26 @@ TEST(SurvivorPlan, TheSurvivorsAreCutOverTheirOwnDevices) {
   EXPECT_EQ(two.replicas[0].share, 48);
   EXPECT_EQ(two.micro_batches, 4);
   // One left: one-stage data parallelism over the whole model.
-  const plan::Plan one = survivorPipelinePlan(launch_job, ranksOf(launch, {2}), 4);
+  const plan::Plan one = survivorPipelinePlan(launch_job, launch, ranksOf(launch, {2}), 4);
   EXPECT_EQ(one.stageCount(), 1);
   EXPECT_EQ(one.replicas.at(0).stages.at(0).last_layer, 4);
   EXPECT_EQ(one.replicas[0].share, 48);
+}
+
+// A plan file's or the planner's pipeline, which the job's [parallel] does not repeat: the
+// survivors go on with the launch plan's schedule and micro-batches, not the job's defaults.
+TEST(SurvivorPlan, TheLaunchPlanNotTheJobSetsTheSurvivorsSchedule) {
+  const JobConfig launch_job = job();
+  plan::Plan launch = planOfJob(launch_job, launch_job.devices);
+  launch.schedule = plan::Schedule::kGpipe;
+  const JobConfig unpiped = readJobConfig(Config::parseString(
+      "devices = \"cpu,cpu@0.5,cpu\"\n" + testing::trainTable({.global_batch = 48}) +
+          testing::gptOnSynthetic({.size = std::nullopt}),
+      "job.toml"));
+  const plan::Plan two = survivorPipelinePlan(unpiped, launch, ranksOf(launch, {1, 2}), 4);
+  EXPECT_EQ(two.stageCount(), 2);
+  EXPECT_EQ(two.micro_batches, 4);  // the job's default is 8
+  EXPECT_EQ(two.schedule, plan::Schedule::kGpipe);
 }
 
 }  // namespace

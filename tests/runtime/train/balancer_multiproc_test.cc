@@ -19,6 +19,8 @@
 #include "chorus/device/speed_emulator.h"
 #include "chorus/runtime/job/job_config.h"
 #include "chorus/runtime/train/trainer.h"
+#include "runtime/job_fixtures.h"
+#include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
@@ -27,26 +29,17 @@ namespace {
 // past what the shared L3 keeps for it once the other workers run, and its time per sample jumped
 // ~50% in blocks of steps; a linear fit cannot follow such a cliff and the shares swung 9% of B
 // (2026-11-30: 40% of runs failed at 384, none of 8 at 192).
-constexpr const char* kJob = R"(
-seed = 1
-balance = "adaptive"
-[train]
-steps = 45
-global_batch = 192
-eval_every = 0
-eval_samples = 96
-[model]
+const std::string kJob =
+    testing::jobStart({.seed = 1, .balance = "adaptive"},
+                      {.steps = 45, .global_batch = 192, .eval_every = 0, .eval_samples = 96}) +
+    R"([model]
 kind = "cnn"
 channels = 32
 blocks = 2
 groups = 8
 input_shape = [1, 28, 28]
-[data]
-dataset = "synthetic"
-size = 4096
-[optimizer]
-lr = 0.01
-)";
+)" + testing::syntheticData(4096) +
+    testing::optimizerTable({.lr = 0.01});
 
 // Runs the job on threads; `speed_of(rank, step)` is each rank's emulated speed, `offsets` their
 // turns on the host's cores as `chorus run` would give them (empty: none). Returns the shares of
@@ -56,41 +49,26 @@ std::vector<std::vector<std::int64_t>> sharesOverRun(
     std::vector<std::vector<double>>* compute = nullptr, const std::vector<double>& offsets = {}) {
   auto store = std::make_shared<comm::MemoryStore>();
   std::vector<std::vector<std::int64_t>> shares;
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        const JobConfig job = readJobConfig(Config::parseString(kJob));
-        InitOptions options;
-        options.environment = Environment{{"CHORUS_RANK", std::to_string(rank)},
-                                          {"CHORUS_WORLD_SIZE", std::to_string(world)},
-                                          {"CHORUS_RDZV_ENDPOINT", "127.0.0.1:1"},
-                                          {"CHORUS_SECRET_FILE", "unused: the store is in memory"},
-                                          {"CHORUS_LOG_LEVEL", "warn"}};
-        if (!offsets.empty())
-          options.environment->emplace("CHORUS_EMULATION_OFFSET", std::to_string(offsets[rank]));
-        options.store = store;
-        Trainer trainer(job, init(options));
-        TrainerHooks hooks;
-        hooks.speed_at = [&, rank](std::int64_t step) { return speed_of(rank, step); };
-        hooks.on_step = [&, rank](const StepRecord& record) {
-          if (rank == 0) shares.push_back(record.shares);
-          if (rank == 0 && compute) compute->push_back(record.compute_seconds);
-          if (rank == 0 && !record.rebalance.empty()) std::printf("%s\n", record.rebalance.c_str());
-          if (rank == 0 && std::getenv("CHORUS_TEST_VERBOSE")) {
-            for (size_t i = 0; i < record.shares.size(); ++i)
-              std::printf("%6.2f ", 1e3 * record.compute_seconds[i] / record.shares[i]);
-            std::printf(" ms/sample\n");
-          }
-        };
-        trainer.run(hooks);
-      } catch (const std::exception& error) {
-        errors[rank] = error.what();
+  const auto errors = testing::runRankThreads(world, [&](int rank) {
+    const JobConfig job = readJobConfig(Config::parseString(kJob));
+    InitOptions options = testing::threadRankOptions(rank, world, store);
+    if (!offsets.empty())
+      options.environment->emplace("CHORUS_EMULATION_OFFSET", std::to_string(offsets[rank]));
+    Trainer trainer(job, init(options));
+    TrainerHooks hooks;
+    hooks.speed_at = [&, rank](std::int64_t step) { return speed_of(rank, step); };
+    hooks.on_step = [&, rank](const StepRecord& record) {
+      if (rank == 0) shares.push_back(record.shares);
+      if (rank == 0 && compute) compute->push_back(record.compute_seconds);
+      if (rank == 0 && !record.rebalance.empty()) std::printf("%s\n", record.rebalance.c_str());
+      if (rank == 0 && std::getenv("CHORUS_TEST_VERBOSE")) {
+        for (size_t i = 0; i < record.shares.size(); ++i)
+          std::printf("%6.2f ", 1e3 * record.compute_seconds[i] / record.shares[i]);
+        std::printf(" ms/sample\n");
       }
-    });
-  }
-  for (auto& thread : threads) thread.join();
+    };
+    trainer.run(hooks);
+  });
   for (int rank = 0; rank < world; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
   return shares;
 }

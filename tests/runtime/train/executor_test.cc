@@ -8,38 +8,19 @@
 #include <filesystem>
 
 #include "chorus/runtime/checkpoint/checkpoint.h"
+#include "runtime/job_fixtures.h"
 #include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
 
-using testing::runTrainers;
-
 // A small GPT on synthetic tokens; two ranks run it data-parallel, or as a pipeline of two stages
 // with parallel.pipeline_stages=2.
-constexpr const char* kJob = R"(
-seed = 3
-devices = "cpu,cpu"
-balance = "off"
-[train]
-steps = 6
-global_batch = 16
-eval_every = 2
-eval_samples = 32
-[model]
-kind = "gpt"
-vocab = 16
-layers = 2
-width = 16
-heads = 2
-context = 8
-[data]
-dataset = "synthetic"
-size = 256
-[optimizer]
-name = "sgd"
-lr = 0.05
-)";
+const std::string kJob =
+    testing::jobStart({.seed = 3, .devices = "cpu,cpu", .balance = "off"},
+                      {.steps = 6, .global_batch = 16, .eval_every = 2, .eval_samples = 32}) +
+    testing::gptOnSynthetic({.width = 16, .context = 8, .size = 256}) +
+    testing::optimizerTable({.name = "sgd", .lr = 0.05});
 
 const std::vector<std::string> kPipeline = {"parallel.pipeline_stages=2",
                                             "parallel.micro_batches=2"};
@@ -62,7 +43,7 @@ Loop runLoop(const std::vector<std::string>& plan, const std::string& dir) {
   settings.insert(settings.end(),
                   {"checkpoint.dir=" + dir, "checkpoint.every=3", "checkpoint.keep=5"});
   Loop loop;
-  const auto errors = runTrainers(kJob, settings, 2, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(kJob, settings, 2, [&](Trainer& trainer, int rank) {
     TrainerHooks hooks;
     hooks.on_step = [&](const StepRecord& record) {
       if (rank == 0 && record.test_accuracy) loop.evaluated.push_back(record.step);
@@ -101,7 +82,7 @@ TEST(Executor, RunsTheSameLoopForADataParallelAndAPipelinePlan) {
 std::string resumeError(const std::vector<std::string>& plan, const std::string& dir) {
   std::vector<std::string> settings = plan;
   settings.push_back("checkpoint.dir=" + dir);
-  const auto errors = runTrainers(kJob, settings, 2, [&](Trainer& trainer, int) {
+  const auto errors = testing::runTrainers(kJob, settings, 2, [&](Trainer& trainer, int) {
     trainer.resume(resolveCheckpoint("latest", dir));
   });
   return errors[0];
@@ -137,12 +118,13 @@ TrainerHooks skewedTimes(int rank) {
 
 TEST(Executor, TheDataParallelBalancerFollowsTheReportedSeconds) {
   std::vector<std::vector<std::int64_t>> last(2);
-  const auto errors = runTrainers(kJob, {"balance=adaptive", "train.global_batch=32"}, 2,
-                                  [&](Trainer& trainer, int rank) {
-                                    const TrainerHooks hooks = skewedTimes(rank);
-                                    for (int step = 0; step < 12; ++step) trainer.step(hooks);
-                                    last[rank] = trainer.shares();
-                                  });
+  const auto errors = testing::runTrainers(kJob, {"balance=adaptive", "train.global_batch=32"}, 2,
+                                           [&](Trainer& trainer, int rank) {
+                                             const TrainerHooks hooks = skewedTimes(rank);
+                                             for (int step = 0; step < 12; ++step)
+                                               trainer.step(hooks);
+                                             last[rank] = trainer.shares();
+                                           });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   EXPECT_EQ(last[0], last[1]);
   ASSERT_EQ(last[0].size(), 2u);

@@ -7,35 +7,17 @@
 #include <cstdio>
 #include <sstream>
 
+#include "runtime/job_fixtures.h"
 #include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
 
-using testing::runTrainers;
-
 // A GPT of 6 layers, big enough that a micro-batch's compute outweighs a transfer's latency.
-constexpr const char* kJob = R"(
-seed = 11
-devices = "cpu,cpu,cpu,cpu"
-balance = "adaptive"
-[train]
-steps = 24
-global_batch = 64
-eval_every = 0
-[model]
-kind = "gpt"
-vocab = 32
-layers = 4
-width = 64
-heads = 4
-context = 32
-[data]
-dataset = "synthetic"
-size = 2048
-[optimizer]
-lr = 0.01
-[parallel]
+const std::string kJob =
+    testing::jobStart({.seed = 11, .devices = "cpu,cpu,cpu,cpu", .balance = "adaptive"},
+                      {.steps = 24, .global_batch = 64, .eval_every = 0}) +
+    testing::kSixLayerGpt + testing::optimizerTable({.lr = 0.01}) + R"([parallel]
 pipeline_stages = 2
 replicas = 2
 micro_batches = 4
@@ -56,7 +38,7 @@ std::string describe(const std::vector<std::vector<std::int64_t>>& shares) {
 
 TEST(PipelineBalancerMultiproc, TheFasterReplicaGetsTheLargerShareFromMeasuredTimes) {
   std::vector<std::vector<std::int64_t>> shares;  // per step, per rank (rank 0's records)
-  const auto errors = runTrainers(kJob, {}, 4, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(kJob, {}, 4, [&](Trainer& trainer, int rank) {
     TrainerHooks hooks;
     const double speed = rank / 2 == 0 ? kFast : kSlow;  // ranks 2r, 2r + 1 run replica r
     hooks.speed_at = [speed](std::int64_t) { return speed; };

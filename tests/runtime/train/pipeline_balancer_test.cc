@@ -14,23 +14,11 @@
 namespace chorus::runtime {
 namespace {
 
-using testing::bitwiseEqual;
-using testing::runTrainers;
-using testing::stageParametersOf;
-
 // A small GPT (4 layers) on synthetic tokens: 2 replicas x 2 stages, B = 32, 4 micro-batches.
-const std::string kJob = std::string(R"(
-seed = 5
-devices = "cpu,cpu,cpu,cpu"
-balance = "adaptive"
-[train]
-steps = 12
-global_batch = 32
-eval_every = 0
-)") + testing::kTinyGpt + R"([optimizer]
-name = "adamw"
-lr = 0.01
-[parallel]
+const std::string kJob =
+    testing::jobStart({.seed = 5, .devices = "cpu,cpu,cpu,cpu", .balance = "adaptive"},
+                      {.steps = 12, .global_batch = 32, .eval_every = 0}) +
+    testing::kTinyGpt + testing::optimizerTable({.name = "adamw", .lr = 0.01}) + R"([parallel]
 pipeline_stages = 2
 replicas = 2
 micro_batches = 4
@@ -63,7 +51,7 @@ Outcome train(std::int64_t steps, const std::vector<std::string>& extra,
   Outcome run;
   std::vector<std::vector<at::Tensor>> per_rank(kWorld);
   std::vector<std::vector<std::vector<std::int64_t>>> shares(kWorld);
-  const auto errors = runTrainers(kJob, settings, kWorld, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(kJob, settings, kWorld, [&](Trainer& trainer, int rank) {
     if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
     const TrainerHooks hooks = skewedTimes(rank);
     while (trainer.nextStep() < steps) {
@@ -72,7 +60,7 @@ Outcome train(std::int64_t steps, const std::vector<std::string>& extra,
       if (rank == 0 && !record.rebalance.empty()) run.rebalances.push_back(record.rebalance);
     }
     if (!dir.empty()) trainer.checkpoint();
-    per_rank[rank] = stageParametersOf(trainer);
+    per_rank[rank] = testing::stageParametersOf(trainer);
   });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   for (int rank = 1; rank < kWorld; ++rank) EXPECT_EQ(shares[rank], shares[0]) << "rank " << rank;
@@ -121,8 +109,8 @@ TEST(PipelineBalancer, AReplicaNeverGoesBelowItsMicroBatches) {
   // keeps one sample for each of its 8 micro-batches.
   std::vector<std::vector<std::int64_t>> shares;
   std::mutex mutex;
-  const auto errors =
-      runTrainers(kJob, {"parallel.micro_batches=8"}, kWorld, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(
+      kJob, {"parallel.micro_batches=8"}, kWorld, [&](Trainer& trainer, int rank) {
         TrainerHooks hooks;
         const double per_sample = rank / 2 == 0 ? 1e-3 : 5e-2;
         hooks.balancer_seconds = [per_sample](std::int64_t, std::int64_t samples) {
@@ -156,7 +144,7 @@ TEST(PipelineBalancer, ResumeAfterAShareChangeIsBitwiseExact) {
   for (size_t step = 0; step < resumed.shares.size(); ++step)
     EXPECT_EQ(resumed.shares[step], straight.shares[6 + step]) << "step " << 6 + step;
   ASSERT_EQ(resumed.parameters.size(), straight.parameters.size());
-  EXPECT_TRUE(bitwiseEqual(resumed.parameters, straight.parameters));
+  EXPECT_TRUE(testing::bitwiseEqual(resumed.parameters, straight.parameters));
 }
 
 TEST(PipelineBalancer, MemoryBudgetsCapAReplicasShare) {

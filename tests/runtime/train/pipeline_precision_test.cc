@@ -17,26 +17,15 @@
 namespace chorus::runtime {
 namespace {
 
-using testing::bitwiseEqual;
-using testing::runTrainers;
-using testing::stageParametersOf;
-
 // The GPT of pipeline_trainer_test, at a learning rate where 16-bit rounding shows in the loss.
 // The fp16 rank starts at a scale of 2^10: the default 2^16 overflows in the first steps and
 // skips them, which would compare skipped steps rather than precision.
-const std::string kJob = std::string(R"(
-seed = 3
-balance = "off"
-[train]
-steps = 12
-global_batch = 32
-eval_every = 0
-)") + testing::kTinyGpt + R"([optimizer]
-name = "sgd"
-lr = 0.05
-momentum = 0.9
-warmup_steps = 2
-[precision.loss_scale]
+const std::string kJob =
+    testing::jobStart({.seed = 3, .balance = "off"},
+                      {.steps = 12, .global_batch = 32, .eval_every = 0}) +
+    testing::kTinyGpt +
+    testing::optimizerTable({.name = "sgd", .lr = 0.05, .momentum = 0.9, .warmup_steps = 2}) +
+    R"([precision.loss_scale]
 init = 1024.0
 )";
 const std::string kPipelineJob = std::string(kJob) + "[parallel]\nmicro_batches = 4\n";
@@ -46,7 +35,7 @@ constexpr std::int64_t kSteps = 12;
 std::vector<double> lossCurve(const std::string& toml, const std::vector<std::string>& settings,
                               int world) {
   std::vector<double> losses;
-  const auto errors = runTrainers(toml, settings, world, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(toml, settings, world, [&](Trainer& trainer, int rank) {
     for (std::int64_t step = 0; step < kSteps; ++step) {
       const StepRecord record = trainer.step();
       EXPECT_FALSE(record.skipped) << "step " << step;
@@ -96,24 +85,28 @@ TEST(PipelinePrecision, AnOverflowOnOneStageSkipsTheStepOnEveryStageAndReplica) 
   const std::vector<std::string> settings = {"devices=cpu,cpu,cpu,cpu",
                                              "parallel.pipeline_stages=2", "parallel.replicas=2",
                                              R"(precision.ranks=["fp32","fp16","bf16","fp16"])"};
-  const auto errors = runTrainers(kPipelineJob, settings, kWorld, [&](Trainer& trainer, int rank) {
-    TrainerHooks hooks;
-    // Stage 0 of replica 1 (bf16): no loss scale of its own, so only consensus skips the others.
-    hooks.inject_overflow = [rank](std::int64_t step) { return rank == 2 && step == kInjected; };
-    for (std::int64_t step = 0; step < 7; ++step) {
-      const StepRecord record = trainer.step(hooks);
-      std::lock_guard<std::mutex> lock(mutex);
-      records[rank].push_back(record);
-      after[rank].push_back(stageParametersOf(trainer));
-    }
-  });
+  const auto errors =
+      testing::runTrainers(kPipelineJob, settings, kWorld, [&](Trainer& trainer, int rank) {
+        TrainerHooks hooks;
+        // Stage 0 of replica 1 (bf16): no loss scale of its own, so only consensus skips the
+        // others.
+        hooks.inject_overflow = [rank](std::int64_t step) {
+          return rank == 2 && step == kInjected;
+        };
+        for (std::int64_t step = 0; step < 7; ++step) {
+          const StepRecord record = trainer.step(hooks);
+          std::lock_guard<std::mutex> lock(mutex);
+          records[rank].push_back(record);
+          after[rank].push_back(testing::stageParametersOf(trainer));
+        }
+      });
   for (const auto& error : errors) ASSERT_EQ(error, "");
   for (int rank = 0; rank < kWorld; ++rank) {
     for (std::int64_t step = 0; step < 7; ++step)
       EXPECT_EQ(records[rank][step].skipped, step == kInjected) << "rank " << rank << " " << step;
     // The skipped step left every stage's parameters as they were; the next one moved them.
-    EXPECT_TRUE(bitwiseEqual(after[rank][kInjected], after[rank][kInjected - 1])) << rank;
-    EXPECT_FALSE(bitwiseEqual(after[rank][kInjected + 1], after[rank][kInjected])) << rank;
+    EXPECT_TRUE(testing::bitwiseEqual(after[rank][kInjected], after[rank][kInjected - 1])) << rank;
+    EXPECT_FALSE(testing::bitwiseEqual(after[rank][kInjected + 1], after[rank][kInjected])) << rank;
   }
   // Both fp16 stages backed off together; fp32 and bf16 stages have no scale.
   const std::vector<double>& before = records[0][kInjected].loss_scales;
@@ -121,8 +114,8 @@ TEST(PipelinePrecision, AnOverflowOnOneStageSkipsTheStepOnEveryStageAndReplica) 
   EXPECT_EQ(before, (std::vector<double>{0, 1024, 0, 1024}));
   EXPECT_EQ(later, (std::vector<double>{0, 512, 0, 512}));
   // The replicas still hold bitwise the same stages.
-  EXPECT_TRUE(bitwiseEqual(after[0].back(), after[2].back()));
-  EXPECT_TRUE(bitwiseEqual(after[1].back(), after[3].back()));
+  EXPECT_TRUE(testing::bitwiseEqual(after[0].back(), after[2].back()));
+  EXPECT_TRUE(testing::bitwiseEqual(after[1].back(), after[3].back()));
 }
 
 // Trains 2 replicas x 2 stages (fp16 stages, a bf16 codec with error feedback on the replicas'
@@ -137,17 +130,18 @@ std::pair<std::vector<std::vector<at::Tensor>>, std::vector<double>> trainAndChe
       "devices=cpu,cpu,cpu,cpu", "parallel.pipeline_stages=2",
       "parallel.replicas=2",     R"(precision.ranks=["fp16","bf16","fp32","fp16"])",
       "comm.compression=bf16",   "checkpoint.dir=" + dir};
-  const auto errors = runTrainers(kPipelineJob, settings, 4, [&](Trainer& trainer, int rank) {
-    if (resume) trainer.resume(resolveCheckpoint("latest", dir));
-    TrainerHooks hooks;
-    hooks.inject_overflow = [](std::int64_t step) { return step == 1; };
-    std::vector<double> last_scales;
-    while (trainer.nextStep() < steps) last_scales = trainer.step(hooks).loss_scales;
-    trainer.checkpoint();
-    std::lock_guard<std::mutex> lock(mutex);
-    parameters[rank] = stageParametersOf(trainer);
-    if (rank == 0) scales = last_scales;
-  });
+  const auto errors =
+      testing::runTrainers(kPipelineJob, settings, 4, [&](Trainer& trainer, int rank) {
+        if (resume) trainer.resume(resolveCheckpoint("latest", dir));
+        TrainerHooks hooks;
+        hooks.inject_overflow = [](std::int64_t step) { return step == 1; };
+        std::vector<double> last_scales;
+        while (trainer.nextStep() < steps) last_scales = trainer.step(hooks).loss_scales;
+        trainer.checkpoint();
+        std::lock_guard<std::mutex> lock(mutex);
+        parameters[rank] = testing::stageParametersOf(trainer);
+        if (rank == 0) scales = last_scales;
+      });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   return {parameters, scales};
 }
@@ -163,7 +157,8 @@ TEST(PipelinePrecision, ResumeRestoresLossScalesAndCodecMemoryBitwise) {
   EXPECT_EQ(straight.second, (std::vector<double>{512, 0, 0, 512}));
   EXPECT_EQ(resumed.second, straight.second);
   for (int rank = 0; rank < 4; ++rank)
-    EXPECT_TRUE(bitwiseEqual(resumed.first[rank], straight.first[rank])) << "rank " << rank;
+    EXPECT_TRUE(testing::bitwiseEqual(resumed.first[rank], straight.first[rank]))
+        << "rank " << rank;
 }
 
 }  // namespace

@@ -8,37 +8,18 @@
 #include <cstdio>
 #include <mutex>
 
+#include "runtime/job_fixtures.h"
 #include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
 
-using testing::bitwiseEqual;
-using testing::runTrainers;
-using testing::stageParametersOf;
-
 // A GPT of 6 layers (embedding, 4 blocks, head), big enough that a micro-batch's compute
 // outweighs a transfer's latency.
-constexpr const char* kJob = R"(
-seed = 13
-devices = "cpu,cpu"
-[train]
-steps = 40
-global_batch = 32
-eval_every = 0
-[model]
-kind = "gpt"
-vocab = 32
-layers = 4
-width = 64
-heads = 4
-context = 32
-[data]
-dataset = "synthetic"
-size = 2048
-[optimizer]
-lr = 0.01
-[parallel]
+const std::string kJob = testing::jobStart({.seed = 13, .devices = "cpu,cpu"},
+                                           {.steps = 40, .global_batch = 32, .eval_every = 0}) +
+                         testing::kSixLayerGpt + testing::optimizerTable({.lr = 0.01}) +
+                         R"([parallel]
 pipeline_stages = 2
 micro_batches = 4
 partition = "even"
@@ -59,7 +40,7 @@ struct Trained {
 Trained train(const std::vector<std::string>& settings) {
   Trained run;
   std::vector<std::vector<at::Tensor>> per_rank(2);
-  const auto errors = runTrainers(kJob, settings, 2, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(kJob, settings, 2, [&](Trainer& trainer, int rank) {
     TrainerHooks hooks;
     hooks.speed_at = [rank](std::int64_t step) {
       return rank == 1 && step >= kSlowFrom ? kFast / 2 : kFast;
@@ -73,7 +54,7 @@ Trained train(const std::vector<std::string>& settings) {
       }
     };
     trainer.run(hooks);
-    per_rank[rank] = stageParametersOf(trainer);
+    per_rank[rank] = testing::stageParametersOf(trainer);
   });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   run.parameters = per_rank[0];
@@ -107,7 +88,7 @@ TEST(PipelineRecutMultiproc, ASlowedStageGivesLayersAwayAndTrainingStillMatches)
   const Trained fixed = train({});
   for (const auto& cut : fixed.cuts) EXPECT_EQ(cut, (std::vector<int>{0, 3, 6}));
   ASSERT_EQ(adaptive.parameters.size(), fixed.parameters.size());
-  EXPECT_TRUE(bitwiseEqual(adaptive.parameters, fixed.parameters));
+  EXPECT_TRUE(testing::bitwiseEqual(adaptive.parameters, fixed.parameters));
 }
 
 }  // namespace

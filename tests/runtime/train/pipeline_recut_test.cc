@@ -10,40 +10,19 @@
 #include <map>
 
 #include "chorus/runtime/checkpoint/checkpoint.h"
+#include "runtime/job_fixtures.h"
 #include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
 
-using testing::bitwiseEqual;
-using testing::runTrainers;
-using testing::stageParametersOf;
-
 // A GPT of 6 layers (embedding, 4 blocks, head) on synthetic tokens, cut 3 + 3 at the start.
-constexpr const char* kJob = R"(
-seed = 5
-balance = "off"
-[train]
-steps = 12
-global_batch = 32
-eval_every = 0
-eval_samples = 64
-[model]
-kind = "gpt"
-vocab = 16
-layers = 4
-width = 32
-heads = 2
-context = 16
-[data]
-dataset = "synthetic"
-size = 1024
-[optimizer]
-name = "sgd"
-lr = 0.03
-# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
-warmup_steps = 2
-[parallel]
+// SGD's momentum (0.9) is its default, not written: tests switch to optimizer.name=adamw.
+const std::string kJob =
+    testing::jobStart({.seed = 5, .balance = "off"},
+                      {.steps = 12, .global_batch = 32, .eval_every = 0, .eval_samples = 64}) +
+    testing::gptOnSynthetic({.layers = 4}) +
+    testing::optimizerTable({.name = "sgd", .lr = 0.03, .warmup_steps = 2}) + R"([parallel]
 micro_batches = 4
 partition = "even"
 )";
@@ -70,7 +49,7 @@ Trained train(int stages, int replicas, const std::vector<std::string>& extra,
                                        "parallel.replicas=" + std::to_string(replicas),
                                        world == 2 ? "devices=cpu,cpu" : "devices=cpu,cpu,cpu,cpu"};
   settings.insert(settings.end(), extra.begin(), extra.end());
-  const auto errors = runTrainers(kJob, settings, world, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(kJob, settings, world, [&](Trainer& trainer, int rank) {
     TrainerHooks hooks;
     hooks.cut_at = [&moves](std::int64_t step) {
       const auto found = moves.find(step);
@@ -86,7 +65,7 @@ Trained train(int stages, int replicas, const std::vector<std::string>& extra,
       }
       if (record.step == checkpoint_at) trainer.checkpoint();
     }
-    per_rank[rank] = stageParametersOf(trainer);
+    per_rank[rank] = testing::stageParametersOf(trainer);
   });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   for (int s = 0; s < stages; ++s)
@@ -94,7 +73,8 @@ Trained train(int stages, int replicas, const std::vector<std::string>& extra,
   for (int rank = 1; rank < world; ++rank) {
     EXPECT_EQ(losses[rank], losses[0]) << "rank " << rank;
     if (rank >= stages)
-      EXPECT_TRUE(bitwiseEqual(per_rank[rank], per_rank[rank % stages])) << "rank " << rank;
+      EXPECT_TRUE(testing::bitwiseEqual(per_rank[rank], per_rank[rank % stages]))
+          << "rank " << rank;
   }
   result.losses = losses[0];
   return result;
@@ -102,7 +82,7 @@ Trained train(int stages, int replicas, const std::vector<std::string>& extra,
 
 void expectBitwiseEqual(const Trained& moved, const Trained& fixed) {
   ASSERT_EQ(moved.parameters.size(), fixed.parameters.size());
-  EXPECT_TRUE(bitwiseEqual(moved.parameters, fixed.parameters));
+  EXPECT_TRUE(testing::bitwiseEqual(moved.parameters, fixed.parameters));
   EXPECT_EQ(moved.losses, fixed.losses);
 }
 
@@ -168,11 +148,11 @@ TEST(PipelineRecut, ACheckpointAfterAMoveResumesOnTheMovedCut) {
   const Trained resumed = train(2, 1, settings, kMoves, written);
   EXPECT_EQ(resumed.cuts.front(), (std::vector<int>{0, 1, 6}));
   ASSERT_EQ(resumed.parameters.size(), straight.parameters.size());
-  EXPECT_TRUE(bitwiseEqual(resumed.parameters, straight.parameters));
+  EXPECT_TRUE(testing::bitwiseEqual(resumed.parameters, straight.parameters));
 }
 
 TEST(PipelineRecut, RefusesAForcedCutThatIsNotACut) {
-  const auto errors = runTrainers(
+  const auto errors = testing::runTrainers(
       kJob, {"parallel.pipeline_stages=2", "devices=cpu,cpu"}, 2, [](Trainer& trainer, int) {
         TrainerHooks hooks;
         hooks.cut_at = [](std::int64_t) { return std::vector<int>{0, 6, 6}; };
@@ -187,7 +167,7 @@ TEST(PipelineRecut, RefusesAForcedCutThatIsNotACut) {
 TEST(PipelineRecut, DataParallelismRefusesTheCutHook) {
   std::string job = kJob;
   job = job.substr(0, job.find("[parallel]"));
-  const auto errors = runTrainers(job, {"devices=cpu"}, 1, [](Trainer& trainer, int) {
+  const auto errors = testing::runTrainers(job, {"devices=cpu"}, 1, [](Trainer& trainer, int) {
     TrainerHooks hooks;
     hooks.cut_at = [](std::int64_t) { return std::vector<int>{}; };
     trainer.step(hooks);

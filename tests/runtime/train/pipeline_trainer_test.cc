@@ -14,28 +14,13 @@
 namespace chorus::runtime {
 namespace {
 
-using testing::bitwiseEqual;
-using testing::maxRelativeDifference;
-using testing::parametersOf;
-using testing::runTrainers;
-using testing::stageParametersOf;
-
 // A small GPT (4 layers: embedding, 2 blocks, head) on synthetic tokens, SGD with momentum; as
 // plain data parallelism (the reference) and as pipelines of 4 micro-batches (kGptJob).
-const std::string kGptDataParallelJob = std::string(R"(
-seed = 3
-balance = "off"
-[train]
-steps = 10
-global_batch = 32
-eval_every = 0
-eval_samples = 64
-)") + testing::kTinyGpt + R"([optimizer]
-name = "sgd"
-lr = 0.03
-# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
-warmup_steps = 2
-)";
+// SGD's momentum (0.9) is its default, not written: tests switch to optimizer.name=adamw.
+const std::string kGptDataParallelJob =
+    testing::jobStart({.seed = 3, .balance = "off"},
+                      {.steps = 10, .global_batch = 32, .eval_every = 0, .eval_samples = 64}) +
+    testing::kTinyGpt + testing::optimizerTable({.name = "sgd", .lr = 0.03, .warmup_steps = 2});
 // Pipeline keys are refused without a pipeline (they would do nothing), so only here.
 const std::string kGptJob = std::string(kGptDataParallelJob) + "[parallel]\nmicro_batches = 4\n";
 
@@ -50,9 +35,9 @@ struct Trained {
 
 Trained trainReference() {
   Trained result;
-  const auto errors = runTrainers(kGptDataParallelJob, {}, 1, [&](Trainer& trainer, int) {
+  const auto errors = testing::runTrainers(kGptDataParallelJob, {}, 1, [&](Trainer& trainer, int) {
     for (std::int64_t step = 0; step < kSteps; ++step) result.losses.push_back(trainer.step().loss);
-    result.parameters = parametersOf(trainer);
+    result.parameters = testing::parametersOf(trainer);
     result.evaluation = trainer.evaluate(kEvalSamples);
   });
   EXPECT_EQ(errors[0], "");
@@ -74,25 +59,26 @@ Trained trainPipeline(int stages, int replicas, const std::vector<std::string>& 
       "parallel.replicas=" + std::to_string(replicas),
       "devices=" + std::string(world == 2 ? "cpu,cpu" : "cpu,cpu,cpu,cpu")};
   settings.insert(settings.end(), extra.begin(), extra.end());
-  const auto errors = runTrainers(kGptJob, settings, world, [&](Trainer& trainer, int rank) {
-    const TrainerHooks hooks = hooks_of ? hooks_of(rank) : TrainerHooks{};
-    for (std::int64_t step = 0; step < kSteps; ++step) {
-      const StepRecord record = trainer.step(hooks);
-      if (rank == 0 && shares) shares->push_back(record.shares);
-      losses[rank].push_back(record.loss);
-      EXPECT_EQ(record.shares.size(), static_cast<size_t>(world));
-      EXPECT_EQ(record.compute_seconds.size(), static_cast<size_t>(world));
-    }
-    per_rank[rank] = stageParametersOf(trainer);
-    evaluations[rank] = trainer.evaluate(kEvalSamples);
-  });
+  const auto errors =
+      testing::runTrainers(kGptJob, settings, world, [&](Trainer& trainer, int rank) {
+        const TrainerHooks hooks = hooks_of ? hooks_of(rank) : TrainerHooks{};
+        for (std::int64_t step = 0; step < kSteps; ++step) {
+          const StepRecord record = trainer.step(hooks);
+          if (rank == 0 && shares) shares->push_back(record.shares);
+          losses[rank].push_back(record.loss);
+          EXPECT_EQ(record.shares.size(), static_cast<size_t>(world));
+          EXPECT_EQ(record.compute_seconds.size(), static_cast<size_t>(world));
+        }
+        per_rank[rank] = testing::stageParametersOf(trainer);
+        evaluations[rank] = trainer.evaluate(kEvalSamples);
+      });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   Trained result;
   for (int s = 0; s < stages; ++s)
     for (const auto& tensor : per_rank[s]) result.parameters.push_back(tensor);
   for (int r = 1; r < replicas; ++r)
     for (int s = 0; s < stages; ++s)
-      EXPECT_TRUE(bitwiseEqual(per_rank[r * stages + s], per_rank[s]))
+      EXPECT_TRUE(testing::bitwiseEqual(per_rank[r * stages + s], per_rank[s]))
           << "replica " << r << " stage " << s << " differs from replica 0";
   // Every rank reports the same losses and evaluation.
   for (int rank = 1; rank < world; ++rank) {
@@ -106,7 +92,8 @@ Trained trainPipeline(int stages, int replicas, const std::vector<std::string>& 
 
 void expectEquivalent(const Trained& pipeline, const Trained& reference, const char* label) {
   ASSERT_EQ(pipeline.parameters.size(), reference.parameters.size()) << label;
-  const double difference = maxRelativeDifference(pipeline.parameters, reference.parameters);
+  const double difference =
+      testing::maxRelativeDifference(pipeline.parameters, reference.parameters);
   std::printf("%-32s max relative parameter difference after %lld steps: %.3g\n", label,
               static_cast<long long>(kSteps), difference);
   EXPECT_LT(difference, 1e-5) << label;
@@ -157,16 +144,16 @@ TEST(PipelineTrainer, PlansTheSameCutsAndSharesOnEveryRank) {
   std::mutex mutex;
   std::vector<std::vector<int>> cuts;
   std::vector<std::vector<std::int64_t>> shares;
-  const auto errors = runTrainers(kGptJob,
-                                  {"parallel.pipeline_stages=2", "parallel.replicas=2",
-                                   "parallel.partition=even", "devices=cpu,cpu,cpu,cpu"},
-                                  4, [&](Trainer& trainer, int rank) {
-                                    EXPECT_EQ(trainer.position().replica, rank / 2);
-                                    EXPECT_EQ(trainer.position().stage, rank % 2);
-                                    std::lock_guard<std::mutex> lock(mutex);
-                                    cuts.push_back(trainer.cuts());
-                                    shares.push_back(trainer.shares());
-                                  });
+  const auto errors = testing::runTrainers(kGptJob,
+                                           {"parallel.pipeline_stages=2", "parallel.replicas=2",
+                                            "parallel.partition=even", "devices=cpu,cpu,cpu,cpu"},
+                                           4, [&](Trainer& trainer, int rank) {
+                                             EXPECT_EQ(trainer.position().replica, rank / 2);
+                                             EXPECT_EQ(trainer.position().stage, rank % 2);
+                                             std::lock_guard<std::mutex> lock(mutex);
+                                             cuts.push_back(trainer.cuts());
+                                             shares.push_back(trainer.shares());
+                                           });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   ASSERT_EQ(cuts.size(), 4u);
   for (int rank = 0; rank < 4; ++rank) {
@@ -202,15 +189,15 @@ std::vector<at::Tensor> trainAndCheckpoint(std::int64_t steps, const std::string
                                            const std::string& resume = "") {
   std::vector<std::vector<at::Tensor>> per_rank(2);
   const auto errors =
-      runTrainers(kGptJob,
-                  {"parallel.pipeline_stages=2", "devices=cpu,cpu", "optimizer.name=adamw",
-                   "optimizer.lr=0.01", "checkpoint.dir=" + dir},
-                  2, [&](Trainer& trainer, int rank) {
-                    if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
-                    while (trainer.nextStep() < steps) trainer.step();
-                    trainer.checkpoint();
-                    per_rank[rank] = stageParametersOf(trainer);
-                  });
+      testing::runTrainers(kGptJob,
+                           {"parallel.pipeline_stages=2", "devices=cpu,cpu", "optimizer.name=adamw",
+                            "optimizer.lr=0.01", "checkpoint.dir=" + dir},
+                           2, [&](Trainer& trainer, int rank) {
+                             if (!resume.empty()) trainer.resume(resolveCheckpoint(resume, dir));
+                             while (trainer.nextStep() < steps) trainer.step();
+                             trainer.checkpoint();
+                             per_rank[rank] = testing::stageParametersOf(trainer);
+                           });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   std::vector<at::Tensor> whole = per_rank[0];
   whole.insert(whole.end(), per_rank[1].begin(), per_rank[1].end());
@@ -228,7 +215,7 @@ TEST(PipelineTrainer, ResumeIsBitwiseExactOnTheSameLayout) {
     EXPECT_TRUE(std::filesystem::exists(written + "/" + file)) << file;
   const auto resumed = trainAndCheckpoint(8, dir + "/split", "latest");
   ASSERT_EQ(resumed.size(), straight.size());
-  EXPECT_TRUE(bitwiseEqual(resumed, straight));
+  EXPECT_TRUE(testing::bitwiseEqual(resumed, straight));
 }
 
 // Trains `ranks` threads of `job` with `settings` to `steps` (resuming from the checkpoint at
@@ -239,11 +226,11 @@ std::vector<at::Tensor> trainLayout(const std::string& job, std::vector<std::str
                                     const std::string& from = "") {
   settings.push_back("checkpoint.dir=" + dir);
   std::vector<std::vector<at::Tensor>> per_rank(ranks);
-  const auto errors = runTrainers(job, settings, ranks, [&](Trainer& trainer, int rank) {
+  const auto errors = testing::runTrainers(job, settings, ranks, [&](Trainer& trainer, int rank) {
     if (!from.empty()) trainer.resume(from);
     while (trainer.nextStep() < steps) trainer.step();
     trainer.checkpoint();
-    per_rank[rank] = stageParametersOf(trainer);
+    per_rank[rank] = testing::stageParametersOf(trainer);
   });
   for (const auto& error : errors) EXPECT_EQ(error, "");
   std::vector<at::Tensor> whole;
@@ -269,11 +256,11 @@ TEST(PipelineTrainer, ResumesACheckpointOnAnotherLayout) {
   const auto one = trainLayout(kGptDataParallelJob, {"devices=cpu"}, 1, 8, dir + "/one", written);
   ASSERT_EQ(three.size(), straight.size());
   ASSERT_EQ(one.size(), straight.size());
-  const double on_three = maxRelativeDifference(three, straight);
-  const double on_one = maxRelativeDifference(one, straight);
+  const double on_three = testing::maxRelativeDifference(three, straight);
+  const double on_one = testing::maxRelativeDifference(one, straight);
   std::printf("max relative difference from 2 stages straight on: 3 stages %.3g, 1 rank %.3g\n",
               on_three, on_one);
-  EXPECT_TRUE(bitwiseEqual(three, straight));
+  EXPECT_TRUE(testing::bitwiseEqual(three, straight));
   EXPECT_LT(on_one, 1e-5);
   // The data-parallel checkpoint goes back onto 2 stages, optimizer state and all, and the
   // consolidated model of a pipeline checkpoint has the data-parallel one's tensors.
@@ -281,7 +268,7 @@ TEST(PipelineTrainer, ResumesACheckpointOnAnotherLayout) {
   const auto back = trainLayout(kGptJob, two, 2, 10, dir + "/back", dp);
   const auto onward = trainLayout(kGptDataParallelJob, {"devices=cpu"}, 1, 10, dir + "/on", dp);
   ASSERT_EQ(back.size(), onward.size());
-  EXPECT_LT(maxRelativeDifference(back, onward), 1e-5);
+  EXPECT_LT(testing::maxRelativeDifference(back, onward), 1e-5);
   const std::string joined = dir + "/three.pt";
   EXPECT_EQ(consolidateCheckpoint(dir + "/three/" + checkpointName(8), joined),
             consolidateCheckpoint(dir + "/one/" + checkpointName(8), dir + "/one.pt"));

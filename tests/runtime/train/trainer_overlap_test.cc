@@ -10,14 +10,11 @@
 #include "chorus/model/model_config.h"
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/gradient_reducer.h"
+#include "runtime/job_fixtures.h"
 #include "runtime/trainer_threads.h"
 
 namespace chorus::runtime {
 namespace {
-
-using testing::bitwiseEqual;
-using testing::parametersOf;
-using testing::runTrainers;
 
 // The buckets the default ReducerOptions give the zoo model of `kind` (its default config).
 int bucketsOfZooModel(const std::string& kind) {
@@ -39,25 +36,11 @@ TEST(TrainerOverlap, EveryZooModelGetsSeveralBuckets) {
   EXPECT_GE(bucketsOfZooModel("gpt"), 4);
 }
 
-constexpr const char* kJob = R"(
-seed = 3
-balance = "off"
-[train]
-steps = 3
-global_batch = 32
-eval_every = 0
-eval_samples = 32
-[model]
-kind = "mlp"
-input_shape = [1, 8, 8]
-hidden = [128, 64]
-[data]
-dataset = "synthetic"
-size = 512
-[optimizer]
-name = "sgd"
-lr = 0.05
-)";
+const std::string kJob =
+    testing::jobStart({.seed = 3, .balance = "off"},
+                      {.steps = 3, .global_batch = 32, .eval_every = 0, .eval_samples = 32}) +
+    testing::mlpOnSynthetic({.hidden = "[128, 64]", .size = 512}) +
+    testing::optimizerTable({.name = "sgd", .lr = 0.05});
 
 constexpr int kSteps = 3;
 
@@ -72,10 +55,10 @@ Trained train(const std::vector<std::string>& settings) {
   Trained run;
   TrainerHooks slow;
   slow.speed_at = [](std::int64_t) { return 0.5; };
-  const auto errors = runTrainers(kJob, settings, 2, [&](Trainer& t, int rank) {
+  const auto errors = testing::runTrainers(kJob, settings, 2, [&](Trainer& t, int rank) {
     for (int step = 0; step < kSteps; ++step) t.step(rank == 0 ? slow : TrainerHooks{});
     if (rank != 0) return;
-    run.parameters = parametersOf(t);
+    run.parameters = testing::parametersOf(t);
     run.pad_points = t.emulationTotals().pad_points;
     run.phases = t.emulationTotals().phases;
   });
@@ -95,7 +78,7 @@ TEST(TrainerOverlap, AnEmulatedRankReleasesEachBucketAtTheEmulatedPace) {
   EXPECT_EQ(on.pad_points % kSteps, 0);
   EXPECT_GE(on.pad_points / kSteps, 3);
   // Launching during backward or after it reduces the same buckets: the same model, bit for bit.
-  EXPECT_TRUE(bitwiseEqual(on.parameters, off.parameters));
+  EXPECT_TRUE(testing::bitwiseEqual(on.parameters, off.parameters));
 }
 
 TEST(TrainerOverlap, BucketKeysShapeTheBuckets) {
@@ -107,7 +90,7 @@ TEST(TrainerOverlap, BucketKeysShapeTheBuckets) {
       train({"comm.min_buckets=1", "comm.first_bucket_mb=0.001", "comm.bucket_mb=0.04"});
   EXPECT_GT(small.pad_points, ddp.pad_points);
   EXPECT_EQ(small.pad_points % kSteps, 0);
-  EXPECT_TRUE(bitwiseEqual(small.parameters, ddp.parameters));
+  EXPECT_TRUE(testing::bitwiseEqual(small.parameters, ddp.parameters));
 }
 
 }  // namespace

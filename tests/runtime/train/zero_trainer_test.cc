@@ -20,24 +20,12 @@
 namespace chorus::runtime {
 namespace {
 
-using testing::bitwiseEqual;
-using testing::maxRelativeDifference;
-using testing::runTrainers;
-
-const std::string kGptJob = std::string(R"(
-seed = 3
-balance = "off"
-[train]
-steps = 20
-global_batch = 64
-micro_batch = 8
-eval_every = 0
-eval_samples = 64
-)") + testing::kTinyGpt + R"([optimizer]
-name = "sgd"
-lr = 0.03
-# momentum 0.9: SGD's default, not written (tests switch to optimizer.name=adamw)
-[comm]
+// SGD's momentum (0.9) is its default, not written: tests switch to optimizer.name=adamw.
+const std::string kGptJob =
+    testing::jobStart(
+        {.seed = 3, .balance = "off"},
+        {.steps = 20, .global_batch = 64, .micro_batch = 8, .eval_every = 0, .eval_samples = 64}) +
+    testing::kTinyGpt + testing::optimizerTable({.name = "sgd", .lr = 0.03}) + R"([comm]
 bucket_mb = 0.01
 )";
 
@@ -50,13 +38,13 @@ const std::string kShards = "zero.shards=[0.5,0.3,0.2]";
 std::vector<at::Tensor> train(const std::vector<std::string>& settings, int steps = 20,
                               int world = 3) {
   std::vector<std::vector<at::Tensor>> results(world);
-  const auto errors = runTrainers(kGptJob, settings, world, [&](Trainer& t, int rank) {
+  const auto errors = testing::runTrainers(kGptJob, settings, world, [&](Trainer& t, int rank) {
     while (t.nextStep() < steps) t.step();
     results[rank] = t.parameterValues();  // collective under ZeRO-3
   });
   for (int rank = 0; rank < world; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
   for (int rank = 1; rank < world; ++rank)
-    EXPECT_TRUE(bitwiseEqual(results[rank], results[0])) << "rank " << rank << " differs";
+    EXPECT_TRUE(testing::bitwiseEqual(results[rank], results[0])) << "rank " << rank << " differs";
   return results[0];
 }
 
@@ -70,7 +58,7 @@ void expectAsStageZero(const std::vector<std::string>& extra, double tolerance) 
     settings.push_back(kShards);
     const auto sharded = train(settings);
     ASSERT_EQ(sharded.size(), replicated.size());
-    const double difference = maxRelativeDifference(sharded, replicated);
+    const double difference = testing::maxRelativeDifference(sharded, replicated);
     std::printf("ZeRO stage %s against stage 0: max relative parameter difference %.3g\n", stage,
                 difference);
     EXPECT_LT(difference, tolerance) << "stage " << stage;
@@ -98,12 +86,12 @@ TEST(ZeroTrainer, StagesOneToThreeTrainAsStageZeroWithAnFp16Rank) {
 TEST(ZeroTrainer, StagesTwoAndThreeCompressTheirReduceScatterAsStageZeroItsAllReduce) {
   const std::vector<std::string> base{kShares, "comm.compression=bf16"};
   const auto replicated = train(base);
-  const double uncompressed = maxRelativeDifference(train({kShares}), replicated);
+  const double uncompressed = testing::maxRelativeDifference(train({kShares}), replicated);
   for (const char* stage : {"2", "3"}) {
     std::vector<std::string> settings = base;
     settings.push_back(std::string("zero.stage=") + stage);
     settings.push_back(kShards);
-    const double difference = maxRelativeDifference(train(settings), replicated);
+    const double difference = testing::maxRelativeDifference(train(settings), replicated);
     std::printf(
         "ZeRO stage %s with bf16 against stage 0 with bf16: %.3g (stage 0 uncompressed: "
         "%.3g)\n",
@@ -153,7 +141,7 @@ std::vector<at::Tensor> trainAndCheckpoint(std::vector<std::string> settings, in
     settings.push_back("optimizer.lr=0.003");
   }
   std::vector<at::Tensor> result;
-  const auto errors = runTrainers(kGptJob, settings, world, [&](Trainer& t, int rank) {
+  const auto errors = testing::runTrainers(kGptJob, settings, world, [&](Trainer& t, int rank) {
     if (!resume.empty()) t.resume(resolveCheckpoint(resume, dir));
     while (t.nextStep() < steps) t.step();
     t.checkpoint();
@@ -172,8 +160,9 @@ TEST(ZeroTrainer, ResumeOnTheSameShardsIsBitwiseExact) {
     trainAndCheckpoint(settings, 3, 5, dir);
     const auto resumed = trainAndCheckpoint(settings, 3, 12, dir, "latest");
     ASSERT_FALSE(straight.empty());
-    EXPECT_TRUE(bitwiseEqual(resumed, straight))
-        << stage << ": max relative difference " << maxRelativeDifference(resumed, straight);
+    EXPECT_TRUE(testing::bitwiseEqual(resumed, straight))
+        << stage << ": max relative difference "
+        << testing::maxRelativeDifference(resumed, straight);
   }
 }
 
@@ -195,9 +184,9 @@ TEST(ZeroTrainer, ResumeOnTwoRanksReshardsTheOptimizerState) {
     const std::string dir = freshDir("three_to_two");
     trainAndCheckpoint(three, 3, 5, dir);
     const auto resharded = trainAndCheckpoint({after}, 2, 12, dir, "latest");
-    const double against_replicated = maxRelativeDifference(resharded, replicated);
-    const double against_straight = maxRelativeDifference(resharded, straight);
-    const double replicated_against_straight = maxRelativeDifference(replicated, straight);
+    const double against_replicated = testing::maxRelativeDifference(resharded, replicated);
+    const double against_straight = testing::maxRelativeDifference(resharded, straight);
+    const double replicated_against_straight = testing::maxRelativeDifference(replicated, straight);
     std::printf(
         "ZeRO 3 ranks (%s) -> 2 ranks (%s), resharded: max relative parameter difference %.3g "
         "against the replicated resume, %.3g against the uninterrupted run (replicated resume: "
@@ -215,7 +204,7 @@ TEST(ZeroTrainer, ResumeOnTwoRanksReshardsTheOptimizerState) {
   trainAndCheckpoint(sgd, 3, 5, dir);
   const auto resharded =
       trainAndCheckpoint({"zero.stage=3", "optimizer.name=sgd"}, 2, 12, dir, "latest");
-  const double difference = maxRelativeDifference(resharded, straight);
+  const double difference = testing::maxRelativeDifference(resharded, straight);
   std::printf("ZeRO-3 with SGD, 3 ranks -> 2 ranks: %.3g from the uninterrupted run\n", difference);
   EXPECT_LT(difference, 1e-5);
 }
@@ -235,8 +224,9 @@ TEST(ZeroTrainer, CheckpointsMoveBetweenReplicatedAndShardedJobs) {
     const std::string dir = freshDir("moved" + std::to_string(index++));
     trainAndCheckpoint(before, 3, 5, dir);
     const auto resumed = trainAndCheckpoint(after, 3, 12, dir, "latest");
-    EXPECT_TRUE(bitwiseEqual(resumed, straight)) << "case " << index << ": max relative difference "
-                                                 << maxRelativeDifference(resumed, straight);
+    EXPECT_TRUE(testing::bitwiseEqual(resumed, straight))
+        << "case " << index << ": max relative difference "
+        << testing::maxRelativeDifference(resumed, straight);
   }
 }
 
@@ -261,8 +251,9 @@ TEST(ZeroTrainer, CheckpointsMoveBetweenStageThreeAndOtherJobs) {
               std::find(before.begin(), before.end(), "zero.stage=3") == before.end())
         << "case " << index << ": a ZeRO-3 checkpoint has no model file, the others one";
     const auto resumed = trainAndCheckpoint(after, 3, 12, dir, "latest");
-    EXPECT_TRUE(bitwiseEqual(resumed, straight)) << "case " << index << ": max relative difference "
-                                                 << maxRelativeDifference(resumed, straight);
+    EXPECT_TRUE(testing::bitwiseEqual(resumed, straight))
+        << "case " << index << ": max relative difference "
+        << testing::maxRelativeDifference(resumed, straight);
   }
 }
 
