@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "chorus/comm/store/prefix_store.h"
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 #include "shm/shm_kernels.h"
 #include "shm/shm_transport.h"
 #include "work_state.h"
@@ -76,21 +77,14 @@ void reduceRows(const at::Tensor& stacked, at::Tensor& output, ReduceOp op, int 
   }
 }
 
+constexpr NamedValue<ReduceOp> kReduceOpNames[] = {{ReduceOp::kSum, "sum"},
+                                                   {ReduceOp::kAvg, "avg"},
+                                                   {ReduceOp::kMax, "max"},
+                                                   {ReduceOp::kMin, "min"}};
+
 }  // namespace
 
-const char* toString(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMin:
-      return "min";
-  }
-  return "?";
-}
+const char* toString(ReduceOp op) { return nameOf(kReduceOpNames, op); }
 
 std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    CommOptions options) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::comm {
 namespace {
@@ -56,28 +57,18 @@ void checkGroupsNative(const Topology& topology) {
                      " ranks, which share no native collective; group them by host and vendor");
 }
 
+constexpr NamedValue<AllReduceAlgorithm> kAlgorithmNames[] = {
+    {AllReduceAlgorithm::kAuto, "auto"},
+    {AllReduceAlgorithm::kFlat, "flat"},
+    {AllReduceAlgorithm::kHierarchical, "hierarchical"},
+    {AllReduceAlgorithm::kTwoD, "2d"}};
+
 }  // namespace
 
-const char* toString(AllReduceAlgorithm algorithm) {
-  switch (algorithm) {
-    case AllReduceAlgorithm::kAuto:
-      return "auto";
-    case AllReduceAlgorithm::kFlat:
-      return "flat";
-    case AllReduceAlgorithm::kHierarchical:
-      return "hierarchical";
-    case AllReduceAlgorithm::kTwoD:
-      return "2d";
-  }
-  return "?";
-}
+const char* toString(AllReduceAlgorithm algorithm) { return nameOf(kAlgorithmNames, algorithm); }
 
 AllReduceAlgorithm parseAllReduceAlgorithm(const std::string& text) {
-  for (auto algorithm : {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kFlat,
-                         AllReduceAlgorithm::kHierarchical, AllReduceAlgorithm::kTwoD})
-    if (text == toString(algorithm)) return algorithm;
-  CHORUS_THROW(ConfigError, "unknown all-reduce algorithm '", text,
-               "' (expected auto, flat, hierarchical or 2d)");
+  return parseNamed(kAlgorithmNames, text, "all-reduce algorithm");
 }
 
 HierarchicalAllReduce::HierarchicalAllReduce(std::shared_ptr<Communicator> world, Topology topology,

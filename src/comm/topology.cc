@@ -8,6 +8,7 @@
 
 #include "chorus/comm/communicator.h"
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::comm {
 namespace {
@@ -62,28 +63,21 @@ LinkClass descriptorLink(const RankDescriptor& a, const RankDescriptor& b) {
 // The slower of two links: higher enum value, since the classes are ordered fastest first.
 LinkClass slower(LinkClass a, LinkClass b) { return std::max(a, b); }
 
+constexpr NamedValue<LinkClass> kLinkClassNames[] = {{LinkClass::kSharedMemory, "shm"},
+                                                     {LinkClass::kNvlink, "nvlink"},
+                                                     {LinkClass::kPcie, "pcie"},
+                                                     {LinkClass::kNetwork, "network"}};
+
+constexpr NamedValue<GroupBy> kGroupByNames[] = {{GroupBy::kHost, "host"},
+                                                 {GroupBy::kVendor, "vendor"},
+                                                 {GroupBy::kHostAndVendor, "host+vendor"}};
+
 }  // namespace
 
-const char* toString(LinkClass link) {
-  switch (link) {
-    case LinkClass::kSharedMemory:
-      return "shm";
-    case LinkClass::kNvlink:
-      return "nvlink";
-    case LinkClass::kPcie:
-      return "pcie";
-    case LinkClass::kNetwork:
-      return "network";
-  }
-  return "?";
-}
+const char* toString(LinkClass link) { return nameOf(kLinkClassNames, link); }
 
 LinkClass parseLinkClass(const std::string& text) {
-  for (LinkClass link :
-       {LinkClass::kSharedMemory, LinkClass::kNvlink, LinkClass::kPcie, LinkClass::kNetwork})
-    if (text == toString(link)) return link;
-  CHORUS_THROW(ConfigError, "unknown link class '", text,
-               "' (expected shm, nvlink, pcie or network)");
+  return parseNamed(kLinkClassNames, text, "link class");
 }
 
 std::map<LinkClass, LinkSpeed> defaultLinkSpeeds() {
@@ -113,22 +107,10 @@ RankDescriptor RankDescriptor::decode(const std::string& text) {
   return descriptor;
 }
 
-const char* toString(GroupBy by) {
-  switch (by) {
-    case GroupBy::kHost:
-      return "host";
-    case GroupBy::kVendor:
-      return "vendor";
-    case GroupBy::kHostAndVendor:
-      return "host+vendor";
-  }
-  return "?";
-}
+const char* toString(GroupBy by) { return nameOf(kGroupByNames, by); }
 
 GroupBy parseGroupBy(const std::string& text) {
-  for (GroupBy by : {GroupBy::kHost, GroupBy::kVendor, GroupBy::kHostAndVendor})
-    if (text == toString(by)) return by;
-  CHORUS_THROW(ConfigError, "unknown grouping '", text, "' (expected host, vendor or host+vendor)");
+  return parseNamed(kGroupByNames, text, "grouping");
 }
 
 Topology Topology::discover(Communicator& comm, const RankDescriptor& self, GroupBy by,

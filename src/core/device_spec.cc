@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 #include "chorus/core/units.h"
 
 namespace chorus {
@@ -62,19 +63,12 @@ double parseSpeed(const std::string& text, const std::string& speed) {
   return value;
 }
 
+constexpr NamedValue<DeviceKind> kDeviceKindNames[] = {
+    {DeviceKind::kAuto, "auto"}, {DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}};
+
 }  // namespace
 
-const char* toString(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kAuto:
-      return "auto";
-    case DeviceKind::kCpu:
-      return "cpu";
-    case DeviceKind::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
+const char* toString(DeviceKind kind) { return nameOf(kDeviceKindNames, kind); }
 
 DeviceSpec parseDeviceSpec(const std::string& raw) {
   const std::string text = trim(raw);

@@ -1,17 +1,13 @@
 #include "chorus/data/dataset.h"
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::data {
 
 const char* toString(Split split) {
-  switch (split) {
-    case Split::kTrain:
-      return "train";
-    case Split::kTest:
-      return "test";
-  }
-  return "?";
+  static constexpr NamedValue<Split> kNames[] = {{Split::kTrain, "train"}, {Split::kTest, "test"}};
+  return nameOf(kNames, split);
 }
 
 void Dataset::checkIds(const std::vector<std::int64_t>& ids) const {

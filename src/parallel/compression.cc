@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 #include "compression_internal.h"
 
 namespace chorus::parallel {
@@ -15,33 +16,15 @@ bool startsWith(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
 
+constexpr NamedValue<CodecKind> kCodecNames[] = {
+    {CodecKind::kNone, "none"}, {CodecKind::kFp16, "fp16"}, {CodecKind::kBf16, "bf16"},
+    {CodecKind::kInt8, "int8"}, {CodecKind::kTopK, "topk"}, {CodecKind::kPowerSgd, "powersgd"}};
+
 }  // namespace
 
-const char* toString(CodecKind kind) {
-  switch (kind) {
-    case CodecKind::kNone:
-      return "none";
-    case CodecKind::kFp16:
-      return "fp16";
-    case CodecKind::kBf16:
-      return "bf16";
-    case CodecKind::kInt8:
-      return "int8";
-    case CodecKind::kTopK:
-      return "topk";
-    case CodecKind::kPowerSgd:
-      return "powersgd";
-  }
-  return "?";
-}
+const char* toString(CodecKind kind) { return nameOf(kCodecNames, kind); }
 
-CodecKind parseCodecKind(const std::string& text) {
-  for (CodecKind kind : {CodecKind::kNone, CodecKind::kFp16, CodecKind::kBf16, CodecKind::kInt8,
-                         CodecKind::kTopK, CodecKind::kPowerSgd})
-    if (text == toString(kind)) return kind;
-  CHORUS_THROW(ConfigError, "unknown codec '", text,
-               "' (expected none, fp16, bf16, int8, topk or powersgd)");
-}
+CodecKind parseCodecKind(const std::string& text) { return parseNamed(kCodecNames, text, "codec"); }
 
 std::int64_t EncodedTensor::bytes() const {
   return payload.defined() ? static_cast<std::int64_t>(payload.nbytes()) : 0;

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::parallel {
 namespace {
@@ -158,21 +159,14 @@ void checkStage(const StageProgram& program, int s, int p, int micro_batches,
 }  // namespace
 
 const char* toString(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::kRecvActivation:
-      return "recv-activation";
-    case ActionKind::kForward:
-      return "forward";
-    case ActionKind::kSendActivation:
-      return "send-activation";
-    case ActionKind::kRecvGradient:
-      return "recv-gradient";
-    case ActionKind::kBackward:
-      return "backward";
-    case ActionKind::kSendGradient:
-      return "send-gradient";
-  }
-  return "?";
+  static constexpr NamedValue<ActionKind> kNames[] = {
+      {ActionKind::kRecvActivation, "recv-activation"},
+      {ActionKind::kForward, "forward"},
+      {ActionKind::kSendActivation, "send-activation"},
+      {ActionKind::kRecvGradient, "recv-gradient"},
+      {ActionKind::kBackward, "backward"},
+      {ActionKind::kSendGradient, "send-gradient"}};
+  return nameOf(kNames, kind);
 }
 
 std::vector<StageProgram> buildSchedule(Schedule schedule, int stages, int micro_batches) {

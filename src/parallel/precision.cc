@@ -4,27 +4,27 @@
 #include <ATen/autocast_mode.h>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::parallel {
+namespace {
+
+constexpr NamedValue<Precision> kPrecisionNames[] = {
+    {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}};
+// libtorch's dtype names, read as well.
+constexpr NamedValue<Precision> kDtypeNames[] = {
+    {Precision::kFp32, "float32"}, {Precision::kBf16, "bfloat16"}, {Precision::kFp16, "float16"}};
+
+}  // namespace
 
 Precision parsePrecision(const std::string& name) {
-  if (name == "fp32" || name == "float32") return Precision::kFp32;
-  if (name == "bf16" || name == "bfloat16") return Precision::kBf16;
-  if (name == "fp16" || name == "float16") return Precision::kFp16;
-  CHORUS_THROW(ConfigError, "precision '", name, "' is unknown; expected fp32, bf16 or fp16");
+  if (auto precision = valueNamed(kPrecisionNames, name)) return *precision;
+  if (auto precision = valueNamed(kDtypeNames, name)) return *precision;
+  CHORUS_THROW(ConfigError, "precision '", name, "' is unknown; expected ",
+               namesOf(kPrecisionNames, ", ", " or "));
 }
 
-const char* toString(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
+const char* toString(Precision precision) { return nameOf(kPrecisionNames, precision); }
 
 c10::ScalarType scalarTypeOf(Precision precision) {
   switch (precision) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::plan {
 namespace {
@@ -210,15 +211,10 @@ double predictedStepSeconds(const std::vector<RankTiming>& timings,
 }
 
 const char* toString(BalancerMode mode) {
-  switch (mode) {
-    case BalancerMode::kOff:
-      return "off";
-    case BalancerMode::kStatic:
-      return "static";
-    case BalancerMode::kAdaptive:
-      return "adaptive";
-  }
-  return "?";
+  static constexpr NamedValue<BalancerMode> kNames[] = {{BalancerMode::kOff, "off"},
+                                                        {BalancerMode::kStatic, "static"},
+                                                        {BalancerMode::kAdaptive, "adaptive"}};
+  return nameOf(kNames, mode);
 }
 
 LoadBalancer::LoadBalancer(const BalancerOptions& options, int world_size, int64_t global_batch,

@@ -10,6 +10,7 @@
 #include <cctype>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::plan {
 namespace {
@@ -91,26 +92,16 @@ std::string lower(std::string text) {
   return text;
 }
 
+constexpr NamedValue<Dtype> kDtypeNames[] = {
+    {Dtype::kFp32, "fp32"}, {Dtype::kTf32, "tf32"}, {Dtype::kBf16, "bf16"}, {Dtype::kFp16, "fp16"}};
+
 }  // namespace
 
-const char* toString(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kFp32:
-      return "fp32";
-    case Dtype::kTf32:
-      return "tf32";
-    case Dtype::kBf16:
-      return "bf16";
-    case Dtype::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
+const char* toString(Dtype dtype) { return nameOf(kDtypeNames, dtype); }
 
 Dtype parseDtype(const std::string& name) {
-  for (Dtype dtype : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16})
-    if (name == toString(dtype)) return dtype;
-  CHORUS_THROW(ConfigError, "unknown precision '", name, "'; known: fp32, tf32, bf16, fp16");
+  if (auto dtype = valueNamed(kDtypeNames, name)) return *dtype;
+  CHORUS_THROW(ConfigError, "unknown precision '", name, "'; known: ", namesOf(kDtypeNames));
 }
 
 const std::vector<DeviceType>& deviceCatalog() {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::plan {
 namespace {
@@ -34,25 +35,19 @@ std::vector<std::pair<std::string, double>> coreSlowdowns(const Cluster& cluster
   return slowdowns;
 }
 
+constexpr NamedValue<PrecisionPolicy> kPrecisionPolicyNames[] = {
+    {PrecisionPolicy::kFp32, "fp32"},
+    {PrecisionPolicy::kTf32, "tf32"},
+    {PrecisionPolicy::kMixed, "mixed"}};
+
 }  // namespace
 
-const char* toString(PrecisionPolicy policy) {
-  switch (policy) {
-    case PrecisionPolicy::kFp32:
-      return "fp32";
-    case PrecisionPolicy::kTf32:
-      return "tf32";
-    case PrecisionPolicy::kMixed:
-      return "mixed";
-  }
-  return "?";
-}
+const char* toString(PrecisionPolicy policy) { return nameOf(kPrecisionPolicyNames, policy); }
 
 PrecisionPolicy parsePrecisionPolicy(const std::string& text) {
-  for (PrecisionPolicy policy :
-       {PrecisionPolicy::kFp32, PrecisionPolicy::kTf32, PrecisionPolicy::kMixed})
-    if (text == toString(policy)) return policy;
-  CHORUS_THROW(ConfigError, "unknown precision policy '", text, "'; known: fp32, tf32, mixed");
+  if (auto policy = valueNamed(kPrecisionPolicyNames, text)) return *policy;
+  CHORUS_THROW(ConfigError, "unknown precision policy '", text,
+               "'; known: ", namesOf(kPrecisionPolicyNames));
 }
 
 CostModel::CostModel(const Cluster& cluster, const ModelProfile& model, CostOptions options)

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 #include "chorus/core/units.h"
 #include "model/sharded_split.h"
 
@@ -31,26 +32,23 @@ std::vector<std::vector<double>> sparseTable(const std::vector<double>& values) 
   return table;
 }
 
+constexpr NamedValue<Checkpointing> kCheckpointingNames[] = {{Checkpointing::kNone, "none"},
+                                                             {Checkpointing::kStage, "stage"},
+                                                             {Checkpointing::kLayer, "layer"}};
+
 }  // namespace
 
 const char* toString(Checkpointing checkpointing) {
-  switch (checkpointing) {
-    case Checkpointing::kNone:
-      return "none";
-    case Checkpointing::kStage:
-      return "stage";
-    case Checkpointing::kLayer:
-      return "layer";
-  }
-  return "?";
+  return nameOf(kCheckpointingNames, checkpointing);
 }
 
 Checkpointing parseCheckpointing(const std::string& name) {
-  if (name == "none" || name == "off") return Checkpointing::kNone;
-  if (name == "stage" || name == "on") return Checkpointing::kStage;
-  if (name == "layer") return Checkpointing::kLayer;
-  CHORUS_THROW(ConfigError, "unknown activation checkpointing '", name,
-               "' (choose none, stage or layer)");
+  // Also read as a switch: "off" is none, "on" checkpoints each stage.
+  if (name == "off") return Checkpointing::kNone;
+  if (name == "on") return Checkpointing::kStage;
+  if (auto checkpointing = valueNamed(kCheckpointingNames, name)) return *checkpointing;
+  CHORUS_THROW(ConfigError, "unknown activation checkpointing '", name, "' (choose ",
+               namesOf(kCheckpointingNames, ", ", " or "), ")");
 }
 
 MemoryModel::MemoryModel(ModelProfile model, MemoryOptions options)
