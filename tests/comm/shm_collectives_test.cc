@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/store/memory_store.h"
+#include "comm/rank_threads.h"
 
 namespace chorus::comm {
 namespace {
@@ -25,22 +25,8 @@ CommOptions shmOptions(std::size_t chunk = kChunk) {
 
 void runRanks(int size, const std::function<void(Communicator&)>& body,
               CommOptions options = shmOptions()) {
-  auto store = std::make_shared<MemoryStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(size);
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto communicator = Communicator::create(store, rank, size, options);
-        body(*communicator);
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (auto& error : errors)
-    if (error) std::rethrow_exception(error);
+  testing::runRankThreads(
+      size, [&](std::shared_ptr<Communicator> communicator) { body(*communicator); }, options);
 }
 
 // Rank r's contribution: small integers (exact in every type, sums included) that vary with the

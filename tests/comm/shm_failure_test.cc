@@ -7,30 +7,16 @@
 #include <thread>
 
 #include "chorus/comm/communicator.h"
-#include "chorus/comm/store/memory_store.h"
 #include "chorus/core/error.h"
+#include "comm/rank_threads.h"
 
 namespace chorus::comm {
 namespace {
 
 void runRanks(int size, const std::function<void(std::shared_ptr<Communicator>&)>& body,
               const CommOptions& options) {
-  auto store = std::make_shared<MemoryStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(size);
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto communicator = Communicator::create(store, rank, size, options);
-        body(communicator);
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (auto& error : errors)
-    if (error) std::rethrow_exception(error);
+  testing::runRankThreads(
+      size, [&](std::shared_ptr<Communicator> communicator) { body(communicator); }, options);
 }
 
 CommOptions withTransport(const std::string& transport, int timeout_ms = 20000) {

@@ -19,6 +19,7 @@
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
+#include "comm/store_options.h"
 #include "comm/store_wire.h"
 
 namespace chorus::comm {
@@ -36,19 +37,10 @@ constexpr std::size_t kMaxValue = std::size_t{64} << 20;
 
 JobSecret testSecret() { return JobSecret::fromText("0123456789abcdef-limits-secret"); }
 
-TcpStoreServerOptions serverOptions() {
-  TcpStoreServerOptions options;
-  options.host = "127.0.0.1";
-  options.secret = testSecret();
-  return options;
-}
+TcpStoreServerOptions serverOptions() { return testing::loopbackServerOptions(testSecret()); }
 
 TcpStoreOptions clientOptions(int port) {
-  TcpStoreOptions options;
-  options.port = port;
-  options.secret = testSecret();
-  options.connect_timeout = milliseconds(2000);
-  return options;
+  return testing::loopbackClientOptions(port, testSecret());
 }
 
 // Polls `condition` every 10 ms for up to 5 s.

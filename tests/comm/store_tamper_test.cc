@@ -12,6 +12,7 @@
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
+#include "comm/store_options.h"
 #include "comm/store_wire.h"
 #include "comm/tampering_proxy.h"
 
@@ -26,18 +27,10 @@ constexpr milliseconds kLong{10000};
 
 JobSecret testSecret() { return JobSecret::fromText("0123456789abcdef-tamper-secret"); }
 
-TcpStoreServerOptions serverOptions() {
-  TcpStoreServerOptions options;
-  options.host = "127.0.0.1";
-  options.secret = testSecret();
-  return options;
-}
+TcpStoreServerOptions serverOptions() { return testing::loopbackServerOptions(testSecret()); }
 
 TcpStoreOptions clientOptions(int port) {
-  TcpStoreOptions options;
-  options.port = port;
-  options.secret = testSecret();
-  options.connect_timeout = milliseconds(2000);
+  TcpStoreOptions options = testing::loopbackClientOptions(port, testSecret());
   options.io_timeout = milliseconds(2000);  // bounds every failure mode below
   return options;
 }

@@ -20,33 +20,22 @@
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
+#include "comm/store_options.h"
 #include "comm/store_wire.h"
 
 namespace chorus::comm {
 namespace {
 
 using std::chrono::milliseconds;
-using testing::rawConnect;
-using testing::rawRead;
-using testing::rawWrite;
 
 constexpr milliseconds kLong{10000};
 
 JobSecret testSecret() { return JobSecret::fromText("0123456789abcdef-test-secret"); }
 
-TcpStoreServerOptions serverOptions() {
-  TcpStoreServerOptions options;
-  options.host = "127.0.0.1";
-  options.secret = testSecret();
-  return options;
-}
+TcpStoreServerOptions serverOptions() { return testing::loopbackServerOptions(testSecret()); }
 
 TcpStoreOptions clientOptions(int port, JobSecret secret = testSecret()) {
-  TcpStoreOptions options;
-  options.port = port;
-  options.secret = std::move(secret);
-  options.connect_timeout = milliseconds(2000);
-  return options;
+  return testing::loopbackClientOptions(port, std::move(secret));
 }
 
 TEST(TcpStore, EveryOperationRoundTrips) {
@@ -204,16 +193,16 @@ TEST(TcpStore, GarbageAndSilentClientsDoNotDisturbAGoodClient) {
   options.handshake_timeout = milliseconds(1500);
   TcpStoreServer server(options);
   TcpStore good(clientOptions(server.port()));
-  int garbage = rawConnect(server.port());
-  int silent = rawConnect(server.port());
+  int garbage = testing::rawConnect(server.port());
+  int silent = testing::rawConnect(server.port());
   Stopwatch watch;
-  rawWrite(garbage, toBytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  testing::rawWrite(garbage, toBytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
   EXPECT_EQ(good.add("n", 1), 1);
   // The garbage client is dropped at once, not at the handshake timeout: greeting, then EOF.
-  EXPECT_EQ(rawRead(garbage, 1000).size(), 8u + 32u);
+  EXPECT_EQ(testing::rawRead(garbage, 1000).size(), 8u + 32u);
   EXPECT_LT(watch.millis().count(), 1000);
   // The silent one is dropped at the handshake timeout.
-  EXPECT_EQ(rawRead(silent, 1000).size(), 8u + 32u);
+  EXPECT_EQ(testing::rawRead(silent, 1000).size(), 8u + 32u);
   EXPECT_GE(watch.millis().count(), 1400);
   EXPECT_LT(watch.millis().count(), 4000);
   EXPECT_EQ(good.add("n", 1), 2);
