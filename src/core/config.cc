@@ -12,6 +12,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/core/input_file.h"
+#include "chorus/core/name_table.h"
 #include "chorus/core/toml_checks.h"
 
 namespace chorus {
@@ -44,28 +45,21 @@ std::vector<std::string> splitKey(const std::string& key) {
 
 // "a string", "an integer", ... for messages.
 const char* describe(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::table:
-      return "a table";
-    case toml::node_type::array:
-      return "an array";
-    case toml::node_type::string:
-      return "a string";
-    case toml::node_type::integer:
-      return "an integer";
-    case toml::node_type::floating_point:
-      return "a float";
-    case toml::node_type::boolean:
-      return "a boolean";
-    case toml::node_type::date:
-      return "a date";
-    case toml::node_type::time:
-      return "a time";
-    case toml::node_type::date_time:
-      return "a date-time";
-    default:
-      return "nothing";
-  }
+  static constexpr NamedValue<toml::node_type> kDescriptions[] = {
+      {toml::node_type::none, "nothing"},       {toml::node_type::table, "a table"},
+      {toml::node_type::array, "an array"},     {toml::node_type::string, "a string"},
+      {toml::node_type::integer, "an integer"}, {toml::node_type::floating_point, "a float"},
+      {toml::node_type::boolean, "a boolean"},  {toml::node_type::date, "a date"},
+      {toml::node_type::time, "a time"},        {toml::node_type::date_time, "a date-time"}};
+  return nameOf(kDescriptions, node.type());
+}
+
+// Reads an array element (or a value) of TOML type T into `out`; false when it is another type.
+template <typename T>
+bool readAs(const toml::node& node, T& out) {
+  const auto* value = node.as<T>();
+  if (value) out = value->get();
+  return value != nullptr;
 }
 
 // TOML has nan and inf; no setting of a job means either, and a deadline of inf seconds
@@ -137,6 +131,16 @@ struct Config::Impl {
                               const std::string& expected, const std::string& got) const {
     CHORUS_THROW(ConfigError, "config key '", key, "' (", origin(key, node), "): expected ",
                  expected, ", got ", got);
+  }
+
+  // The value at `key` when it has TOML type T (int64_t, bool, std::string), else ConfigError.
+  template <typename T>
+  T readValue(const std::string& key, const T& fallback, const char* expected) const {
+    const toml::node* node = read(key);
+    if (node == nullptr) return fallback;
+    T value;
+    if (!readAs(*node, value)) wrongType(key, *node, expected, describe(*node));
+    return value;
   }
 
   template <typename T, typename Accept>
@@ -284,34 +288,20 @@ double Config::getDouble(const std::string& key, double fallback) const {
 }
 
 int64_t Config::getInt(const std::string& key, int64_t fallback) const {
-  const toml::node* node = impl_->read(key);
-  if (node == nullptr) return fallback;
-  if (const auto* value = node->as_integer()) return value->get();
-  impl_->wrongType(key, *node, "an integer", describe(*node));
+  return impl_->readValue<int64_t>(key, fallback, "an integer");
 }
 
 bool Config::getBool(const std::string& key, bool fallback) const {
-  const toml::node* node = impl_->read(key);
-  if (node == nullptr) return fallback;
-  if (const auto* value = node->as_boolean()) return value->get();
-  impl_->wrongType(key, *node, "a boolean", describe(*node));
+  return impl_->readValue<bool>(key, fallback, "a boolean");
 }
 
 std::string Config::getString(const std::string& key, const std::string& fallback) const {
-  const toml::node* node = impl_->read(key);
-  if (node == nullptr) return fallback;
-  if (const auto* value = node->as_string()) return value->get();
-  impl_->wrongType(key, *node, "a string", describe(*node));
+  return impl_->readValue<std::string>(key, fallback, "a string");
 }
 
 std::vector<int64_t> Config::getInts(const std::string& key,
                                      const std::vector<int64_t>& fallback) const {
-  return impl_->readArray<int64_t>(key, fallback, "an array of integers",
-                                   [](const toml::node& node, int64_t& out) {
-                                     const auto* value = node.as_integer();
-                                     if (value) out = value->get();
-                                     return value != nullptr;
-                                   });
+  return impl_->readArray<int64_t>(key, fallback, "an array of integers", readAs<int64_t>);
 }
 
 std::vector<double> Config::getDoubles(const std::string& key,
@@ -332,12 +322,7 @@ std::vector<double> Config::getDoubles(const std::string& key,
 
 std::vector<std::string> Config::getStrings(const std::string& key,
                                             const std::vector<std::string>& fallback) const {
-  return impl_->readArray<std::string>(key, fallback, "an array of strings",
-                                       [](const toml::node& node, std::string& out) {
-                                         const auto* value = node.as_string();
-                                         if (value) out = value->get();
-                                         return value != nullptr;
-                                       });
+  return impl_->readArray<std::string>(key, fallback, "an array of strings", readAs<std::string>);
 }
 
 void Config::allowTable(const std::string& key) const {

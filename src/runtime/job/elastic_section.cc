@@ -3,6 +3,7 @@
 // rather than ignored.
 #include <string>
 
+#include "chorus/core/config_section.h"
 #include "chorus/core/error.h"
 #include "job/job_sections.h"
 
@@ -10,11 +11,12 @@ namespace chorus::runtime {
 
 ElasticSection readElastic(const Config& config) {
   ElasticSection elastic;
-  elastic.enabled = config.getBool("elastic.enabled", elastic.enabled);
-  elastic.min_devices = config.getInt("elastic.min_devices", elastic.min_devices);
-  elastic.heartbeat_ms = config.getInt("elastic.heartbeat_ms", elastic.heartbeat_ms);
-  elastic.heartbeat_misses = config.getInt("elastic.heartbeat_misses", elastic.heartbeat_misses);
-  elastic.max_restarts = config.getInt("elastic.max_restarts", elastic.max_restarts);
+  readSection(config, "elastic",
+              {{"enabled", elastic.enabled},
+               {"min_devices", elastic.min_devices},
+               {"heartbeat_ms", elastic.heartbeat_ms},
+               {"heartbeat_misses", elastic.heartbeat_misses},
+               {"max_restarts", elastic.max_restarts}});
   require(elastic.min_devices >= 1, "elastic.min_devices", "must be at least 1");
   // Below 50 ms a busy store or a descheduled monitor thread would look like a lost worker.
   require(elastic.heartbeat_ms >= 50, "elastic.heartbeat_ms", "must be at least 50");

@@ -1,5 +1,6 @@
 #include "chorus/runtime/job/job_config.h"
 
+#include "chorus/core/config_section.h"
 #include "chorus/core/error.h"
 #include "job/job_sections.h"
 
@@ -18,13 +19,14 @@ void requireOneOf(const std::string& value, const char* key,
 
 TrainSection readTrain(const Config& config) {
   TrainSection train;
-  train.steps = config.getInt("train.steps", train.steps);
-  train.global_batch = config.getInt("train.global_batch", train.global_batch);
-  train.micro_batch = config.getInt("train.micro_batch", train.micro_batch);
-  train.eval_every = config.getInt("train.eval_every", train.eval_every);
-  train.eval_samples = config.getInt("train.eval_samples", train.eval_samples);
-  train.target_accuracy = config.getDouble("train.target_accuracy", train.target_accuracy);
-  train.log_every = config.getInt("train.log_every", train.log_every);
+  readSection(config, "train",
+              {{"steps", train.steps},
+               {"global_batch", train.global_batch},
+               {"micro_batch", train.micro_batch},
+               {"eval_every", train.eval_every},
+               {"eval_samples", train.eval_samples},
+               {"target_accuracy", train.target_accuracy},
+               {"log_every", train.log_every}});
   require(train.steps >= 1, "train.steps", "must be at least 1");
   require(train.global_batch >= 1, "train.global_batch", "must be at least 1");
   require(train.micro_batch >= 0, "train.micro_batch", "must be >= 0 (0: whole share)");
@@ -73,19 +75,20 @@ void requireKeysOfKind(const Config& config, const std::string& kind) {
 
 model::ModelConfig readModel(const Config& config) {
   model::ModelConfig model;
-  model.kind = config.getString("model.kind", model.kind);
-  model.input_shape = config.getInts("model.input_shape", model.input_shape);
-  model.classes = config.getInt("model.classes", model.classes);
-  model.hidden = config.getInts("model.hidden", model.hidden);
-  model.channels = config.getInt("model.channels", model.channels);
-  model.blocks = config.getInt("model.blocks", model.blocks);
-  model.groups = config.getInt("model.groups", model.groups);
-  model.vocab = config.getInt("model.vocab", model.vocab);
-  model.layers = config.getInt("model.layers", model.layers);
-  model.width = config.getInt("model.width", model.width);
-  model.heads = config.getInt("model.heads", model.heads);
-  model.context = config.getInt("model.context", model.context);
-  model.dropout = config.getDouble("model.dropout", model.dropout);
+  readSection(config, "model",
+              {{"kind", model.kind},
+               {"input_shape", model.input_shape},
+               {"classes", model.classes},
+               {"hidden", model.hidden},
+               {"channels", model.channels},
+               {"blocks", model.blocks},
+               {"groups", model.groups},
+               {"vocab", model.vocab},
+               {"layers", model.layers},
+               {"width", model.width},
+               {"heads", model.heads},
+               {"context", model.context},
+               {"dropout", model.dropout}});
   model::validateModelConfig(model);
   requireKeysOfKind(config, model.kind);
   return model;
@@ -112,11 +115,13 @@ void requireModelFitsData(const Config& config, const model::ModelConfig& model,
 
 DataSection readData(const Config& config, const model::ModelConfig& model) {
   DataSection data;
-  data.dataset = config.getString("data.dataset", model.kind == "gpt" ? "text" : data.dataset);
-  data.dir = config.getString("data.dir", data.dir);
-  data.path = config.getString("data.path", data.path);
-  data.size = config.getInt("data.size", data.size);
-  data.test_fraction = config.getDouble("data.test_fraction", data.test_fraction);
+  if (model.kind == "gpt") data.dataset = "text";
+  readSection(config, "data",
+              {{"dataset", data.dataset},
+               {"dir", data.dir},
+               {"path", data.path},
+               {"size", data.size},
+               {"test_fraction", data.test_fraction}});
   const bool tokens = model.kind == "gpt";
   if (data.dataset == "fashion-mnist" || data.dataset == "text") {
     require((data.dataset == "text") == tokens, "data.dataset",
@@ -135,15 +140,16 @@ DataSection readData(const Config& config, const model::ModelConfig& model) {
 
 OptimizerSection readOptimizer(const Config& config) {
   OptimizerSection opt;
-  opt.name = config.getString("optimizer.name", opt.name);
-  opt.lr = config.getDouble("optimizer.lr", opt.lr);
-  opt.momentum = config.getDouble("optimizer.momentum", opt.momentum);
-  opt.weight_decay = config.getDouble("optimizer.weight_decay", opt.weight_decay);
-  opt.beta1 = config.getDouble("optimizer.beta1", opt.beta1);
-  opt.beta2 = config.getDouble("optimizer.beta2", opt.beta2);
-  opt.warmup_steps = config.getInt("optimizer.warmup_steps", opt.warmup_steps);
-  opt.schedule = config.getString("optimizer.schedule", opt.schedule);
-  opt.min_lr_ratio = config.getDouble("optimizer.min_lr_ratio", opt.min_lr_ratio);
+  readSection(config, "optimizer",
+              {{"name", opt.name},
+               {"lr", opt.lr},
+               {"momentum", opt.momentum},
+               {"weight_decay", opt.weight_decay},
+               {"beta1", opt.beta1},
+               {"beta2", opt.beta2},
+               {"warmup_steps", opt.warmup_steps},
+               {"schedule", opt.schedule},
+               {"min_lr_ratio", opt.min_lr_ratio}});
   require(opt.name == "sgd" || opt.name == "adamw", "optimizer.name",
           "'" + opt.name + "' is unknown; expected sgd or adamw");
   require(opt.lr > 0, "optimizer.lr", "must be positive");
@@ -171,24 +177,23 @@ OptimizerSection readOptimizer(const Config& config) {
 
 CommSection readComm(const Config& config) {
   CommSection comm;
-  comm.bucket_mb = config.getDouble("comm.bucket_mb", comm.bucket_mb);
-  comm.first_bucket_mb = config.getDouble("comm.first_bucket_mb", comm.first_bucket_mb);
-  comm.min_buckets = config.getInt("comm.min_buckets", comm.min_buckets);
-  comm.overlap = config.getBool("comm.overlap", comm.overlap);
-  comm.timeout_s = config.getDouble("comm.timeout_s", comm.timeout_s);
-  comm.algorithm = config.getString("comm.algorithm", comm.algorithm);
-  comm.compression = config.getString("comm.compression", comm.compression);
-  comm.powersgd_rank = config.getInt("comm.powersgd_rank", comm.powersgd_rank);
-  comm.powersgd_iterations = config.getInt("comm.powersgd_iterations", comm.powersgd_iterations);
-  comm.powersgd_bf16_factors =
-      config.getBool("comm.powersgd_bf16_factors", comm.powersgd_bf16_factors);
-  comm.powersgd_min_compression_rate =
-      config.getDouble("comm.powersgd_min_compression_rate", comm.powersgd_min_compression_rate);
-  comm.powersgd_start_step = config.getInt("comm.powersgd_start_step", comm.powersgd_start_step);
-  comm.topk_ratio = config.getDouble("comm.topk_ratio", comm.topk_ratio);
-  comm.error_feedback = config.getBool("comm.error_feedback", comm.error_feedback);
-  comm.sync_every = config.getInt("comm.sync_every", comm.sync_every);
-  comm.cpu_transport = config.getString("comm.cpu_transport", comm.cpu_transport);
+  readSection(config, "comm",
+              {{"bucket_mb", comm.bucket_mb},
+               {"first_bucket_mb", comm.first_bucket_mb},
+               {"min_buckets", comm.min_buckets},
+               {"overlap", comm.overlap},
+               {"timeout_s", comm.timeout_s},
+               {"algorithm", comm.algorithm},
+               {"compression", comm.compression},
+               {"powersgd_rank", comm.powersgd_rank},
+               {"powersgd_iterations", comm.powersgd_iterations},
+               {"powersgd_bf16_factors", comm.powersgd_bf16_factors},
+               {"powersgd_min_compression_rate", comm.powersgd_min_compression_rate},
+               {"powersgd_start_step", comm.powersgd_start_step},
+               {"topk_ratio", comm.topk_ratio},
+               {"error_feedback", comm.error_feedback},
+               {"sync_every", comm.sync_every},
+               {"cpu_transport", comm.cpu_transport}});
   requireOneOf(comm.algorithm, "comm.algorithm", {"flat", "auto", "hierarchical", "2d"});
   requireOneOf(comm.compression, "comm.compression",
                {"none", "fp16", "bf16", "int8", "topk", "powersgd"});
@@ -238,12 +243,13 @@ void requireSumsToBatch(const std::vector<std::int64_t>& shares, const char* key
 BalancerSection readBalancer(const Config& config) {
   BalancerSection balancer;
   balancer.mode = config.getString("balance", balancer.mode);
-  balancer.profile_steps = config.getInt("balancer.profile_steps", balancer.profile_steps);
-  balancer.min_gain = config.getDouble("balancer.min_gain", balancer.min_gain);
-  balancer.cooldown_steps = config.getInt("balancer.cooldown_steps", balancer.cooldown_steps);
-  balancer.window = config.getInt("balancer.window", balancer.window);
-  balancer.leave_out = config.getBool("balancer.leave_out", balancer.leave_out);
-  balancer.shares = config.getInts("balancer.shares", balancer.shares);
+  readSection(config, "balancer",
+              {{"profile_steps", balancer.profile_steps},
+               {"min_gain", balancer.min_gain},
+               {"cooldown_steps", balancer.cooldown_steps},
+               {"window", balancer.window},
+               {"leave_out", balancer.leave_out},
+               {"shares", balancer.shares}});
   for (std::int64_t share : balancer.shares) require(share >= 0, "balancer.shares", "must be >= 0");
   balancer.initial_shares = config.getInts("balancer.initial_shares", balancer.initial_shares);
   for (std::int64_t share : balancer.initial_shares)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "chorus/core/config_section.h"
 #include "chorus/core/error.h"
 #include "chorus/runtime/job/auto_plan.h"
 
@@ -21,11 +22,12 @@ void requirePrecisionName(const std::string& name, const std::string& key) {
 
 PrecisionSection::LossScale readLossScale(const Config& config, const std::string& table,
                                           PrecisionSection::LossScale scale) {
-  scale.init = config.getDouble(table + ".init", scale.init);
+  readSection(config, table,
+              {{"init", scale.init},
+               {"growth", scale.growth},
+               {"backoff", scale.backoff},
+               {"interval", scale.interval}});
   scale.init_given = scale.init_given || config.has(table + ".init");
-  scale.growth = config.getDouble(table + ".growth", scale.growth);
-  scale.backoff = config.getDouble(table + ".backoff", scale.backoff);
-  scale.interval = config.getInt(table + ".interval", scale.interval);
   require(scale.init > 0, table + ".init", "must be positive");
   require(scale.growth > 1, table + ".growth", "must be > 1");
   require(scale.backoff > 0 && scale.backoff < 1, table + ".backoff", "must be in (0, 1)");
@@ -86,12 +88,13 @@ std::int64_t partitionStages(const std::string& partition) {
 
 PrecisionSection readPrecision(const Config& config) {
   PrecisionSection precision;
-  precision.fallback = config.getString("precision.default", precision.fallback);
-  precision.cpu = config.getString("precision.cpu", precision.cpu);
-  precision.cuda = config.getString("precision.cuda", precision.cuda);
-  precision.ranks = config.getStrings("precision.ranks", precision.ranks);
-  precision.tf32 = config.getBool("precision.tf32", precision.tf32);
-  precision.conv_tf32 = config.getBool("precision.conv_tf32", precision.conv_tf32);
+  readSection(config, "precision",
+              {{"default", precision.fallback},
+               {"cpu", precision.cpu},
+               {"cuda", precision.cuda},
+               {"ranks", precision.ranks},
+               {"tf32", precision.tf32},
+               {"conv_tf32", precision.conv_tf32}});
   requirePrecisionName(precision.fallback, "precision.default");
   if (!precision.cpu.empty()) requirePrecisionName(precision.cpu, "precision.cpu");
   if (!precision.cuda.empty()) requirePrecisionName(precision.cuda, "precision.cuda");
@@ -104,11 +107,12 @@ PrecisionSection readPrecision(const Config& config) {
 
 CheckpointSection readCheckpoint(const Config& config) {
   CheckpointSection checkpoint;
-  checkpoint.dir = config.getString("checkpoint.dir", checkpoint.dir);
-  checkpoint.every = config.getInt("checkpoint.every", checkpoint.every);
-  checkpoint.keep = config.getInt("checkpoint.keep", checkpoint.keep);
-  checkpoint.async = config.getBool("checkpoint.async", checkpoint.async);
-  checkpoint.at_end = config.getBool("checkpoint.at_end", checkpoint.at_end);
+  readSection(config, "checkpoint",
+              {{"dir", checkpoint.dir},
+               {"every", checkpoint.every},
+               {"keep", checkpoint.keep},
+               {"async", checkpoint.async},
+               {"at_end", checkpoint.at_end}});
   require(checkpoint.every >= 0, "checkpoint.every", "must be >= 0 (0: only at the end)");
   require(checkpoint.keep >= 1, "checkpoint.keep", "must be at least 1");
   require(checkpoint.every == 0 || !checkpoint.dir.empty(), "checkpoint.every",
@@ -133,16 +137,17 @@ std::string precisionOf(const PrecisionSection& precision, int rank, const Devic
 
 ParallelSection readParallel(const Config& config) {
   ParallelSection parallel;
-  parallel.pipeline_stages = config.getInt("parallel.pipeline_stages", parallel.pipeline_stages);
-  parallel.schedule = config.getString("parallel.schedule", parallel.schedule);
-  parallel.micro_batches = config.getInt("parallel.micro_batches", parallel.micro_batches);
+  readSection(config, "parallel",
+              {{"pipeline_stages", parallel.pipeline_stages},
+               {"schedule", parallel.schedule},
+               {"micro_batches", parallel.micro_batches}});
   parallel.partition = readPartition(config, parallel.partition);
-  parallel.replicas = config.getInt("parallel.replicas", parallel.replicas);
-  parallel.activation_checkpointing =
-      config.getString("parallel.activation_checkpointing", parallel.activation_checkpointing);
-  parallel.recut = config.getString("parallel.recut", parallel.recut);
-  parallel.recut_every = config.getInt("parallel.recut_every", parallel.recut_every);
-  parallel.recut_threshold = config.getDouble("parallel.recut_threshold", parallel.recut_threshold);
+  readSection(config, "parallel",
+              {{"replicas", parallel.replicas},
+               {"activation_checkpointing", parallel.activation_checkpointing},
+               {"recut", parallel.recut},
+               {"recut_every", parallel.recut_every},
+               {"recut_threshold", parallel.recut_threshold}});
   require(parallel.pipeline_stages >= 1, "parallel.pipeline_stages",
           "must be at least 1 (1: plain data parallelism)");
   requireChoice(parallel.schedule, "parallel.schedule", {"1f1b", "gpipe"});
