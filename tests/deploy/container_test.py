@@ -37,6 +37,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_support import Failure, Skip, exit_code  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 BUILD_IMAGE = os.path.join(REPO, "deploy", "container", "build-image")
@@ -57,14 +60,6 @@ JOB = [
 LOSS_RTOL = 1e-5
 # Generous for a loaded 2-core machine; not an assertion on speed.
 JOB_DEADLINE_S = 240
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
 
 
 def run(command, timeout=120, check=True):
@@ -246,30 +241,25 @@ def two_node_job(chorus, image, workdir, keep_logs):
         run(["podman", "network", "rm", "-f", network], check=False)
 
 
+def container_checks(args):
+    preconditions()
+    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        remove_leftovers()
+        ensure_image(os.path.abspath(args.chorus), args.image)
+        check_devices(args.image)
+        with tempfile.TemporaryDirectory(prefix="chorus-container-test-") as workdir:
+            two_node_job(os.path.abspath(args.chorus), args.image, workdir, args.keep_logs)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chorus", required=True, help="the chorus binary to put in the image")
     parser.add_argument("--image", default="chorus:test")
     parser.add_argument("--keep-logs", help="also write each node's output here")
     args = parser.parse_args()
-    try:
-        preconditions()
-        os.makedirs(os.path.dirname(LOCK), exist_ok=True)
-        with open(LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            remove_leftovers()
-            ensure_image(os.path.abspath(args.chorus), args.image)
-            check_devices(args.image)
-            with tempfile.TemporaryDirectory(prefix="chorus-container-test-") as workdir:
-                two_node_job(os.path.abspath(args.chorus), args.image, workdir, args.keep_logs)
-    except Skip as skip:
-        print(f"SKIP: {skip}")
-        return 77
-    except (Failure, subprocess.TimeoutExpired) as failure:
-        print(f"FAIL: {failure}")
-        return 1
-    print("PASS")
-    return 0
+    return exit_code(lambda: container_checks(args), failures=(Failure, subprocess.TimeoutExpired))
 
 
 if __name__ == "__main__":

@@ -32,19 +32,14 @@ import subprocess
 import sys
 import tomllib
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_support import Failure, Skip, exit_code  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 MANIFEST = os.path.join(REPO, "deploy", "kubernetes", "chorus-job.yaml")
 OLDEST_VERSION = (1, 27)
 CHECK_LABEL = "chorus.test/checked"
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
 
 
 def expect(condition, message):
@@ -218,56 +213,51 @@ def check_objects(objects, raw_text):
     return nnodes, f"{job_name}-0.{service_name}:{port}"
 
 
+def manifest_checks(args):
+    with open(args.manifest) as f:
+        raw_text = f.read()
+    readers = {}
+    if args.kubectl:
+        readers["kubectl"] = read_with_kubectl(args.kubectl, args.manifest)
+        print(f"kubectl ({args.kubectl}, client side, no server) read "
+              f"{[o['kind'] for o in readers['kubectl']]}")
+    else:
+        print("kubectl: not installed, not used")
+    try:
+        readers["PyYAML"] = read_with_pyyaml(args.manifest)
+        print(f"PyYAML read {[o['kind'] for o in readers['PyYAML']]}")
+    except ImportError:
+        print("PyYAML: not installed, not used")
+    if not readers:
+        raise Skip("neither kubectl nor PyYAML is installed: nothing can read the manifest")
+    if len(readers) == 2:
+        expect(readers["kubectl"] == readers["PyYAML"],
+               "kubectl and PyYAML read different objects from the manifest")
+    objects = next(iter(readers.values()))
+    try:
+        versions = validate_schemas(objects)
+        print(f"kubernetes-validate: every object valid (strict) for Kubernetes {versions}")
+    except ImportError:
+        print("kubernetes-validate: not installed, the schemas were NOT checked "
+              "(scripts/setup installs it)")
+    nnodes, endpoint = check_objects(objects, raw_text)
+    broken = copy.deepcopy(objects)
+    del next(o for o in broken if o["kind"] == "Job")["spec"]["completionMode"]
+    try:
+        check_objects(broken, raw_text)
+    except Failure:
+        pass
+    else:
+        raise Failure("the checks accepted a Job without completionMode")
+    print(f"an Indexed Job of {nnodes} nodes, rendezvous at {endpoint}, the secret as a file")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manifest", default=MANIFEST)
     parser.add_argument("--kubectl", default=shutil.which("kubectl"))
     args = parser.parse_args()
-    try:
-        with open(args.manifest) as f:
-            raw_text = f.read()
-        readers = {}
-        if args.kubectl:
-            readers["kubectl"] = read_with_kubectl(args.kubectl, args.manifest)
-            print(f"kubectl ({args.kubectl}, client side, no server) read "
-                  f"{[o['kind'] for o in readers['kubectl']]}")
-        else:
-            print("kubectl: not installed, not used")
-        try:
-            readers["PyYAML"] = read_with_pyyaml(args.manifest)
-            print(f"PyYAML read {[o['kind'] for o in readers['PyYAML']]}")
-        except ImportError:
-            print("PyYAML: not installed, not used")
-        if not readers:
-            raise Skip("neither kubectl nor PyYAML is installed: nothing can read the manifest")
-        if len(readers) == 2:
-            expect(readers["kubectl"] == readers["PyYAML"],
-                   "kubectl and PyYAML read different objects from the manifest")
-        objects = next(iter(readers.values()))
-        try:
-            versions = validate_schemas(objects)
-            print(f"kubernetes-validate: every object valid (strict) for Kubernetes {versions}")
-        except ImportError:
-            print("kubernetes-validate: not installed, the schemas were NOT checked "
-                  "(scripts/setup installs it)")
-        nnodes, endpoint = check_objects(objects, raw_text)
-        broken = copy.deepcopy(objects)
-        del next(o for o in broken if o["kind"] == "Job")["spec"]["completionMode"]
-        try:
-            check_objects(broken, raw_text)
-        except Failure:
-            pass
-        else:
-            raise Failure("the checks accepted a Job without completionMode")
-        print(f"an Indexed Job of {nnodes} nodes, rendezvous at {endpoint}, the secret as a file")
-    except Skip as skip:
-        print(f"SKIP: {skip}")
-        return 77
-    except Failure as failure:
-        print(f"FAIL: {failure}")
-        return 1
-    print("PASS")
-    return 0
+    return exit_code(lambda: manifest_checks(args))
 
 
 if __name__ == "__main__":

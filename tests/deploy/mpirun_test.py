@@ -32,12 +32,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_support import Failure, free_port  # noqa: E402
 
 GLOBAL_BATCH = 48
 STEPS = 20
@@ -72,16 +74,6 @@ FAKE_SSH = """#!/bin/sh
 shift
 exec sh -c "$*"
 """
-
-
-class Failure(Exception):
-    pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def marked_pids(mark):

@@ -37,6 +37,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import script_support  # noqa: E402
+from script_support import Failure, Skip  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(REPO, "examples", "slurm", "train.sbatch")
 TOOLS = ["munged", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scancel",
@@ -59,34 +63,13 @@ KILL_WAIT_S = 30
 DEADLINE_S = 90
 
 
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
 def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    return script_support.free_port(host="")
 
 
+# A Failure of the predicate's own ends the wait; any other exception is a daemon still starting.
 def wait_for(what, predicate, deadline_s=DEADLINE_S, interval=0.25):
-    end = time.monotonic() + deadline_s
-    last_error = None
-    while time.monotonic() < end:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Failure:
-            raise
-        except Exception as error:  # a daemon still starting
-            last_error = error
-        time.sleep(interval)
-    raise Failure(f"gave up after {deadline_s} s waiting for {what} (last error: {last_error})")
+    return script_support.wait_for(what, predicate, deadline_s, interval, give_up_on=(Failure,))
 
 
 def read_file(path):

@@ -20,7 +20,6 @@ Checks:
 Exits 77 (skipped) when not root or without ip netns, sshd or ssh-keygen.
 Usage: ssh_hosts_test.py --chorus BUILD/chorus
 """
-import argparse
 import json
 import os
 import re
@@ -30,6 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_support import (  # noqa: E402
+    Failure, chorus_argument, in_netns_host, netns_skip_reason, skip_if)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NETNS = os.path.join(ROOT, "scripts", "netns_hosts")
@@ -45,23 +48,13 @@ STEPS = 8
 DEADLINE_S = 120
 
 
-class Failure(Exception):
-    pass
-
-
 def skip_reason():
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, sshd)"
-    for tool in ("ip", "/usr/sbin/sshd", "ssh", "ssh-keygen"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (scripts/setup installs it)"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        return "ip netns does not work here"
-    return None
+    return netns_skip_reason(needs="network namespaces, sshd",
+                             tools=("ip", "/usr/sbin/sshd", "ssh", "ssh-keygen"))
 
 
 def in_host(index, command):
-    return [NETNS, "exec", str(index), "--prefix", PREFIX, "--"] + command
+    return in_netns_host(PREFIX, index, command)
 
 
 class SshHosts:
@@ -264,14 +257,8 @@ def run_places_ranks(chorus, hosts):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chorus", required=True)
-    args = parser.parse_args()
-    reason = skip_reason()
-    if reason:
-        print(f"skipped: {reason}")
-        return 77
-    chorus = os.path.abspath(args.chorus)
+    chorus = chorus_argument(__doc__.splitlines()[0])
+    skip_if(skip_reason())
     work = tempfile.mkdtemp(prefix="chorus-ssh-")
     hosts = SshHosts(work)
     try:

@@ -17,14 +17,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 import xml.dom.minidom
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import script_support  # noqa: E402
+from script_support import Failure, free_port  # noqa: E402
 
 RANKS = 3
 GLOBAL_BATCH = 48
@@ -39,33 +41,14 @@ JOB = [
 DEADLINE_S = 120
 
 
-class Failure(Exception):
-    pass
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get(url, timeout=10):
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read().decode()
 
 
+# Any exception of the predicate's (a Failure too) is a server still starting.
 def wait_for(what, predicate, deadline_s=DEADLINE_S, interval=0.25):
-    end = time.monotonic() + deadline_s
-    last_error = None
-    while time.monotonic() < end:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except Exception as error:  # a server still starting
-            last_error = error
-        time.sleep(interval)
-    raise Failure(f"gave up waiting for {what} (last error: {last_error})")
+    return script_support.wait_for(what, predicate, deadline_s, interval)
 
 
 class Prometheus:

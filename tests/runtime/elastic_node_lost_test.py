@@ -23,7 +23,6 @@ Checks:
 Exits 77 (skipped) when not root or without ip netns.
 Usage: elastic_node_lost_test.py --chorus BUILD/chorus
 """
-import argparse
 import json
 import os
 import shutil
@@ -31,6 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from script_support import (  # noqa: E402
+    Failure, chorus_argument, in_netns_host, netns_skip_reason, skip_if)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NETNS = os.path.join(ROOT, "scripts", "netns_hosts")
@@ -53,21 +56,8 @@ JOB = [
 DEADLINE_S = 180
 
 
-class Failure(Exception):
-    pass
-
-
-def skip_reason():
-    if os.geteuid() != 0:
-        return "needs root (network namespaces)"
-    if not shutil.which("ip") or subprocess.run(["ip", "netns", "list"],
-                                                capture_output=True).returncode != 0:
-        return "ip netns does not work here"
-    return None
-
-
 def in_host(index, command):
-    return [NETNS, "exec", str(index), "--prefix", PREFIX, "--"] + command
+    return in_netns_host(PREFIX, index, command)
 
 
 def read_log(path):
@@ -196,14 +186,8 @@ def no_process_left():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chorus", required=True)
-    args = parser.parse_args()
-    reason = skip_reason()
-    if reason:
-        print(f"skipped: {reason}")
-        return 77
-    chorus = os.path.abspath(args.chorus)
+    chorus = chorus_argument(__doc__.splitlines()[0])
+    skip_if(netns_skip_reason())
     work = tempfile.mkdtemp(prefix="chorus-node-lost-")
     secret = os.path.join(work, "job.secret")
     with open(os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
