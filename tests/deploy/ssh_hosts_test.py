@@ -32,10 +32,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from script_support import (  # noqa: E402
-    Failure, chorus_argument, in_netns_host, netns_skip_reason, skip_if)
+    NETNS, Failure, chorus_argument, in_netns_host, netns_skip_reason, skip_if)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NETNS = os.path.join(ROOT, "scripts", "netns_hosts")
 PREFIX = f"cssh{os.getpid() % 100000}"
 HOSTS = ["10.77.0.1", "10.77.0.2"]
 JOB = [

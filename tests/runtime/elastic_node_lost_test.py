@@ -33,10 +33,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from script_support import (  # noqa: E402
-    Failure, chorus_argument, in_netns_host, netns_skip_reason, skip_if)
+    NETNS, Failure, chorus_argument, in_netns_host, netns_skip_reason, skip_if)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NETNS = os.path.join(ROOT, "scripts", "netns_hosts")
 PREFIX = f"cnl{os.getpid() % 100000}"
 PORT = 29500 + os.getpid() % 400
 STEPS = 60
