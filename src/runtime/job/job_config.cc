@@ -7,16 +7,6 @@
 namespace chorus::runtime {
 namespace {
 
-void requireOneOf(const std::string& value, const char* key,
-                  std::initializer_list<const char*> allowed) {
-  std::string list;
-  for (const char* option : allowed) {
-    if (value == option) return;
-    list += (list.empty() ? "" : ", ") + std::string(option);
-  }
-  require(false, key, "'" + value + "' is unknown; expected " + list);
-}
-
 TrainSection readTrain(const Config& config) {
   TrainSection train;
   readSection(config, "train",
@@ -194,10 +184,10 @@ CommSection readComm(const Config& config) {
                {"error_feedback", comm.error_feedback},
                {"sync_every", comm.sync_every},
                {"cpu_transport", comm.cpu_transport}});
-  requireOneOf(comm.algorithm, "comm.algorithm", {"flat", "auto", "hierarchical", "2d"});
-  requireOneOf(comm.compression, "comm.compression",
-               {"none", "fp16", "bf16", "int8", "topk", "powersgd"});
-  requireOneOf(comm.cpu_transport, "comm.cpu_transport", {"auto", "gloo", "shm"});
+  requireChoice(comm.algorithm, "comm.algorithm", {"flat", "auto", "hierarchical", "2d"});
+  requireChoice(comm.compression, "comm.compression",
+                {"none", "fp16", "bf16", "int8", "topk", "powersgd"});
+  requireChoice(comm.cpu_transport, "comm.cpu_transport", {"auto", "gloo", "shm"});
   require(comm.powersgd_rank >= 1, "comm.powersgd_rank", "must be at least 1");
   require(comm.powersgd_iterations >= 1, "comm.powersgd_iterations", "must be at least 1");
   require(comm.powersgd_min_compression_rate >= 1, "comm.powersgd_min_compression_rate",
@@ -276,7 +266,7 @@ JobConfig readJobConfig(const Config& config) {
   require(seed >= 0, "seed", "must be >= 0");
   job.seed = static_cast<std::uint64_t>(seed);
   job.plan = config.getString("plan", job.plan);
-  requireOneOf(job.plan, "plan", {"manual", "auto"});
+  requireChoice(job.plan, "plan", {"manual", "auto"});
   job.cpu_threads = config.getInt("cpu_threads", job.cpu_threads);
   require(job.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0 = the node's spare cores)");
   if (job.plan == "auto") rejectPlannedKeys(config);

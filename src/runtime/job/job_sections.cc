@@ -13,6 +13,16 @@ void require(bool ok, const std::string& key, const std::string& what) {
   if (!ok) CHORUS_THROW(ConfigError, "config key '", key, "': ", what);
 }
 
+void requireChoice(const std::string& value, const std::string& key,
+                   std::initializer_list<const char*> choices) {
+  std::ostringstream list;
+  for (const char* choice : choices) {
+    if (value == choice) return;
+    list << (list.tellp() > 0 ? ", " : "") << choice;
+  }
+  require(false, key, "'" + value + "' is unknown; expected " + list.str());
+}
+
 namespace {
 
 void requirePrecisionName(const std::string& name, const std::string& key) {
@@ -33,16 +43,6 @@ PrecisionSection::LossScale readLossScale(const Config& config, const std::strin
   require(scale.backoff > 0 && scale.backoff < 1, table + ".backoff", "must be in (0, 1)");
   require(scale.interval >= 1, table + ".interval", "must be at least 1");
   return scale;
-}
-
-void requireChoice(const std::string& value, const std::string& key,
-                   std::initializer_list<const char*> choices) {
-  std::ostringstream list;
-  for (const char* choice : choices) {
-    if (value == choice) return;
-    list << (list.tellp() > 0 ? ", " : "") << choice;
-  }
-  require(false, key, "'" + value + "' is unknown; expected " + list.str());
 }
 
 // "auto", "even", or layer counts: a TOML array [3, 5], or the string "3,5" that --set gives.

@@ -2,6 +2,9 @@
 // parallel), and the checks of [parallel] against the rest of the job.
 #pragma once
 
+#include <initializer_list>
+#include <string>
+
 #include "chorus/core/config.h"
 #include "chorus/runtime/job/job_config.h"
 
@@ -9,6 +12,10 @@ namespace chorus::runtime {
 
 // Throws ConfigError "config key '<key>': <what>" unless `ok`.
 void require(bool ok, const std::string& key, const std::string& what);
+// Throws ConfigError "config key '<key>': '<value>' is unknown; expected a, b" unless `value` is
+// one of `choices`.
+void requireChoice(const std::string& value, const std::string& key,
+                   std::initializer_list<const char*> choices);
 
 PrecisionSection readPrecision(const Config& config);
 CheckpointSection readCheckpoint(const Config& config);
