@@ -8,14 +8,11 @@
 namespace chorus::model {
 namespace {
 
-ModelConfig cnnConfig() {
-  ModelConfig config;
-  config.kind = "cnn";
-  return config;
-}
+// The CNN with every other key at its default.
+const ModelConfig kCnn{.kind = "cnn"};
 
 TEST(CnnTest, DefaultHasStemTwoBlocksAndHead) {
-  Cnn model(cnnConfig(), 0);
+  Cnn model(kCnn, 0);
   ASSERT_EQ(model.numLayers(), 4);
   const std::vector<LayerProfile> profile = model.profile();
   EXPECT_EQ(profile[0].name, "stem");
@@ -31,7 +28,7 @@ TEST(CnnTest, DefaultHasStemTwoBlocksAndHead) {
 }
 
 TEST(CnnTest, ProfileFollowsTheConvolutionFormulas) {
-  Cnn model(cnnConfig(), 0);
+  Cnn model(kCnn, 0);
   const std::vector<LayerProfile> profile = model.profile();
   const double map = 14.0 * 14.0;
   EXPECT_EQ(profile[0].forward_flops, 2.0 * 1 * 32 * 9 * map);
@@ -50,7 +47,7 @@ TEST(CnnTest, ProfileFollowsTheConvolutionFormulas) {
 }
 
 TEST(CnnTest, OddSizedRgbInputsAndNoNormalization) {
-  ModelConfig config = cnnConfig();
+  ModelConfig config = kCnn;
   config.input_shape = {3, 13, 9};
   config.channels = 6;
   config.blocks = 0;
@@ -68,7 +65,7 @@ TEST(CnnTest, OddSizedRgbInputsAndNoNormalization) {
 
 TEST(CnnTest, OutputsOfOneSampleDoNotDependOnTheRestOfTheBatch) {
   // What GroupNorm buys over BatchNorm: a sample's logits are the same alone or in any batch.
-  Cnn model(cnnConfig(), 3);
+  Cnn model(kCnn, 3);
   torch::NoGradGuard no_grad;
   const at::Tensor x = at::randn({4, 1, 28, 28});
   const at::Tensor batched = model.forward(x);
@@ -78,7 +75,7 @@ TEST(CnnTest, OutputsOfOneSampleDoNotDependOnTheRestOfTheBatch) {
 }
 
 TEST(CnnTest, RejectsInputsWithTheWrongChannels) {
-  Cnn model(cnnConfig(), 0);
+  Cnn model(kCnn, 0);
   EXPECT_THROW(model.forward(at::zeros({2, 3, 28, 28})), ConfigError);
   EXPECT_THROW(model.forward(at::zeros({2, 28, 28})), ConfigError);
 }

@@ -8,11 +8,8 @@
 namespace chorus::model {
 namespace {
 
-ModelConfig mlpConfig() {
-  ModelConfig config;
-  config.kind = "mlp";
-  return config;
-}
+// The MLP with every other key at its default.
+ModelConfig mlpConfig() { return {.kind = "mlp"}; }
 
 TEST(MlpTest, DefaultIsFashionMnist784To256To128To10) {
   Mlp model(mlpConfig(), 0);

@@ -9,23 +9,13 @@
 #include "chorus/core/error.h"
 #include "chorus/parallel/compression.h"
 #include "comm/rank_threads.h"
+#include "parallel/powersgd_fixtures.h"
 
 namespace chorus::parallel {
 namespace {
 
-at::Tensor gaussian(std::vector<int64_t> shape, std::uint64_t seed) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn(shape, generator, at::kFloat);
-}
-
-CodecOptions powerSgd(int rank) {
-  CodecOptions options;
-  options.kind = CodecKind::kPowerSgd;
-  options.powersgd_rank = rank;
-  options.powersgd_min_elements = 0;
-  options.error_feedback = false;
-  return options;
-}
+using testing::gaussian;
+using testing::powerSgd;
 
 // A 80×60 matrix with singular values 10, 6, 3, 2, 1, 0.5 (orthonormal u, v).
 struct Spectrum {

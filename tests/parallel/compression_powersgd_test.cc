@@ -9,23 +9,13 @@
 
 #include "chorus/parallel/compression.h"
 #include "comm/rank_threads.h"
+#include "parallel/powersgd_fixtures.h"
 
 namespace chorus::parallel {
 namespace {
 
-at::Tensor gaussian(std::vector<int64_t> shape, std::uint64_t seed) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn(shape, generator, at::kFloat);
-}
-
-CodecOptions powerSgd(int rank, bool feedback = false) {
-  CodecOptions options;
-  options.kind = CodecKind::kPowerSgd;
-  options.powersgd_rank = rank;
-  options.powersgd_min_elements = 0;
-  options.error_feedback = feedback;
-  return options;
-}
+using testing::gaussian;
+using testing::powerSgd;
 
 // A 64x48 matrix of rank exactly 4 and a bias: rank r contributes (r + 1) times both, so the sum
 // (6x) still has rank 4 and must come back exact, the bias through the uncompressed path.
