@@ -57,28 +57,53 @@ const StageDevice& deviceOf(const CutRequest& request, int replica, int stage) {
   return request.devices.at(replica).at(stage);
 }
 
-// Work per sample of layers [0, l), one forward: FLOPs plus the element-wise estimate.
-std::vector<double> workPrefix(const CutRequest& request) {
-  std::vector<double> prefix{0};
-  for (const model::LayerProfile& layer : request.profile)
-    prefix.push_back(prefix.back() + layer.forward_flops +
-                     request.model.elementwise_flops_per_output_element *
-                         static_cast<double>(layer.activation_bytes) / 4);
-  return prefix;
+// The plan's view of the model: parameters and forward FLOPs as profiled; the fp32 output as what
+// a layer streams (the profile has no measured kept bytes, and every layer writes its output).
+plan::ModelProfile planProfile(const std::vector<model::LayerProfile>& profile) {
+  plan::ModelProfile model;
+  model.name = "pipeline cut";
+  model.activation_element_bytes = 4;
+  for (const model::LayerProfile& layer : profile) {
+    const double output = static_cast<double>(layer.activation_bytes);
+    model.layers.push_back(
+        {layer.name, static_cast<double>(layer.parameters), layer.forward_flops, output, output});
+  }
+  return model;
 }
 
-double passesOf(const PipelineOptions& options) {
-  return options.activation_checkpointing == Checkpointing::kNone ? 3 : 4;
-}
+// plan::CostModel of the request's model. It holds references, so this owns what they name and
+// stays in place. No cluster: the cut prices one device's compute, and no node's cores are shared.
+class StagePricer {
+ public:
+  explicit StagePricer(const CutRequest& request)
+      : request_(request),
+        model_(planProfile(request.profile)),
+        cost_(cluster_, model_, request.cost),
+        checkpoint_(request.options.activation_checkpointing != Checkpointing::kNone) {}
+  StagePricer(const StagePricer&) = delete;
+  StagePricer& operator=(const StagePricer&) = delete;
 
-// The automatic cut: time per micro-batch of the slowest replica at each stage, in FLOPs / speed
-// (the absolute rate does not change the argmin); transfers and synchronization are left out.
+  // stageSeconds() of layers [first, last).
+  double seconds(int first, int last, double micro_batch) const {
+    return cost_.microBatchSeconds(request_.reference, plan::Dtype::kFp32, first, last, micro_batch,
+                                   checkpoint_);
+  }
+
+ private:
+  const CutRequest& request_;
+  plan::ModelProfile model_;
+  plan::Cluster cluster_{"pipeline cut"};
+  plan::CostModel cost_;
+  bool checkpoint_;
+};
+
+// The automatic cut: time per micro-batch of the slowest replica at each stage, in the cost
+// model's seconds; transfers and synchronization are left out.
 std::vector<int> autoCuts(const CutRequest& request) {
   const PipelineOptions& options = request.options;
   const int layers = static_cast<int>(request.profile.size());
   const std::vector<std::int64_t> shares = replicaShares(options);
-  const std::vector<double> prefix = workPrefix(request);  // work per sample of layers [0, l)
-  const double passes = passesOf(options);
+  const StagePricer pricer(request);
   const plan::StageCostFn cost = [&](int s, int first, int last) {
     plan::StageCost stage;
     for (int r = 0; r < options.replicas; ++r) {
@@ -88,8 +113,8 @@ std::vector<int> autoCuts(const CutRequest& request) {
           request.memory->peakBytes(stageMemoryRequest(options, layers, s, first, last, micro)) >
               static_cast<double>(device.memory_bytes))
         return plan::StageCost{};
-      const double work = passes * (prefix[last] - prefix[first]) * static_cast<double>(micro);
-      stage.time = std::max(stage.time, work / device.speed);
+      stage.time = std::max(stage.time,
+                            pricer.seconds(first, last, static_cast<double>(micro)) / device.speed);
     }
     stage.feasible = true;
     stage.monotone = stage.time;
@@ -196,12 +221,13 @@ std::vector<int> stageCuts(const CutRequest& request) {
   return cutsFromCounts(explicitCounts(options.partition, layers, options.pipeline_stages));
 }
 
-double stageWork(const CutRequest& request, int first, int last) {
-  const std::vector<double> prefix = workPrefix(request);
-  CHORUS_CHECK_CONFIG(0 <= first && first <= last && last < static_cast<int>(prefix.size()),
-                      "pipeline cut: layers [", first, ", ", last, ") are not in a model of ",
-                      prefix.size() - 1, " layers");
-  return passesOf(request.options) * (prefix[last] - prefix[first]);
+double stageSeconds(const CutRequest& request, int first, int last, double micro_batch) {
+  const int layers = static_cast<int>(request.profile.size());
+  CHORUS_CHECK_CONFIG(0 <= first && first <= last && last <= layers, "pipeline cut: layers [",
+                      first, ", ", last, ") are not in a model of ", layers, " layers");
+  CHORUS_CHECK_CONFIG(micro_batch >= 0, "pipeline cut: micro-batch of ", micro_batch, " samples");
+  if (first == last) return 0;
+  return StagePricer(request).seconds(first, last, micro_batch);
 }
 
 plan::StageMemoryRequest stageMemoryRequest(const PipelineOptions& options, int layers, int stage,

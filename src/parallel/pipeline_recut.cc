@@ -94,11 +94,11 @@ double RecutPolicy::predictedSeconds(const std::vector<int>& cuts,
   const int stages = o.pipeline_stages, m = o.micro_batches;
   double sum = 0, slowest = 0;
   for (int s = 0; s < stages; ++s) {
-    const double work = stageWork(request_, cuts.at(s), cuts.at(s + 1));
     double time = 0;  // the slowest replica at this stage index
     for (int r = 0; r < o.replicas; ++r) {
       const double micro = static_cast<double>((shares.at(r) + m - 1) / m);
-      time = std::max(time, work * micro / speeds.at(r * stages + s));
+      time = std::max(time, stageSeconds(request_, cuts.at(s), cuts.at(s + 1), micro) /
+                                speeds.at(r * stages + s));
     }
     sum += time;
     slowest = std::max(slowest, time);
@@ -146,8 +146,14 @@ std::optional<RecutMove> RecutPolicy::update(std::int64_t step,
   for (int rank = 0; rank < o.replicas * stages; ++rank) {
     const int s = rank % stages, r = rank / stages;
     if (!(compute_seconds[rank] > 0)) return std::nullopt;
-    speeds.push_back(stageWork(request_, cuts_[s], cuts_[s + 1]) * static_cast<double>(shares[r]) /
-                     compute_seconds[rank]);
+    // What the rank's M micro-batches take on the reference device, against what they took.
+    double reference = 0;
+    for (int k = 0; k < o.micro_batches; ++k) {
+      const std::int64_t micro = shares[r] / o.micro_batches + (k < shares[r] % o.micro_batches);
+      if (micro > 0)
+        reference += stageSeconds(request_, cuts_[s], cuts_[s + 1], static_cast<double>(micro));
+    }
+    speeds.push_back(reference / compute_seconds[rank]);
   }
   speeds_.push_back(std::move(speeds));
   step_seconds_.push_back(step_seconds);

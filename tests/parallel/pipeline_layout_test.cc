@@ -130,6 +130,31 @@ TEST(PipelineLayout, AutoCutGivesTheFastDeviceProportionallyMoreLayers) {
   }
 }
 
+// The cut has no time model of its own: a stage costs what the planner's cost model says, on the
+// reference device, and 1 / speed of that on a device of speed `speed`.
+TEST(PipelineLayout, StageSecondsAreThePlansCostModels) {
+  CutRequest cut_request = request(4, "auto", {{{}, {}}});
+  plan::ModelProfile model;
+  model.activation_element_bytes = 4;
+  for (const model::LayerProfile& layer : cut_request.profile) {
+    const double output = static_cast<double>(layer.activation_bytes);
+    model.layers.push_back(
+        {layer.name, static_cast<double>(layer.parameters), layer.forward_flops, output, output});
+  }
+  const plan::Cluster cluster;
+  const plan::CostModel cost(cluster, model);
+  EXPECT_DOUBLE_EQ(stageSeconds(cut_request, 1, 4, 8),
+                   cost.microBatchSeconds(cut_request.reference, plan::Dtype::kFp32, 1, 4, 8,
+                                          /*checkpoint=*/false));
+  // Checkpointing costs one more forward: 4 passes instead of 3.
+  CutRequest checkpointed = cut_request;
+  checkpointed.options.activation_checkpointing = Checkpointing::kLayer;
+  EXPECT_DOUBLE_EQ(stageSeconds(checkpointed, 1, 4, 8), stageSeconds(cut_request, 1, 4, 8) * 4 / 3);
+  EXPECT_EQ(stageSeconds(cut_request, 2, 2, 8), 0);
+  EXPECT_THROW(stageSeconds(cut_request, 3, 7, 8), ConfigError);  // 6 layers
+  EXPECT_THROW(stageSeconds(cut_request, 2, 1, 8), ConfigError);
+}
+
 TEST(PipelineLayout, AutoCutBalancesEqualDevicesLikeEven) {
   const std::vector<int> cuts = stageCuts(request(8, "auto", {{{}, {}}}));
   // Embed is nearly free and the head costs about a block: 1 + 4 blocks | 4 blocks + head, or
@@ -156,7 +181,9 @@ TEST(PipelineLayout, AutoCutKeepsEachStageWithinItsMemory) {
 }
 
 TEST(PipelineLayout, HybridCutUsesTheSlowestReplicaPerStage) {
-  // Replica 1 has its slow device first: the stage-0 bottleneck is set by it.
+  // Replica 1 has its slow device first: the stage-0 bottleneck is set by it. (The cost model
+  // cuts 4 | 10, the FLOP estimate before it 5 | 9: its per-layer overhead prices the embedding
+  // like most of a block.)
   const std::vector<int> cuts =
       stageCuts(request(12, "auto", {{{1.0, 0}, {1.0, 0}}, {{0.5, 0}, {1.0, 0}}}));
   EXPECT_LT(cuts[1], 7);

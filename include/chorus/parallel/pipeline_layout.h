@@ -5,7 +5,8 @@
 // all-reduce across replicas needs the same parameters at the same stage index) and takes its own
 // share of each global batch; shares may differ. Cuts are "even" (equal layer counts), explicit
 // ("3,2,1": layers per stage), or "auto": plan::partitionLayers balances per-micro-batch stage
-// times for each stage's device speed (from the model's per-layer FLOPs) and keeps each stage
+// times for each stage's device speed, priced by the planner's own time model (plan::CostModel,
+// plan/cost_model.h, so the cut and the planner agree on what a layer costs), and keeps each stage
 // within its device's memory by the memory model (plan/memory_model.h). Every rank computes the
 // same cuts from the same inputs, so no message is needed to agree on them.
 #pragma once
@@ -19,6 +20,8 @@
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/pipeline_schedule.h"
 #include "chorus/parallel/precision.h"
+#include "chorus/plan/cost_model.h"
+#include "chorus/plan/device_catalog.h"
 #include "chorus/plan/memory_model.h"
 
 namespace chorus::parallel {
@@ -97,17 +100,11 @@ class PipelineLayout {
 
 // One rank's device as the cut sees it. Value type.
 struct StageDevice {
-  // Relative compute speed (1.0 = the reference device). Default: 1.0.
+  // Relative compute speed: the device computes in 1 / speed of the time of CutRequest::reference
+  // (the speed emulator pads every compute phase so). Default: 1.0.
   double speed = 1.0;
   // Memory the stage may use, in bytes. Default: 0, meaning unlimited.
   std::uint64_t memory_bytes = 0;
-};
-
-// Knobs of the automatic cut's time estimate. Value type.
-struct CutModel {
-  // FLOP-equivalents per element of a layer's output for the element-wise work the profile leaves
-  // out (norms, activations, softmax, embeddings' gathers), so no layer looks free. Default: 20.
-  double elementwise_flops_per_output_element = 20;
 };
 
 // Everything the cut depends on; every rank must pass the same. Value type.
@@ -116,7 +113,12 @@ struct CutRequest {
   PipelineOptions options;
   // devices[replica][stage]. Empty: every device is StageDevice{}.
   std::vector<std::vector<StageDevice>> devices;
-  CutModel model;
+  // The device of speed 1.0 and the cost model's options, with which plan::CostModel prices a
+  // stage (stageSeconds). Only ratios of stage times choose a cut, but the cost model's fixed
+  // per-layer overhead and its roofline make them depend on the absolute rates, so the reference
+  // should be the kind of device the job runs on. Default: the catalog's "CPU" and CostOptions{}.
+  plan::DeviceType reference = *plan::findDeviceType("CPU");
+  plan::CostOptions cost;
   // The job's memory model, which the cut asks whether a stage fits its device's memory_bytes.
   // REQUIRED when a device has memory_bytes > 0 (ConfigError otherwise); may be null else.
   std::shared_ptr<const plan::MemoryModel> memory;
@@ -128,11 +130,14 @@ struct CutRequest {
 // or no cut fits the memory.
 std::vector<int> stageCuts(const CutRequest& request);
 
-// The work of one sample through layers [first, last) as the automatic cut prices it: (3 passes,
-// 4 with checkpointing) x (forward FLOPs + the element-wise estimate of request.model). A stage's
-// time per micro-batch is this x micro-batch / its device's speed. ConfigError when the layers
-// are not in the profile.
-double stageWork(const CutRequest& request, int first, int last);
+// Seconds of one micro-batch of `micro_batch` samples through layers [first, last) — forward,
+// backward, and the checkpointed backward's extra forward — on request.reference in fp32, as
+// plan::CostModel::microBatchSeconds prices it for the model of request.profile (each layer's
+// parameters and forward FLOPs, its fp32 output bytes as what it streams); transfers are left
+// out. A device of speed s takes this / s. The automatic cut prices each stage so, at the
+// micro-batch of the slowest replica there. ConfigError when the layers are not in the profile
+// or micro_batch < 0.
+double stageSeconds(const CutRequest& request, int first, int last, double micro_batch);
 
 // What the memory model is asked for stage `stage` of layers [first, last) of a model of `layers`
 // layers under `options`: fp32,

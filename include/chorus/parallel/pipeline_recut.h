@@ -3,12 +3,14 @@
 // The start cut (stageCuts, pipeline_layout.h) comes from the devices' nominal speeds. A device
 // that slows down (thermal throttling, a neighbour's job, a wrong spec) leaves it unbalanced.
 // RecutPolicy watches every rank's measured compute time per step, infers each device's
-// effective speed — the stage's work as the cut prices it (stageWork × the replica's share)
-// divided by the measured seconds — and re-runs the same automatic cut, with the same cost model
-// and memory feasibility, at those speeds. It moves only when the predicted step time falls by
-// more than a threshold.
+// effective speed — the seconds the cut's cost model gives the stage's micro-batches on the
+// reference device (stageSeconds, summed over the replica's micro-batches) divided by the
+// measured seconds — and re-runs the same automatic cut, with the same cost model and memory
+// feasibility, at those speeds. It moves only when the predicted step time falls by more than a
+// threshold.
 //
-//   measure   speed(r, s) = stageWork(cut of s) × share_r / compute_seconds(r, s), per step;
+//   measure   speed(r, s) = Σ_m stageSeconds(cut of s, micro-batch m of share_r) /
+//             compute_seconds(r, s), per step;
 //             the median of the last `window` steps (the first step after a change not counted)
 //   re-plan   every `every` steps, or at once when some rank's median speed drifts more than
 //             `threshold` from the speeds the current cut was chosen for (relative to the other

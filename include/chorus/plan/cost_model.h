@@ -1,6 +1,8 @@
 // The analytic cost model: how long a training step of a plan takes on a cluster and how much
 // memory each rank needs. The planner searches with it; the simulator replays its per-task times
-// on a schedule; the runtime's measurements calibrate it.
+// on a schedule; the runtime's measurements calibrate it; the pipeline cut, the replicas' start
+// shares and the adaptive cut price their stages with microBatchSeconds (parallel::stageSeconds),
+// so chorus has one time model.
 //
 // Compute: a stage's forward pass over layers [i, j) on micro-batch m takes
 //   (j - i) * layer_overhead + max(F * m / (peak * efficiency), bytes / (bandwidth * memory_eff))

@@ -65,19 +65,23 @@ std::vector<std::int64_t> pipelineReplicaShares(
   CHORUS_CHECK_CONFIG(static_cast<int>(cuts.size()) == options.pipeline_stages + 1,
                       "pipeline shares: ", cuts.size(), " cuts for ", options.pipeline_stages,
                       " stages");
-  // Work per sample as the automatic cut prices it (matrix FLOPs plus element-wise work).
-  const double elementwise = parallel::CutModel{}.elementwise_flops_per_output_element;
+  // Seconds per sample of each replica's slowest stage as the cut prices it (the plan's cost
+  // model, parallel::stageSeconds), at the micro-batch of an equal split: the cost model's
+  // per-layer overhead makes a sample's time depend on the micro-batch, and the balancer moves
+  // the shares from here by measurement anyway.
+  parallel::CutRequest request;
+  request.profile = profile;
+  request.options = options;
+  const double micro = static_cast<double>(std::max<std::int64_t>(
+      1, (options.global_batch / std::max(1, options.replicas) + options.micro_batches - 1) /
+             std::max(1, options.micro_batches)));
   std::vector<double> rates;
   for (const auto& replica : devices) {
-    double slowest = 0;  // seconds per sample, up to a constant, of the replica's slowest stage
-    for (int s = 0; s < options.pipeline_stages; ++s) {
-      double work = 0;
-      for (int l = cuts[s]; l < cuts[s + 1]; ++l)
-        work += profile.at(l).forward_flops +
-                elementwise * static_cast<double>(profile.at(l).activation_bytes) / 4;
-      slowest = std::max(slowest, work / replica.at(s).speed);
-    }
-    rates.push_back(slowest > 0 ? 1.0 / slowest : 1.0);
+    double slowest = 0;
+    for (int s = 0; s < options.pipeline_stages; ++s)
+      slowest = std::max(slowest, parallel::stageSeconds(request, cuts[s], cuts[s + 1], micro) /
+                                      replica.at(s).speed);
+    rates.push_back(slowest > 0 ? micro / slowest : 1.0);
   }
   std::vector<std::int64_t> shares = plan::proportionalShares(options.global_batch, rates);
   raiseToMicroBatches(shares, options.micro_batches);

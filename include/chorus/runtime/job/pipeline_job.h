@@ -28,7 +28,9 @@ std::vector<std::vector<parallel::StageDevice>> stageDevices(
     const parallel::PipelineLayout& layout, const std::vector<DeviceSpec>& devices);
 
 // Each replica's share of the global batch: proportional to 1 / max over its stages of (the
-// stage's work per sample under `cuts`) / (its device's speed), each at least micro_batches.
+// stage's seconds per sample under `cuts`, as the cut's cost model prices it at the micro-batch
+// of an equal split: parallel::stageSeconds) / (its device's speed), each at least
+// micro_batches.
 // `devices[replica][stage]`. Pure; every rank computes the same.
 std::vector<std::int64_t> pipelineReplicaShares(
     const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
