@@ -11,14 +11,7 @@ namespace chorus::model {
 namespace {
 
 ModelConfig gptConfig() {
-  ModelConfig config;
-  config.kind = "gpt";
-  config.vocab = 20;
-  config.layers = 2;
-  config.width = 32;
-  config.heads = 4;
-  config.context = 16;
-  return config;
+  return {.kind = "gpt", .vocab = 20, .layers = 2, .width = 32, .heads = 4, .context = 16};
 }
 
 at::Tensor randomTokens(std::int64_t batch, std::int64_t length, std::int64_t vocab,
