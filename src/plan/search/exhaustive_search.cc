@@ -143,12 +143,6 @@ void pipeline(const CostModel& model, const PlanOptions& options,
   enumerate();
 }
 
-bool crossesNodes(const Cluster& cluster, const std::vector<int>& devices) {
-  for (int id : devices)
-    if (!cluster.sameNode(id, devices.front())) return true;
-  return false;
-}
-
 }  // namespace
 
 std::optional<Plan> exhaustivePlan(const Cluster& cluster, const ModelProfile& model,
@@ -158,21 +152,15 @@ std::optional<Plan> exhaustivePlan(const Cluster& cluster, const ModelProfile& m
   std::optional<Plan> best;
   for (const auto& subset : detail::deviceSubsets(cost_model, options)) {
     for (int zero : detail::zeroStages(options))
-      for (const CommPlan& comm :
-           detail::commChoices(crossesNodes(cluster, subset.devices), options))
+      for (const CommPlan& comm : detail::commChoices(cluster, subset, options))
         dataParallel(cost_model, options, subset, zero, comm, best);
     if (!options.allow_pipelines) continue;
-    for (const auto& shape : detail::pipelineShapes(cluster, subset, model.layerCount(), options)) {
-      const auto comms = shape.replicas() > 1
-                             ? detail::commChoices(shape.groupsCrossNodes(cluster), options)
-                             : std::vector<CommPlan>{CommPlan{}};
-      const int share = detail::equalSplit(options.global_batch, shape.replicas()).back();
-      for (int micro_batches : detail::microBatchCounts(share))
-        for (Schedule schedule : options.schedules)
-          for (int zero : detail::pipelineZeroStages(options))
-            for (const CommPlan& comm : comms)
-              pipeline(cost_model, options, shape, micro_batches, schedule, zero, comm, best);
-    }
+    for (const auto& shape : detail::pipelineShapes(cluster, subset, model.layerCount(), options))
+      detail::forEachEqualPipelineSetting(
+          cluster, options, shape,
+          [&](int micro_batches, Schedule schedule, int zero, const CommPlan& comm) {
+            pipeline(cost_model, options, shape, micro_batches, schedule, zero, comm, best);
+          });
   }
   return best;
 }

@@ -97,18 +97,11 @@ Plan relabelZero(const CostModel& model, Plan plan) {
   return plan;
 }
 
-bool crossesNodes(const Cluster& cluster, const std::vector<int>& devices) {
-  for (int id : devices)
-    if (!cluster.sameNode(id, devices.front())) return true;
-  return false;
-}
-
 void searchSubset(const CostModel& model, const PlanOptions& options,
                   const detail::DeviceSubset& subset, Collector& collector, long long& candidates) {
   const Cluster& cluster = model.cluster();
   for (int zero : searchedZeroStages(options, static_cast<int>(subset.devices.size()), false))
-    for (const CommPlan& comm :
-         detail::commChoices(crossesNodes(cluster, subset.devices), options)) {
+    for (const CommPlan& comm : detail::commChoices(cluster, subset, options)) {
       ++candidates;
       if (auto plan = detail::searchDataParallel(model, options, subset, zero, comm))
         collector.offer(detail::strategyKey(subset, nullptr), std::move(*plan));
@@ -116,9 +109,7 @@ void searchSubset(const CostModel& model, const PlanOptions& options,
   if (!options.allow_pipelines) return;
   for (const auto& shape :
        detail::pipelineShapes(cluster, subset, model.model().layerCount(), options)) {
-    const bool grouped = shape.replicas() > 1;
-    const auto comms = grouped ? detail::commChoices(shape.groupsCrossNodes(cluster), options)
-                               : std::vector<CommPlan>{CommPlan{}};
+    const auto comms = detail::commChoices(cluster, shape, options);
     const auto shape_zeros = searchedZeroStages(options, shape.replicas(), true);
     const int share = detail::equalSplit(options.global_batch, shape.replicas()).back();
     const std::string key = detail::strategyKey(subset, &shape);
@@ -153,7 +144,7 @@ void uniformBaselines(const CostModel& model, const PlanOptions& options,
                       const detail::DeviceSubset& all, PlanResult& result) {
   const Cluster& cluster = model.cluster();
   for (int zero : detail::zeroStages(options))
-    for (const CommPlan& comm : detail::commChoices(crossesNodes(cluster, all.devices), options))
+    for (const CommPlan& comm : detail::commChoices(cluster, all, options))
       result.uniform_data_parallel =
           better(result.uniform_data_parallel,
                  detail::searchDataParallel(model, options, all, zero, comm, true));
@@ -161,18 +152,13 @@ void uniformBaselines(const CostModel& model, const PlanOptions& options,
   for (const auto& shape :
        detail::pipelineShapes(cluster, all, model.model().layerCount(), options)) {
     if (shape.type_order != all.type_ids) continue;
-    const auto comms = shape.replicas() > 1
-                           ? detail::commChoices(shape.groupsCrossNodes(cluster), options)
-                           : std::vector<CommPlan>{CommPlan{}};
-    const int share = detail::equalSplit(options.global_batch, shape.replicas()).back();
-    for (int micro_batches : detail::microBatchCounts(share))
-      for (Schedule schedule : options.schedules)
-        for (int zero : detail::pipelineZeroStages(options))
-          for (const CommPlan& comm : comms)
-            result.uniform_pipeline =
-                better(result.uniform_pipeline,
-                       detail::uniformPipeline(model, options, shape, micro_batches, schedule, zero,
-                                               comm));
+    detail::forEachEqualPipelineSetting(
+        cluster, options, shape,
+        [&](int micro_batches, Schedule schedule, int zero, const CommPlan& comm) {
+          result.uniform_pipeline = better(
+              result.uniform_pipeline,
+              detail::uniformPipeline(model, options, shape, micro_batches, schedule, zero, comm));
+        });
   }
 }
 

@@ -103,6 +103,19 @@ std::vector<CommPlan> commChoices(bool crosses_nodes, const PlanOptions& options
   return choices;
 }
 
+std::vector<CommPlan> commChoices(const Cluster& cluster, const DeviceSubset& subset,
+                                  const PlanOptions& options) {
+  bool crosses_nodes = false;
+  for (int id : subset.devices) crosses_nodes |= !cluster.sameNode(id, subset.devices.front());
+  return commChoices(crosses_nodes, options);
+}
+
+std::vector<CommPlan> commChoices(const Cluster& cluster, const PipelineShape& shape,
+                                  const PlanOptions& options) {
+  if (shape.replicas() == 1) return {CommPlan{}};
+  return commChoices(shape.groupsCrossNodes(cluster), options);
+}
+
 bool PipelineShape::groupsCrossNodes(const Cluster& cluster) const {
   for (int s = 0; s < stages(); ++s)
     for (int r = 1; r < replicas(); ++r)

@@ -55,6 +55,27 @@ std::vector<int> zeroStages(const PlanOptions& options);
 // PlanOptions::zero_in_pipelines.
 std::vector<int> pipelineZeroStages(const PlanOptions& options);
 
+// commChoices for one data-parallel group of all of `subset`'s devices.
+std::vector<CommPlan> commChoices(const Cluster& cluster, const DeviceSubset& subset,
+                                  const PlanOptions& options);
+// commChoices for the stage groups of `shape`; only the plain plan for one replica, which
+// all-reduces nothing.
+std::vector<CommPlan> commChoices(const Cluster& cluster, const PipelineShape& shape,
+                                  const PlanOptions& options);
+
+// Calls visit(micro_batches, schedule, zero_stage, comm) for every setting of a pipeline of
+// `shape` whose replicas take equal shares, in the order both searches walk them.
+template <typename Visit>
+void forEachEqualPipelineSetting(const Cluster& cluster, const PlanOptions& options,
+                                 const PipelineShape& shape, Visit&& visit) {
+  const std::vector<CommPlan> comms = commChoices(cluster, shape, options);
+  const int share = equalSplit(options.global_batch, shape.replicas()).back();
+  for (int micro_batches : microBatchCounts(share))
+    for (Schedule schedule : options.schedules)
+      for (int zero : pipelineZeroStages(options))
+        for (const CommPlan& comm : comms) visit(micro_batches, schedule, zero, comm);
+}
+
 // Builders. Ranks are numbered in device order (data parallel) or replica-major (pipelines).
 Plan dataParallelPlan(const CostModel& model, const PlanOptions& options,
                       const std::vector<int>& devices, const std::vector<int>& shares,
