@@ -287,18 +287,22 @@ ShardedSplit splitShardedState(const MemoryModel& memory,
   return split;
 }
 
-std::vector<double> headroomOf(const ShardedSplit& split, const std::vector<double>& usable,
-                               const std::vector<std::string>& names) {
-  std::vector<double> headroom;
+ShardedHeadroom shardedHeadroom(const MemoryModel& memory, std::vector<StageMemoryRequest> requests,
+                                const std::vector<double>& usable,
+                                const std::vector<std::string>& names) {
+  CHORUS_CHECK_CONFIG(
+      !requests.empty() && requests.size() == usable.size() && usable.size() == names.size(),
+      "ZeRO shards by memory: one request, capacity and name per rank");
+  ShardedHeadroom result{splitShardedState(memory, std::move(requests)), {}};
   for (size_t r = 0; r < usable.size(); ++r) {
-    const double fixed = split.fixed[r];
+    const double fixed = result.split.fixed[r];
     CHORUS_CHECK_CONFIG(
         fixed < usable[r], "ZeRO shards by memory: device '", names[r], "' (rank ", r,
         ") cannot hold even its unsharded part: ", formatBytes(static_cast<std::uint64_t>(fixed)),
         " of ", formatBytes(static_cast<std::uint64_t>(usable[r])), " usable");
-    headroom.push_back(usable[r] - fixed);
+    result.headroom.push_back(usable[r] - fixed);
   }
-  return headroom;
+  return result;
 }
 
 namespace {
@@ -324,12 +328,9 @@ std::vector<double> zeroShardsByMemory(const MemoryModel& memory,
                                        std::vector<StageMemoryRequest> requests,
                                        const std::vector<double>& usable,
                                        const std::vector<std::string>& names) {
-  CHORUS_CHECK_CONFIG(
-      !requests.empty() && requests.size() == usable.size() && usable.size() == names.size(),
-      "ZeRO shards by memory: one request, capacity and name per rank");
-  const ShardedSplit split = splitShardedState(memory, std::move(requests));
+  const auto [split, headroom] = shardedHeadroom(memory, std::move(requests), usable, names);
   double total_headroom = 0;
-  for (double headroom : headroomOf(split, usable, names)) total_headroom += headroom;
+  for (double rank_headroom : headroom) total_headroom += rank_headroom;
   CHORUS_CHECK_CONFIG(total_headroom >= split.sharded,
                       "ZeRO shards by memory: the devices together "
                       "have ",

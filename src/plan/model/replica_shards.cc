@@ -161,12 +161,8 @@ std::vector<double> zeroShardsWithReplicas(const MemoryModel& memory,
                                            std::vector<StageMemoryRequest> requests,
                                            const std::vector<double>& usable,
                                            const std::vector<std::string>& names) {
-  CHORUS_CHECK_CONFIG(
-      !requests.empty() && requests.size() == usable.size() && usable.size() == names.size(),
-      "ZeRO shards by memory: one request, capacity and name per rank");
-  const ShardedSplit split = splitShardedState(memory, std::move(requests));
-  auto [fractions, used] =
-      shardsAroundReplicas(headroomOf(split, usable, names), split.sharded, split.replica);
+  const auto [split, headroom] = shardedHeadroom(memory, std::move(requests), usable, names);
+  auto [fractions, used] = shardsAroundReplicas(headroom, split.sharded, split.replica);
   // A rank may hold no slice (an empty one works); the memory model reads a fraction of 0 as
   // "even", so it gets a vanishing one instead.
   double total = 0;

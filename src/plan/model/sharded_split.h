@@ -21,9 +21,18 @@ struct ShardedSplit {
 // The split of each rank's request (its shard and replica fractions are ignored).
 ShardedSplit splitShardedState(const MemoryModel& memory, std::vector<StageMemoryRequest> requests);
 
-// What each rank's `usable` bytes leave for the sharded state (and a replica) once its fixed part
-// is held. Throws ConfigError naming the rank (by names[r]) that cannot hold even that part.
-std::vector<double> headroomOf(const ShardedSplit& split, const std::vector<double>& usable,
-                               const std::vector<std::string>& names);
+// A split, and what each rank's usable bytes leave for the sharded state (and a replica) once
+// its fixed part is held.
+struct ShardedHeadroom {
+  ShardedSplit split;
+  std::vector<double> headroom;
+};
+
+// For sizing shards by memory: the split of `requests` and each rank's headroom in `usable`.
+// Throws ConfigError unless there is one request, capacity and name per rank, and one naming the
+// rank (by names[r]) that cannot hold even its fixed part.
+ShardedHeadroom shardedHeadroom(const MemoryModel& memory, std::vector<StageMemoryRequest> requests,
+                                const std::vector<double>& usable,
+                                const std::vector<std::string>& names);
 
 }  // namespace chorus::plan
