@@ -1,12 +1,10 @@
 #include "chorus/comm/work.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "chorus/comm/sliced_wait.h"
 #include "chorus/core/error.h"
+#include "chorus/core/text.h"
 #include "work_state.h"
 
 namespace chorus::comm {
@@ -17,9 +15,7 @@ namespace {
 constexpr std::chrono::milliseconds kWaitGrace{1000};
 
 bool mentions(const std::string& text, std::initializer_list<const char*> needles) {
-  std::string lower(text);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = lowercase(text);
   for (const char* needle : needles)
     if (lower.find(needle) != std::string::npos) return true;
   return false;

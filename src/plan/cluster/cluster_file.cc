@@ -2,11 +2,11 @@
 
 #include <toml++/toml.h>
 #include <algorithm>
-#include <cctype>
 #include <set>
 
 #include "chorus/core/error.h"
 #include "chorus/core/input_file.h"
+#include "chorus/core/text.h"
 #include "chorus/core/toml_checks.h"
 #include "chorus/core/units.h"
 
@@ -21,13 +21,6 @@ constexpr long long kMaxDevices = 1 << 16;
 // that becomes inf once scaled to bytes or FLOP/s, would only make the cost model's times 0 or
 // nan.
 constexpr double kMaxFigure = 1e9;
-
-bool sameName(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 // Reading context: the file name for messages, and the types defined so far.
 class Reader {
@@ -99,7 +92,7 @@ class Reader {
                 const std::string& context, const std::vector<LinkType>& custom) const {
     const std::string name = text(table, key, fallback, context);
     for (const auto& link : custom)
-      if (sameName(link.name, name)) return link;
+      if (equalsIgnoringCase(link.name, name)) return link;
     const LinkType* link = findLinkType(name);
     if (!link) {
       const toml::node* node = table.get(key);
@@ -189,13 +182,13 @@ struct Parsed {
 // host better than the catalog's generic server CPU.
 const DeviceType* lookup(const Parsed& parsed, const std::string& name) {
   for (const auto& type : parsed.custom)
-    if (sameName(type.name, name)) return &type;
+    if (equalsIgnoringCase(type.name, name)) return &type;
   return findDeviceType(name);
 }
 
 bool definedInFile(const Parsed& parsed, const std::string& name) {
   for (const auto& type : parsed.custom)
-    if (sameName(type.name, name)) return true;
+    if (equalsIgnoringCase(type.name, name)) return true;
   return false;
 }
 
@@ -281,7 +274,7 @@ Cluster parseClusterToml(const std::string& text, const std::string& source) {
       const std::string what = "link_type[" + std::to_string(i) + "]";
       LinkType link = reader.customLink(reader.tableAt(*links->get(i), what), static_cast<int>(i));
       for (const auto& known : parsed.links)
-        if (sameName(known.name, link.name))
+        if (equalsIgnoringCase(known.name, link.name))
           reader.fail(links->get(i)->source(), what + ": link '" + link.name + "' already exists");
       parsed.links.push_back(std::move(link));
     }

@@ -6,11 +6,9 @@
 // then falls back to the next format (see CostModel::trainingDtype).
 #include "chorus/plan/device_catalog.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include "chorus/core/error.h"
 #include "chorus/core/name_table.h"
+#include "chorus/core/named_catalog.h"
 
 namespace chorus::plan {
 namespace {
@@ -86,12 +84,6 @@ std::vector<DeviceType> buildCatalog() {
   };
 }
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
 constexpr NamedValue<Dtype> kDtypeNames[] = {
     {Dtype::kFp32, "fp32"}, {Dtype::kTf32, "tf32"}, {Dtype::kBf16, "bf16"}, {Dtype::kFp16, "fp16"}};
 
@@ -111,16 +103,9 @@ const std::vector<DeviceType>& deviceCatalog() {
 }
 
 const DeviceType* findDeviceType(const std::string& name) {
-  const std::string key = lower(name);
-  for (const auto& type : deviceCatalog())
-    if (lower(type.name) == key) return &type;
-  return nullptr;
+  return findNamed(deviceCatalog(), name);
 }
 
-std::string knownDeviceTypes() {
-  std::string text;
-  for (const auto& type : deviceCatalog()) text += (text.empty() ? "" : ", ") + type.name;
-  return text;
-}
+std::string knownDeviceTypes() { return catalogNames(deviceCatalog()); }
 
 }  // namespace chorus::plan

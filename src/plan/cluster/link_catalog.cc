@@ -3,8 +3,7 @@
 // nominal rate); latencies are typical small-message figures for NCCL/Gloo over each link.
 #include "chorus/plan/link_catalog.h"
 
-#include <algorithm>
-#include <cctype>
+#include "chorus/core/named_catalog.h"
 
 namespace chorus::plan {
 namespace {
@@ -60,12 +59,6 @@ std::vector<LinkType> buildCatalog() {
   };
 }
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
 }  // namespace
 
 const std::vector<LinkType>& linkCatalog() {
@@ -73,17 +66,8 @@ const std::vector<LinkType>& linkCatalog() {
   return catalog;
 }
 
-const LinkType* findLinkType(const std::string& name) {
-  const std::string key = lower(name);
-  for (const auto& link : linkCatalog())
-    if (link.name == key) return &link;
-  return nullptr;
-}
+const LinkType* findLinkType(const std::string& name) { return findNamed(linkCatalog(), name); }
 
-std::string knownLinkTypes() {
-  std::string text;
-  for (const auto& link : linkCatalog()) text += (text.empty() ? "" : ", ") + link.name;
-  return text;
-}
+std::string knownLinkTypes() { return catalogNames(linkCatalog()); }
 
 }  // namespace chorus::plan

@@ -10,10 +10,8 @@
 // 8,192, 64 heads with 8 key/value heads (GQA), MLP 28,672, 4,096 context.
 #include "chorus/plan/transformer_shapes.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include "chorus/core/error.h"
+#include "chorus/core/named_catalog.h"
 
 namespace chorus::plan {
 namespace {
@@ -52,17 +50,6 @@ LayerProfile block(const TransformerShape& shape, int index) {
   layer.forward_flops = 2 * s * (attention_weights + mlp_weights) + 4 * s * s * h;
   layer.output_bytes = kHalf * s * h;
   return layer;
-}
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-bool endsWith(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -104,20 +91,13 @@ const std::vector<TransformerShape>& namedShapes() {
 }
 
 const TransformerShape* findShape(const std::string& name) {
-  const std::string key = lower(name);
-  for (const auto& shape : namedShapes())
-    if (shape.name == key) return &shape;
-  return nullptr;
+  return findNamed(namedShapes(), name);
 }
 
-std::string knownModelNames() {
-  std::string text;
-  for (const auto& shape : namedShapes()) text += (text.empty() ? "" : ", ") + shape.name;
-  return text;
-}
+std::string knownModelNames() { return catalogNames(namedShapes()); }
 
 ModelProfile resolveModel(const std::string& name_or_path) {
-  if (endsWith(lower(name_or_path), ".json")) return loadModelFile(name_or_path);
+  if (endsWithIgnoringCase(name_or_path, ".json")) return loadModelFile(name_or_path);
   if (const TransformerShape* shape = findShape(name_or_path)) return transformerProfile(*shape);
   CHORUS_THROW(ConfigError, "unknown model '", name_or_path, "'; known: ", knownModelNames(),
                ", or a JSON profile file (*.json)");

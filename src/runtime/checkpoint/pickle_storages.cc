@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <limits>
 #include <optional>
 #include <string>
@@ -31,6 +30,7 @@
 
 #include "checkpoint/pickle_unpickler.h"
 #include "chorus/core/error.h"
+#include "chorus/core/text.h"
 
 namespace chorus::runtime {
 namespace {
@@ -102,14 +102,6 @@ std::string declaredBytes(std::int64_t count, std::size_t element_size) {
   if (elements > std::numeric_limits<std::uint64_t>::max() / element_size)
     return "over " + std::to_string(std::numeric_limits<std::uint64_t>::max());
   return std::to_string(elements * element_size);
-}
-
-bool endsWithIgnoringCase(std::string_view name, std::string_view suffix) {
-  if (name.size() < suffix.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), name.end() - suffix.size(), [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) ==
-           std::tolower(static_cast<unsigned char>(b));
-  });
 }
 
 // Records "data.pkl" keep their storages in "data/<key>" (found ignoring case, as the record).

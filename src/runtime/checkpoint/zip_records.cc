@@ -10,13 +10,13 @@
 #include "checkpoint/zip_records.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "chorus/core/error.h"
+#include "chorus/core/text.h"
 
 namespace chorus::runtime {
 namespace {
@@ -177,15 +177,6 @@ void forEachEntry(const Bytes& zip, const Visit& visit) {
   }
 }
 
-// miniz compares names ignoring case.
-bool endsWithIgnoringCase(std::string_view name, std::string_view suffix) {
-  if (name.size() < suffix.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), name.end() - suffix.size(), [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) ==
-           std::tolower(static_cast<unsigned char>(b));
-  });
-}
-
 }  // namespace
 
 void checkZipRecordSizes(std::string_view archive) {
@@ -198,6 +189,7 @@ std::vector<std::uint64_t> debugRecordNameEnds(std::string_view archive) {
   std::vector<std::uint64_t> ends;
   forEachEntry(zip, [&](std::uint64_t entry) {
     const std::uint64_t length = zip.read(entry + 28, 2);
+    // miniz compares names ignoring case.
     if (endsWithIgnoringCase(zip.text(entry + kEntrySize, length), ".debug_pkl"))
       ends.push_back(entry + kEntrySize + length - 1);
   });
