@@ -10,6 +10,7 @@
 #include <new>
 
 #include "chorus/core/error.h"
+#include "chorus/core/unique_fd.h"
 
 namespace chorus::comm {
 namespace {
@@ -28,21 +29,6 @@ struct ShmHeader {
 std::size_t roundUp(std::size_t value, std::size_t to) { return (value + to - 1) / to * to; }
 
 std::string errnoText(int error) { return std::strerror(error); }
-
-// Closes a descriptor on every path out of create()/open().
-class FdGuard {
- public:
-  explicit FdGuard(int fd) : fd_(fd) {}
-  ~FdGuard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 void* mapShared(int fd, std::size_t bytes, const std::string& name) {
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -85,7 +71,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int size
   if (chunk_bytes == 0 || chunk_bytes % kAlign != 0)
     CHORUS_THROW(ConfigError, "shm chunk size ", chunk_bytes, " must be a positive multiple of ",
                  kAlign);
-  FdGuard fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+  UniqueFd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
   if (fd.get() < 0)
     CHORUS_THROW(CommError, "shm segment ", name, ": create failed: ", errnoText(errno));
   const std::size_t bytes = totalBytes(size, chunk_bytes);
@@ -118,7 +104,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const std::string& name, int size
 
 std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int size,
                                              std::size_t chunk_bytes) {
-  FdGuard fd(::shm_open(name.c_str(), O_RDWR, 0600));
+  UniqueFd fd(::shm_open(name.c_str(), O_RDWR, 0600));
   if (fd.get() < 0)
     CHORUS_THROW(CommError, "shm segment ", name, ": open failed: ", errnoText(errno));
   struct stat info {};

@@ -11,30 +11,10 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/unique_fd.h"
 
 namespace chorus::runtime {
 namespace {
-
-// Closes the descriptor on every path out.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-  // close() can report a deferred write error (NFS): it must be checked.
-  int release() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
 
 [[noreturn]] void ioFailure(const char* what, const std::string& path) {
   CHORUS_THROW(CheckpointError, "cannot ", what, " '", path, "': ", std::strerror(errno));
@@ -58,7 +38,7 @@ std::string sha256Hex(const std::string& bytes) {
 }
 
 void writeFileDurably(const std::string& path, const std::string& bytes) {
-  FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) ioFailure("create", path);
   size_t done = 0;
   while (done < bytes.size()) {
@@ -68,11 +48,11 @@ void writeFileDurably(const std::string& path, const std::string& bytes) {
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd.get()) != 0) ioFailure("fsync", path);
-  if (fd.release() != 0) ioFailure("close", path);
+  if (fd.close() != 0) ioFailure("close", path);
 }
 
 void fsyncDirectory(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) ioFailure("open directory", path);
   if (::fsync(fd.get()) != 0) ioFailure("fsync directory", path);
 }

@@ -12,19 +12,6 @@
 
 namespace chorus::runtime {
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) reset(other.release());
-  return *this;
-}
-
-int UniqueFd::release() { return std::exchange(fd_, -1); }
-
-void UniqueFd::reset(int fd) {
-  // close() is not retried on EINTR: on Linux the descriptor is gone either way.
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 bool writeAll(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);

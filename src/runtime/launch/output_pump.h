@@ -1,5 +1,5 @@
-// Private helpers of the worker supervisor: an owning file descriptor and the output pump that
-// turns one stream of a worker's output into whole, prefixed lines.
+// Private helpers of the worker supervisor: writing whole buffers, and the output pump that turns
+// one stream of a worker's output into whole, prefixed lines.
 //
 // The agent copies every worker's stdout and stderr to its own. Several workers write at once, so
 // the pump only ever emits whole lines, each inside one write(): a line shorter than PIPE_BUF can
@@ -11,28 +11,9 @@
 #include <string>
 #include <string_view>
 
+#include "chorus/core/unique_fd.h"
+
 namespace chorus::runtime {
-
-// Owns one file descriptor and closes it on destruction. Move-only; not thread-safe.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release();
-  // Closes the held descriptor (if any) and takes `fd` instead.
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
 
 // Writes all of `size` bytes, retrying on EINTR, on short writes and (for a non-blocking
 // descriptor) after waiting for it to become writable. Returns false, with errno set, on any
