@@ -16,30 +16,34 @@ const std::string* find(const Environment& environment, const char* name) {
   return found == environment.end() ? nullptr : &found->second;
 }
 
-int readInt(const Environment& environment, const char* name, int fallback) {
+// Variable `name` as a number: `parse` (std::stoi, std::stod) must read all of it and `accept`
+// the value, else ConfigError "... is not <what>"; `fallback` when the variable is unset.
+template <typename Number, typename Parse, typename Accept>
+Number readNumber(const Environment& environment, const char* name, Number fallback, Parse parse,
+                  Accept accept, const char* what) {
   const std::string* text = find(environment, name);
   if (!text) return fallback;
   try {
     size_t used = 0;
-    const int value = std::stoi(*text, &used);
-    if (used == text->size() && value >= 0) return value;
+    const Number value = parse(*text, &used);
+    if (used == text->size() && accept(value)) return value;
   } catch (const std::logic_error&) {
   }
-  CHORUS_THROW(ConfigError, "environment variable ", name, "='", *text,
-               "' is not a non-negative integer");
+  CHORUS_THROW(ConfigError, "environment variable ", name, "='", *text, "' is not ", what);
+}
+
+int readInt(const Environment& environment, const char* name, int fallback) {
+  return readNumber(
+      environment, name, fallback,
+      [](const std::string& text, size_t* used) { return std::stoi(text, used); },
+      [](int value) { return value >= 0; }, "a non-negative integer");
 }
 
 double readFraction(const Environment& environment, const char* name, double fallback) {
-  const std::string* text = find(environment, name);
-  if (!text) return fallback;
-  try {
-    size_t used = 0;
-    const double value = std::stod(*text, &used);
-    if (used == text->size() && value >= 0 && value < 1) return value;
-  } catch (const std::logic_error&) {
-  }
-  CHORUS_THROW(ConfigError, "environment variable ", name, "='", *text,
-               "' is not a fraction in [0, 1)");
+  return readNumber(
+      environment, name, fallback,
+      [](const std::string& text, size_t* used) { return std::stod(text, used); },
+      [](double value) { return value >= 0 && value < 1; }, "a fraction in [0, 1)");
 }
 
 std::string readString(const Environment& environment, const char* name, std::string fallback) {
