@@ -51,21 +51,37 @@ bool hasWord(const std::string& words, const std::string& word) {
   return false;
 }
 
-std::string vendorName(const std::string& vendor_id) {
-  if (vendor_id == "GenuineIntel") return "Intel";
-  if (vendor_id == "AuthenticAMD") return "AMD";
-  if (vendor_id == "HygonGenuine") return "Hygon";
-  if (vendor_id == "CentaurHauls") return "Centaur";
-  return vendor_id;
+// A /proc/cpuinfo code and the CPU designer it stands for.
+struct DesignerCode {
+  const char* code;
+  const char* name;
+};
+
+constexpr DesignerCode kX86Vendors[] = {{"GenuineIntel", "Intel"},
+                                        {"AuthenticAMD", "AMD"},
+                                        {"HygonGenuine", "Hygon"},
+                                        {"CentaurHauls", "Centaur"}};
+// ARM cores have no vendor_id; they name their designer by a JEDEC code instead.
+constexpr DesignerCode kArmImplementers[] = {{"0x41", "ARM"},
+                                             {"0x61", "Apple"},
+                                             {"0xc0", "Ampere"},
+                                             {"0x48", "HiSilicon"},
+                                             {"0x4e", "NVIDIA"}};
+
+template <std::size_t N>
+const char* designerOf(const DesignerCode (&codes)[N], const std::string& code) {
+  for (const DesignerCode& known : codes)
+    if (code == known.code) return known.name;
+  return nullptr;
 }
 
-// ARM cores have no vendor_id; they name their designer by a JEDEC code instead.
+std::string vendorName(const std::string& vendor_id) {
+  const char* name = designerOf(kX86Vendors, vendor_id);
+  return name ? name : vendor_id;
+}
+
 std::string armImplementerName(const std::string& code) {
-  if (code == "0x41") return "ARM";
-  if (code == "0x61") return "Apple";
-  if (code == "0xc0") return "Ampere";
-  if (code == "0x48") return "HiSilicon";
-  if (code == "0x4e") return "NVIDIA";
+  if (const char* name = designerOf(kArmImplementers, code)) return name;
   return code.empty() ? "" : "ARM implementer " + code;
 }
 
