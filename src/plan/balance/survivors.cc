@@ -25,6 +25,31 @@ std::vector<int> renumbering(const std::vector<int>& kept, std::size_t ranks) {
   return index;
 }
 
+// The balancer's records (observations, held steps) are parallel arrays with a rank each: the
+// positions of those whose rank survives (index from renumbering), their new ranks, their values.
+std::vector<std::size_t> survivingRecords(const std::vector<int>& ranks,
+                                          const std::vector<int>& index) {
+  std::vector<std::size_t> records;
+  for (std::size_t k = 0; k < ranks.size(); ++k)
+    if (index.at(ranks[k]) >= 0) records.push_back(k);
+  return records;
+}
+
+std::vector<int> renumberedRanks(const std::vector<int>& ranks,
+                                 const std::vector<std::size_t>& records,
+                                 const std::vector<int>& index) {
+  std::vector<int> renumbered;
+  for (std::size_t k : records) renumbered.push_back(index.at(ranks[k]));
+  return renumbered;
+}
+
+template <typename T>
+std::vector<T> recordsOf(const std::vector<T>& values, const std::vector<std::size_t>& records) {
+  std::vector<T> kept;
+  for (std::size_t k : records) kept.push_back(values[k]);
+  return kept;
+}
+
 // `batch` split in proportion to `weight` (all equal when they sum to nothing): largest remainder
 // first, equal remainders to the lower index.
 std::vector<std::int64_t> splitInProportion(std::int64_t batch, std::vector<double> weight) {
@@ -156,28 +181,15 @@ BalancerState survivorBalancerState(const BalancerState& state, const std::vecto
   const std::vector<int> index = renumbering(kept, state.shares.size());
   BalancerState next = state;
   next.shares = shares;
-  next.observation_rank.clear();
-  next.observation_samples.clear();
-  next.observation_seconds.clear();
-  for (std::size_t k = 0; k < state.observation_rank.size(); ++k) {
-    const int rank = index.at(state.observation_rank[k]);
-    if (rank < 0) continue;
-    next.observation_rank.push_back(rank);
-    next.observation_samples.push_back(state.observation_samples[k]);
-    next.observation_seconds.push_back(state.observation_seconds[k]);
-  }
-  next.held_rank.clear();
-  next.held_samples.clear();
-  next.held_seconds.clear();
-  next.held_ratio.clear();
-  for (std::size_t k = 0; k < state.held_rank.size(); ++k) {
-    const int rank = index.at(state.held_rank[k]);
-    if (rank < 0) continue;
-    next.held_rank.push_back(rank);
-    next.held_samples.push_back(state.held_samples[k]);
-    next.held_seconds.push_back(state.held_seconds[k]);
-    next.held_ratio.push_back(state.held_ratio[k]);
-  }
+  const auto observations = survivingRecords(state.observation_rank, index);
+  next.observation_rank = renumberedRanks(state.observation_rank, observations, index);
+  next.observation_samples = recordsOf(state.observation_samples, observations);
+  next.observation_seconds = recordsOf(state.observation_seconds, observations);
+  const auto held = survivingRecords(state.held_rank, index);
+  next.held_rank = renumberedRanks(state.held_rank, held, index);
+  next.held_samples = recordsOf(state.held_samples, held);
+  next.held_seconds = recordsOf(state.held_seconds, held);
+  next.held_ratio = recordsOf(state.held_ratio, held);
   if (!state.fixed_seconds.empty()) {
     next.fixed_seconds.clear();
     for (int rank : kept) next.fixed_seconds.push_back(state.fixed_seconds.at(rank));
