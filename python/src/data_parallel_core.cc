@@ -5,10 +5,10 @@
 
 #include <ATen/ATen.h>
 
-#include <array>
 #include <numeric>
 
 #include "chorus/core/error.h"
+#include "chorus/runtime/train/step_figures.h"
 
 namespace chorus::python {
 namespace {
@@ -39,9 +39,6 @@ void checkOptions(const DataParallelOptions& options, int world) {
   CHORUS_CHECK_CONFIG(sum == options.global_batch, "shares sum to ", sum, ", not to global_batch ",
                       options.global_batch);
 }
-
-// Per-rank figures of a step, in the order they are all-gathered.
-enum Figure { kCompute, kWait, kLossSum, kOverflow, kSamples, kFigures };
 
 }  // namespace
 
@@ -145,27 +142,23 @@ bool DataParallelCore::gradientsFinite() const {
 StepFigures DataParallelCore::finishStep(double loss_sum, bool overflow, std::int64_t samples) {
   synchronize();
   if (samples < 0) samples = forward_samples_ > 0 ? forward_samples_ : localShare();
-  comm::Communicator& world = *worker_->world();
-  const std::array<double, kFigures> mine{compute_seconds_, wait_seconds_, loss_sum,
-                                          overflow ? 1.0 : 0.0, static_cast<double>(samples)};
-  at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
-  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
-  world.allGather(local, all).wait();
-  auto values = all.accessor<double, 1>();
+  runtime::RankFigures reported;
+  reported.compute_seconds = compute_seconds_;
+  reported.wait_seconds = wait_seconds_;
+  reported.loss_sum = loss_sum;
+  reported.overflow = overflow;
+  reported.samples = samples;
+  const runtime::StepFigures all =
+      runtime::StepFigures::exchange(*worker_->world(), reported, /*always=*/true);
 
   StepFigures figures;
   figures.step = step_;
-  double loss_total = 0;
-  std::int64_t samples_total = 0;
-  for (int r = 0; r < world.size(); ++r) {
-    const auto at = [&](Figure figure) { return values[kFigures * r + figure]; };
-    figures.compute_seconds.push_back(at(kCompute));
-    figures.wait_seconds.push_back(at(kWait));
-    figures.samples.push_back(static_cast<std::int64_t>(at(kSamples)));
-    figures.overflow = figures.overflow || at(kOverflow) > 0;
-    loss_total += at(kLossSum);
-    samples_total += figures.samples.back();
-  }
+  figures.compute_seconds = all.computeSeconds();
+  figures.wait_seconds = all.waitSeconds();
+  figures.samples = all.samples();
+  figures.overflow = all.anyOverflow();
+  const double loss_total = all.lossSum();
+  const std::int64_t samples_total = all.totalSamples();
   figures.loss = loss_total / static_cast<double>(options_.global_batch);
   // The reducer divided by B: a step whose ranks took another number of samples in all computed
   // the wrong gradient. Every rank sees the same sums, so every rank throws.

@@ -4,28 +4,8 @@
 #include <ATen/autocast_mode.h>
 
 #include "chorus/core/error.h"
-#include "chorus/core/name_table.h"
 
 namespace chorus::parallel {
-namespace {
-
-constexpr NamedValue<Precision> kPrecisionNames[] = {
-    {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}};
-// libtorch's dtype names, read as well.
-constexpr NamedValue<Precision> kDtypeNames[] = {
-    {Precision::kFp32, "float32"}, {Precision::kBf16, "bfloat16"}, {Precision::kFp16, "float16"}};
-
-}  // namespace
-
-Precision parsePrecision(const std::string& name) {
-  if (auto precision = valueNamed(kPrecisionNames, name)) return *precision;
-  if (auto precision = valueNamed(kDtypeNames, name)) return *precision;
-  CHORUS_THROW(ConfigError, "precision '", name, "' is unknown; expected ",
-               namesOf(kPrecisionNames, ", ", " or "));
-}
-
-const char* toString(Precision precision) { return nameOf(kPrecisionNames, precision); }
-
 c10::ScalarType scalarTypeOf(Precision precision) {
   switch (precision) {
     case Precision::kBf16:
@@ -33,16 +13,17 @@ c10::ScalarType scalarTypeOf(Precision precision) {
     case Precision::kFp16:
       return c10::ScalarType::Half;
     case Precision::kFp32:
+    case Precision::kTf32:
       break;
   }
   return c10::ScalarType::Float;
 }
 
 AutocastScope::AutocastScope(c10::DeviceType device, Precision precision) : device_(device) {
-  if (precision == Precision::kFp32) return;
+  if (scalarTypeOf(precision) == c10::ScalarType::Float) return;
   if (!at::autocast::is_autocast_available(device))
-    CHORUS_THROW(ConfigError, "precision ", toString(precision), ": libtorch has no autocast for ",
-                 c10::DeviceTypeName(device), " devices");
+    CHORUS_THROW(ConfigError, "precision ", plan::toString(precision),
+                 ": libtorch has no autocast for ", c10::DeviceTypeName(device), " devices");
   was_enabled_ = at::autocast::is_autocast_enabled(device);
   previous_dtype_ = at::autocast::get_autocast_dtype(device);
   at::autocast::set_autocast_dtype(device, scalarTypeOf(precision));

@@ -26,6 +26,12 @@ const char* toString(Codec codec) {
   return "?";
 }
 
+const DeviceSpec& jobDevice(const RankPlan& rank) {
+  CHORUS_CHECK_CONFIG(rank.spec.has_value(), "plan: the rank on device ", rank.device, " ('",
+                      rank.device_type, "') names no job device; adopt the plan for a job first");
+  return *rank.spec;
+}
+
 Schedule parseSchedule(const std::string& text) {
   if (text == "gpipe") return Schedule::kGpipe;
   if (text == "1f1b") return Schedule::kOneFOneB;

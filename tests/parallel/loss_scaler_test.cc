@@ -72,8 +72,13 @@ TEST(AutocastScope, LowersMatrixProductsAndRestores) {
     }
   }
   EXPECT_EQ(at::mm(a, b).scalar_type(), at::kFloat);
-  EXPECT_EQ(parsePrecision("bfloat16"), Precision::kBf16);
-  EXPECT_THROW(parsePrecision("fp8"), ConfigError);
+  {
+    // tf32 is fp32 to autocast: TF32 is a matmul mode (allowTf32), not a lower format.
+    AutocastScope tf32(c10::DeviceType::CPU, Precision::kTf32);
+    EXPECT_EQ(at::mm(a, b).scalar_type(), at::kFloat);
+  }
+  EXPECT_EQ(scalarTypeOf(Precision::kTf32), at::kFloat);
+  EXPECT_EQ(scalarTypeOf(Precision::kFp16), at::kHalf);
 }
 
 }  // namespace

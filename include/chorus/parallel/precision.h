@@ -11,16 +11,16 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
-#include <string>
+#include "chorus/plan/device_catalog.h"
 
 namespace chorus::parallel {
 
-enum class Precision { kFp32, kBf16, kFp16 };
+// A rank's compute format is the plan's number format (one vocabulary; plan::toString and
+// plan::parseDtype name it): kFp32, kBf16 and kFp16 as autocast runs them; kTf32 is fp32 as far as
+// autocast goes (TF32 is a matmul mode, allowTf32).
+using Precision = plan::Dtype;
 
-// "fp32" | "bf16" | "fp16" (also "float32", "bfloat16", "float16"). Throws ConfigError.
-Precision parsePrecision(const std::string& name);
-const char* toString(Precision precision);
-// The scalar type autocast lowers to (kFloat for fp32).
+// The scalar type autocast lowers to (kFloat for fp32 and tf32).
 c10::ScalarType scalarTypeOf(Precision precision);
 // Whether fp16 gradients need dynamic loss scaling (only fp16 has too little range).
 inline bool needsLossScaling(Precision precision) { return precision == Precision::kFp16; }

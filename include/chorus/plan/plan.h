@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "chorus/core/device_spec.h"
 #include "chorus/plan/device_catalog.h"
 
 namespace chorus::plan {
@@ -61,7 +63,15 @@ struct RankPlan {
   double emulated_speed = 1;
   // Filled by the cost model.
   std::uint64_t predicted_memory = 0;
+  // The job device the rank runs on (kind, index, emulated speed, budget) in a plan the trainers
+  // execute (made for a job's devices, or adopted for them); device_type is then its text form.
+  // Empty in a plan of a described cluster, whose ranks name device types only. Default: empty.
+  std::optional<DeviceSpec> spec;
 };
+
+// The job device `rank` of an executed plan runs on (RankPlan::spec). Throws ConfigError naming
+// the rank's device type when the plan does not say (a cluster's plan, not adopted for a job).
+const DeviceSpec& jobDevice(const RankPlan& rank);
 
 struct CommPlan {
   // Algorithm of every data-parallel group's all-reduce. Default: kRing.

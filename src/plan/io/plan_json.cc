@@ -44,9 +44,35 @@ StagePlan parseStage(const JsonReader& reader, const std::string& at) {
   return stage;
 }
 
+// A job device as its fields (never its text form, which only core/device_spec.h parses).
+DeviceSpec parseSpec(const JsonReader& reader, const std::string& at) {
+  reader.object(at, {"kind", "index", "speed", "memory_budget"});
+  reader.require(at + "/kind");
+  DeviceSpec spec;
+  const std::string kind = reader.text(at + "/kind", "");
+  if (kind != "cpu" && kind != "cuda") reader.fail(at + "/kind", "must be \"cpu\" or \"cuda\"");
+  spec.kind = kind == "cpu" ? DeviceKind::kCpu : DeviceKind::kCuda;
+  if (spec.kind == DeviceKind::kCuda) {
+    reader.require(at + "/index");
+    spec.index = static_cast<int>(reader.integer(at + "/index", 0, 0, kMaxInt));
+  }
+  spec.speed = reader.number(at + "/speed", 1, kMinEmulatedSpeed);
+  if (spec.speed > 1) reader.fail(at + "/speed", "must be in [0.001, 1]");
+  const std::uint64_t budget = bytes(reader, at + "/memory_budget");
+  if (budget > 0) spec.memory_budget = budget;
+  return spec;
+}
+
+nlohmann::json specJson(const DeviceSpec& spec) {
+  nlohmann::json json = {{"kind", toString(spec.kind)}, {"speed", spec.speed}};
+  if (spec.kind == DeviceKind::kCuda) json["index"] = spec.index;
+  if (spec.memory_budget) json["memory_budget"] = *spec.memory_budget;
+  return json;
+}
+
 RankPlan parseRank(const JsonReader& reader, const std::string& at) {
   reader.object(at, {"device", "device_type", "node", "precision", "memory_budget",
-                     "emulated_speed", "predicted_memory"});
+                     "emulated_speed", "predicted_memory", "spec"});
   reader.require(at + "/device");
   reader.require(at + "/precision");
   RankPlan rank;
@@ -59,6 +85,7 @@ RankPlan parseRank(const JsonReader& reader, const std::string& at) {
   if (rank.emulated_speed <= 0 || rank.emulated_speed > 1)
     reader.fail(at + "/emulated_speed", "must be in (0, 1]");
   rank.predicted_memory = bytes(reader, at + "/predicted_memory");
+  if (reader.has(at + "/spec")) rank.spec = parseSpec(reader, at + "/spec");
   return rank;
 }
 
@@ -87,7 +114,7 @@ nlohmann::json toJson(const Plan& plan) {
     replicas.push_back({{"share", replica.share}, {"stages", stages}});
   }
   nlohmann::json ranks = nlohmann::json::array();
-  for (const auto& r : plan.ranks)
+  for (const auto& r : plan.ranks) {
     ranks.push_back({{"device", r.device},
                      {"device_type", r.device_type},
                      {"node", r.node},
@@ -95,6 +122,8 @@ nlohmann::json toJson(const Plan& plan) {
                      {"memory_budget", r.memory_budget},
                      {"emulated_speed", r.emulated_speed},
                      {"predicted_memory", r.predicted_memory}});
+    if (r.spec) ranks.back()["spec"] = specJson(*r.spec);
+  }
   return {{"version", 1},
           {"model", plan.model},
           {"devices", plan.ranks.size()},

@@ -10,7 +10,8 @@
 namespace chorus::runtime {
 namespace {
 
-constexpr int kVersion = 1;
+// 2: the plan as JSON text (parsed once, by plan::parsePlanJson), not a nested object.
+constexpr int kVersion = 2;
 
 }  // namespace
 
@@ -18,7 +19,7 @@ std::string encodeJobPackage(const JobConfig& job, const plan::Plan& plan) {
   const nlohmann::json package = {{"version", kVersion},
                                   {"source", job.source},
                                   {"job", job.toml},
-                                  {"plan", plan::toJson(plan)}};
+                                  {"plan", plan::toJson(plan).dump()}};
   return package.dump();
 }
 
@@ -31,14 +32,12 @@ JobPackage decodeJobPackage(const std::string& text) {
   }
   CHORUS_CHECK_CONFIG(package.is_object() && package.value("version", 0) == kVersion,
                       "job package: version ", kVersion, " expected");
-  for (const char* key : {"source", "job"})
+  for (const char* key : {"source", "job", "plan"})
     CHORUS_CHECK_CONFIG(package.contains(key) && package[key].is_string(), "job package: no '", key,
                         "'");
-  CHORUS_CHECK_CONFIG(package.contains("plan") && package["plan"].is_object(),
-                      "job package: no 'plan'");
   const std::string source = package["source"].get<std::string>();
   JobPackage decoded;
-  decoded.plan = plan::parsePlanJson(package["plan"].dump(), source + " (plan)");
+  decoded.plan = plan::parsePlanJson(package["plan"].get<std::string>(), source + " (plan)");
   // The plan decides what the job leaves to it (a plan file's or the planner's ZeRO stage).
   decoded.job = jobUnderPlan(
       readJobConfig(Config::parseString(package["job"].get<std::string>(), source)), decoded.plan);

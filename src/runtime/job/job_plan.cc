@@ -41,6 +41,7 @@ std::vector<plan::RankPlan> rankPlans(const JobConfig& job, const std::vector<De
     plan::RankPlan rank;
     rank.device = static_cast<int>(r);
     rank.device_type = devices[r].toString();
+    rank.spec = devices[r];
     rank.node = nodes.empty() ? "node0" : nodes.at(r);
     rank.precision = plan::parseDtype(precisionOf(job.precision, static_cast<int>(r), devices[r]));
     // The type is the device's spec, emulated speed and budget included (as in a local cluster
@@ -200,10 +201,13 @@ std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
                         "plan: rank ", r, " runs on device ", rank.device, ", but the job has ",
                         devices.size(), " devices (", toString(devices), ")");
     const DeviceSpec& device = devices[rank.device];
-    CHORUS_CHECK_CONFIG(device.toString() == rank.device_type, "plan: rank ", r,
-                        " was planned for device '", rank.device_type, "', but device ",
-                        rank.device, " of this job is '", device.toString(), "' (devices ",
-                        toString(devices), ")");
+    // A plan made for a job's devices names them; a planner's, by the cluster's type names,
+    // which a local cluster takes from the device specs (plan/local_cluster.h).
+    const bool planned_for_it =
+        rank.spec ? *rank.spec == device : device.toString() == rank.device_type;
+    CHORUS_CHECK_CONFIG(planned_for_it, "plan: rank ", r, " was planned for device '",
+                        rank.device_type, "', but device ", rank.device, " of this job is '",
+                        device.toString(), "' (devices ", toString(devices), ")");
     ordered.push_back(device);
   }
   return ordered;
@@ -234,9 +238,8 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
                       "'); set [comm] to match");
   for (size_t r = 0; r < devices.size(); ++r) {
     const plan::RankPlan& rank = plan.ranks[r];
-    CHORUS_CHECK_CONFIG(rank.device_type == devices[r].toString(), "plan: rank ", r,
-                        " was planned for '", rank.device_type, "', but runs on '",
-                        devices[r].toString(), "'");
+    CHORUS_CHECK_CONFIG(plan::jobDevice(rank) == devices[r], "plan: rank ", r, " was planned for '",
+                        rank.device_type, "', but runs on '", devices[r].toString(), "'");
     CHORUS_CHECK_CONFIG(rank.emulated_speed == 1 && rank.memory_budget == 0, "plan: rank ", r,
                         " asks for an emulated speed or memory budget on top of its device '",
                         rank.device_type, "'; write them in the device spec (e.g. cpu@0.5/512MiB)");
@@ -272,15 +275,21 @@ AdoptedPlan adoptPlan(const plan::Plan& plan, const JobConfig& job,
   AdoptedPlan adopted;
   adopted.plan = inRankOrder(plan);
   adopted.devices = devicesOfPlan(adopted.plan, listed);
-  for (size_t rank = 0; rank < adopted.plan.ranks.size(); ++rank)
+  for (size_t rank = 0; rank < adopted.plan.ranks.size(); ++rank) {
     adopted.plan.ranks[rank].device = static_cast<int>(rank);
+    adopted.plan.ranks[rank].spec = adopted.devices[rank];
+  }
   adopted.job = jobUnderPlan(job, adopted.plan);
   checkPlanForJob(adopted.plan, adopted.job, adopted.devices);
   return adopted;
 }
 
+plan::Dtype computePrecision(const plan::RankPlan& rank) {
+  return rank.precision == plan::Dtype::kTf32 ? plan::Dtype::kFp32 : rank.precision;
+}
+
 std::string precisionName(const plan::RankPlan& rank) {
-  return rank.precision == plan::Dtype::kTf32 ? "fp32" : plan::toString(rank.precision);
+  return plan::toString(computePrecision(rank));
 }
 
 std::string describePlan(const plan::Plan& plan) {

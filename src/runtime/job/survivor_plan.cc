@@ -51,7 +51,7 @@ plan::Plan survivorPipelinePlan(const JobConfig& job, const plan::Plan& launch,
   std::vector<DeviceSpec> specs;
   std::vector<std::string> nodes;
   for (const plan::RankPlan& rank : ranks) {
-    specs.push_back(parseDeviceSpec(rank.device_type));
+    specs.push_back(plan::jobDevice(rank));
     nodes.push_back(rank.node);
   }
   plan::Plan plan = planOfJob(next, specs, nodes);

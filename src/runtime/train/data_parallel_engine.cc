@@ -11,44 +11,10 @@
 #include "chorus/core/clock.h"
 #include "chorus/data/sharding.h"
 #include "chorus/observe/trace_recorder.h"
+#include "chorus/runtime/train/step_figures.h"
 
 namespace chorus::runtime {
 namespace {
-
-// Per-rank figures of a step, all-gathered so every rank sees the same numbers.
-// kBalance: what the rank reports to the balancer (its compute, or TrainerHooks::balancer_seconds).
-enum Figure { kCompute, kWait, kLossSum, kOverflow, kStop, kLossScale, kBalance, kFigures };
-
-struct StepFigures {
-  std::vector<std::array<double, kFigures>> ranks;
-  std::vector<double> column(Figure figure) const {
-    std::vector<double> values;
-    for (const auto& rank : ranks) values.push_back(rank[figure]);
-    return values;
-  }
-  double sum(Figure figure) const {
-    double total = 0;
-    for (const auto& rank : ranks) total += rank[figure];
-    return total;
-  }
-  bool any(Figure figure) const { return sum(figure) > 0; }
-};
-
-// A world of one has nothing to agree on, unless it is elastic: a lone survivor learns of a joining
-// worker when an abort fails this collective.
-StepFigures gatherFigures(comm::Communicator& world, const std::array<double, kFigures>& mine,
-                          bool elastic) {
-  if (world.size() == 1 && !elastic) return {{mine}};
-  at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
-  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
-  world.allGather(local, all).wait();
-  StepFigures figures;
-  auto values = all.accessor<double, 1>();
-  figures.ranks.resize(world.size());
-  for (int rank = 0; rank < world.size(); ++rank)
-    for (int k = 0; k < kFigures; ++k) figures.ranks[rank][k] = values[kFigures * rank + k];
-  return figures;
-}
 
 struct ShareResult {
   double compute_seconds = 0;
@@ -232,7 +198,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   if (local)
     s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
   else
-    reduce = s.reducer->finish(s.job.train.global_batch);
+    reduce = s.reducer->finish(s.global_batch);
   if (s.trace != nullptr && !local) traceBuckets(*s.trace, s.reducer->lastTimings());
   // ZeRO-1: this rank keeps its slice of the averaged gradient, and no whole one.
   if (s.zero && s.zero->stage() == 1) {
@@ -250,14 +216,22 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   const double balance = hooks.balancer_seconds
                              ? hooks.balancer_seconds(step, static_cast<std::int64_t>(mine.size()))
                              : share.compute_seconds;
-  const StepFigures figures = gatherFigures(
-      world,
-      {share.compute_seconds, reduce.wait_seconds, share.loss_sum, local_overflow ? 1.0 : 0.0,
-       stop ? 1.0 : 0.0, s.scaler ? s.scaler->scale() : 0.0, balance},
-      s.job.elastic.enabled);
+  RankFigures reported;
+  reported.compute_seconds = share.compute_seconds;
+  reported.wait_seconds = reduce.wait_seconds;
+  reported.loss_sum = share.loss_sum;
+  reported.overflow = local_overflow;
+  reported.stop = stop;
+  reported.loss_scale = s.scaler ? s.scaler->scale() : 0.0;
+  reported.balance = balance;
+  reported.samples = static_cast<std::int64_t>(mine.size());
+  // A world of one has nothing to agree on, unless it is elastic: a lone survivor learns of a
+  // joining worker when an abort fails this collective.
+  const StepFigures figures =
+      StepFigures::exchange(world, reported, /*always=*/s.job.elastic.enabled);
   traceSpan(s, observe::Track::kComm, "step figures", "sync", figures_start);
-  record.skipped = figures.any(kOverflow);
-  record.stop_requested = figures.any(kStop);
+  record.skipped = figures.anyOverflow();
+  record.stop_requested = figures.anyStop();
   if (hooks.at_point) hooks.at_point(step, "optimizer");
   const auto optimizer_start = TraceClock::now();
   if (record.skipped) {
@@ -277,15 +251,15 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
       s.samples_since_average = 0;
     }
   }
-  record.loss = figures.sum(kLossSum) / static_cast<double>(s.job.train.global_batch);
-  record.compute_seconds = figures.column(kCompute);
-  record.wait_seconds = figures.column(kWait);
-  record.loss_scales = figures.column(kLossScale);
+  record.loss = figures.lossSum() / static_cast<double>(s.global_batch);
+  record.compute_seconds = figures.computeSeconds();
+  record.wait_seconds = figures.waitSeconds();
+  record.loss_scales = figures.lossScales();
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
-  if (s.fixed_shares.empty() && step > 0 && s.balancer->update(step, figures.column(kBalance)))
+  if (s.fixed_shares.empty() && step > 0 && s.balancer->update(step, figures.balance()))
     record.rebalance = s.balancer->lastChange();
   record.step_seconds = clock.seconds();
-  record.samples_per_second = s.job.train.global_batch / record.step_seconds;
+  record.samples_per_second = s.global_batch / record.step_seconds;
   return record;
 }
 

@@ -72,6 +72,7 @@ struct DataParallelEngine final : StepEngine {
   std::unique_ptr<data::GlobalSampler>& sampler;
   std::shared_ptr<model::ZooModel>& model;
 
+  std::int64_t global_batch = 0;             // the plan's: samples per step, all ranks
   std::vector<int> cuts_of_model;            // {0, layers}: one stage
   std::vector<at::Tensor> model_parameters;  // the model's, in its order
   // The optimizer of the whole model; null under ZeRO, whose optimizer steps this rank's slice.

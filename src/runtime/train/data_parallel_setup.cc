@@ -149,7 +149,7 @@ std::vector<std::int64_t> everyRanksLimit(comm::Communicator& world, std::int64_
 
 // The rank's compute format (the plan's), and a loss scaler when it is fp16.
 void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
-  s.compute_precision = parallel::parsePrecision(precisionName(rank));
+  s.compute_precision = computePrecision(rank);
   parallel::allowTf32(s.job.precision.tf32, s.job.precision.conv_tf32);
   if (!parallel::needsLossScaling(s.compute_precision)) return;
   const DeviceSpec& device = s.worker->identity().device;
@@ -189,6 +189,7 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   DataParallelEngine& s = *this;
   comm::Communicator& world = *s.worker->world();
   const std::vector<std::int64_t> start_shares = planShares(plan, world.size());
+  s.global_batch = plan.global_batch;
   s.cuts_of_model = {0, static_cast<int>(s.model->numLayers())};
   s.model_parameters = s.model->parameters();
   parallel::ReducerOptions reducing = reducerOptions(s);
@@ -205,7 +206,7 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
     // A CPU rank's intra-op threads (device::intraOpThreads): what its speed depends on.
     const bool cpu = s.worker->device().is_cpu();
     logInfo("world: ", world.size(), " ranks, CPU collectives over ", world.cpuTransport(),
-            ", rank 0 computes in ", parallel::toString(s.compute_precision),
+            ", rank 0 computes in ", plan::toString(s.compute_precision),
             cpu ? detail::concat(" on ", at::get_num_threads(), " thread(s)") : std::string());
   }
   // balancer.shares fixes the shares: the balancer does not run.
@@ -213,9 +214,8 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   plan::BalancerOptions balancing = balancerOptions(s.job.balancer);
   balancing.initial_shares = start_shares;
   for (const plan::RankPlan& rank : plan.ranks) balancing.rank_names.push_back(rank.device_type);
-  s.balancer =
-      std::make_unique<plan::LoadBalancer>(balancing, world.size(), s.job.train.global_batch,
-                                           std::vector<std::int64_t>(world.size(), 0));
+  s.balancer = std::make_unique<plan::LoadBalancer>(balancing, world.size(), s.global_batch,
+                                                    std::vector<std::int64_t>(world.size(), 0));
   s.speed = s.worker->identity().device.speed;
   s.emulator = &s.worker->emulator();
   const auto& budget = s.worker->identity().device.memory_budget;

@@ -100,7 +100,7 @@ void resizeShardsByMemory(const JobConfig& job, plan::Plan& next) {
   if (next.zero_stage == 0 || job.zero.shards != "memory" || !job.precision.ranks.empty()) return;
   std::vector<DeviceSpec> devices;
   for (const plan::RankPlan& rank : next.ranks) {
-    devices.push_back(parseDeviceSpec(rank.device_type));
+    devices.push_back(plan::jobDevice(rank));
     if (!devices.back().memory_budget) return;
   }
   try {

@@ -29,6 +29,7 @@ void postJoinedDevice(const JobConfig& job, Worker& worker) {
   entry.global_batch = static_cast<int>(job.train.global_batch);
   plan::RankPlan rank;
   rank.device_type = device.toString();
+  rank.spec = device;
   rank.node = worker.identity().host_id;
   rank.precision = plan::parseDtype(precisionOf(job.precision, worker.member(), device));
   entry.ranks.push_back(rank);

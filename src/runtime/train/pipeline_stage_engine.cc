@@ -16,6 +16,7 @@
 #include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
+#include "chorus/runtime/train/step_figures.h"
 #include "job/balancer_settings.h"
 #include "train/engine_settings.h"
 #include "train/pipeline_stage_engine.h"
@@ -23,12 +24,10 @@
 namespace chorus::runtime {
 namespace {
 
-// Every rank's device as the plan names it: an executed plan's device types are device specs
-// (job_plan.h).
+// Every rank's device as the plan names it.
 std::vector<DeviceSpec> planDevices(const plan::Plan& plan) {
   std::vector<DeviceSpec> devices;
-  for (const plan::RankPlan& rank : plan.ranks)
-    devices.push_back(parseDeviceSpec(rank.device_type));
+  for (const plan::RankPlan& rank : plan.ranks) devices.push_back(plan::jobDevice(rank));
   return devices;
 }
 
@@ -83,35 +82,19 @@ std::vector<std::string> rankFormats(const plan::Plan& plan) {
   return mixed ? formats : std::vector<std::string>{};
 }
 
-// Per-rank figures of a step, all-gathered so that every rank returns the same record and feeds
-// the balancer the same figures. kBalance: what the rank reports to the balancer (its schedule
-// time, see replicaSeconds).
-enum Figure { kCompute, kWait, kLossSum, kStop, kBalance, kOverflow, kLossScale, kFigures };
-
-std::vector<std::array<double, kFigures>> gatherFigures(comm::Communicator& world,
-                                                        const std::array<double, kFigures>& mine) {
-  const at::Tensor local = at::tensor(std::vector<double>(mine.begin(), mine.end()), at::kDouble);
-  at::Tensor all = at::empty({kFigures * world.size()}, at::kDouble);
-  world.allGather(local, all).wait();
-  const auto values = all.accessor<double, 1>();
-  std::vector<std::array<double, kFigures>> ranks(world.size());
-  for (int rank = 0; rank < world.size(); ++rank)
-    for (int k = 0; k < kFigures; ++k) ranks[rank][k] = values[kFigures * rank + k];
-  return ranks;
-}
-
 // Each replica's time for its share, for the balancer: the largest schedule time of its stages,
 // i.e. the replica's step up to the cross-replica all-reduce. Why not the stages' compute: a
 // replica's throughput is set by its whole pipeline (Σ of its stages' times plus (M − 1) × the
 // slowest, bubbles and transfers included), not by its slowest stage alone, and unlike replicas
 // differ in that ratio. The all-reduce is left out because every replica waits in it for the
 // slowest one: it would add the same time to every figure and hide which replica is slow.
-std::vector<double> replicaSeconds(const std::vector<std::array<double, kFigures>>& ranks,
+std::vector<double> replicaSeconds(const StepFigures& figures,
                                    const parallel::PipelineLayout& layout) {
   std::vector<double> seconds(layout.replicas(), 0.0);
-  for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank) {
+  const std::vector<double> balance = figures.balance();
+  for (int rank = 0; rank < static_cast<int>(balance.size()); ++rank) {
     double& replica = seconds[layout.positionOf(rank).replica];
-    replica = std::max(replica, ranks[rank][kBalance]);
+    replica = std::max(replica, balance[rank]);
   }
   return seconds;
 }
@@ -169,11 +152,12 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   CHORUS_CHECK_CONFIG(plan.zero_stage == 0, "pipeline: ZeRO stage ", plan.zero_stage,
                       " shards one-stage replicas only, not pipeline stages");
   s.options = pipelineOptionsOf(s.job, plan);
+  s.global_batch = plan.global_batch;
   const parallel::PipelineLayout layout(s.options.replicas, s.options.pipeline_stages);
   CHORUS_CHECK_CONFIG(world.size() == layout.worldSize(), "pipeline: a plan of ", layout.stages(),
                       " stages x ", layout.replicas(), " replicas needs ", layout.worldSize(),
                       " ranks, the job has ", world.size());
-  s.options.precision = parallel::parsePrecision(precisionName(plan.ranks.at(world.rank())));
+  s.options.precision = computePrecision(plan.ranks.at(world.rank()));
   parallel::allowTf32(s.job.precision.tf32, s.job.precision.conv_tf32);
   for (const plan::StagePlan& stage : plan.replicas.at(0).stages)
     s.stage_cuts.push_back(stage.first_layer);
@@ -270,23 +254,27 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
   const bool stop = hooks.stop_requested && hooks.stop_requested();
   const double balance = hooks.balancer_seconds ? hooks.balancer_seconds(step, shares[replica])
                                                 : stats.schedule_seconds;
-  const auto figures =
-      gatherFigures(world, {stats.compute_seconds, stats.transfer_wait_seconds + stats.sync_seconds,
-                            stats.loss_sum, stop ? 1.0 : 0.0, balance, overflow ? 1.0 : 0.0,
-                            s.scaler ? s.scaler->scale() : 0.0});
+  RankFigures reported;
+  reported.compute_seconds = stats.compute_seconds;
+  reported.wait_seconds = stats.transfer_wait_seconds + stats.sync_seconds;
+  reported.loss_sum = stats.loss_sum;  // only last stages compute a loss
+  reported.overflow = overflow;
+  reported.stop = stop;
+  reported.loss_scale = s.scaler ? s.scaler->scale() : 0.0;
+  reported.balance = balance;
+  reported.samples = s.engine->layout().positionOf(world.rank()).stage == 0 ? shares[replica] : 0;
+  const StepFigures figures = StepFigures::exchange(world, reported, /*always=*/true);
   if (trace != nullptr)
     trace->span(observe::Track::kComm, "step figures", "sync", figures_start, TraceClock::now());
   const parallel::PipelineLayout& layout = s.engine->layout();
-  double loss_sum = 0;
-  for (int rank = 0; rank < world.size(); ++rank) {
+  for (int rank = 0; rank < world.size(); ++rank)
     record.shares.push_back(shares[layout.positionOf(rank).replica]);
-    record.compute_seconds.push_back(figures[rank][kCompute]);
-    record.wait_seconds.push_back(figures[rank][kWait]);
-    record.loss_scales.push_back(figures[rank][kLossScale]);
-    loss_sum += figures[rank][kLossSum];  // only last stages report a loss
-    record.stop_requested = record.stop_requested || figures[rank][kStop] > 0;
-    record.skipped = record.skipped || figures[rank][kOverflow] > 0;
-  }
+  record.compute_seconds = figures.computeSeconds();
+  record.wait_seconds = figures.waitSeconds();
+  record.loss_scales = figures.lossScales();
+  record.stop_requested = figures.anyStop();
+  record.skipped = figures.anyOverflow();
+  const double loss_sum = figures.lossSum();
   // Overflow consensus: an overflow on any stage of any replica skips the step everywhere (a
   // stage stepping alone would leave its replicas' parameters apart), and every fp16 stage backs
   // off its scale.
@@ -300,7 +288,7 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
     trace->span(observe::Track::kCompute, "optimizer", "optimizer", optimizer_start,
                 TraceClock::now());
   if (s.scaler) s.scaler->update(record.skipped);
-  record.loss = loss_sum / static_cast<double>(s.job.train.global_batch);
+  record.loss = loss_sum / static_cast<double>(s.global_batch);
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit, as
   // in the data-parallel trainer. The new shares apply from the next step on.
   if (step > 0 && s.balancer->update(step, replicaSeconds(figures, layout))) {
@@ -310,7 +298,7 @@ StepRecord PipelineStageEngine::step(std::int64_t step, const TrainerHooks& hook
   }
   s.recut->afterStep(step, hooks, record);
   record.step_seconds = clock.seconds();
-  record.samples_per_second = s.job.train.global_batch / record.step_seconds;
+  record.samples_per_second = s.global_batch / record.step_seconds;
   return record;
 }
 

@@ -73,6 +73,7 @@ struct PipelineStageEngine final : StepEngine {
 
   // replica_shares: the shares the next step runs with (the balancer's, kept in step with it).
   parallel::PipelineOptions options;
+  std::int64_t global_batch = 0;  // the plan's: samples per step, all replicas
   std::vector<int> stage_cuts;
   std::unique_ptr<ReplicaBalancer> balancer;
   // The emulated speed (TrainerHooks::speed_at) and the emulator that pads to it when the hook

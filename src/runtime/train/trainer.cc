@@ -29,7 +29,7 @@ void checkPlanForWorld(const plan::Plan& plan, const Worker& worker) {
                       "trainer: a plan of ", plan.ranks.size(), " ranks in a job of ",
                       worker.worldSize());
   const plan::RankPlan& mine = plan.ranks.at(worker.rank());
-  CHORUS_CHECK_CONFIG(mine.device_type == worker.identity().device.toString(), "trainer: rank ",
+  CHORUS_CHECK_CONFIG(plan::jobDevice(mine) == worker.identity().device, "trainer: rank ",
                       worker.rank(), " was planned for '", mine.device_type, "' but runs on '",
                       worker.identity().device.toString(), "'");
 }
@@ -44,10 +44,9 @@ void checkPlanForJoiner(const JobConfig& job, const plan::Plan& plan, const Work
                       worker.member(), " replaces rank ", replaces, " of a plan of ",
                       plan.ranks.size(), " ranks");
   const plan::RankPlan& slot = plan.ranks.at(replaces);
-  CHORUS_CHECK_CONFIG(slot.device_type == worker.identity().device.toString(), "trainer: rank ",
-                      replaces, " was planned for '", slot.device_type, "', but rank ",
-                      worker.member(), ", which replaces it, runs on '",
-                      worker.identity().device.toString(), "'");
+  CHORUS_CHECK_CONFIG(plan::jobDevice(slot) == worker.identity().device, "trainer: rank ", replaces,
+                      " was planned for '", slot.device_type, "', but rank ", worker.member(),
+                      ", which replaces it, runs on '", worker.identity().device.toString(), "'");
 }
 
 ElasticOptions elasticOptions(const JobConfig& job, const Worker& worker) {
@@ -252,7 +251,7 @@ const std::vector<at::Tensor>& Trainer::parameters() const { return state_->engi
 
 std::vector<at::Tensor> Trainer::parameterValues() { return state_->engine->parameterValues(); }
 
-std::string Trainer::precision() const { return parallel::toString(state_->engine->precision()); }
+std::string Trainer::precision() const { return plan::toString(state_->engine->precision()); }
 
 double Trainer::lossScale() const { return state_->engine->lossScale(); }
 

@@ -43,6 +43,37 @@ TEST(PlanJson, RoundTripsEveryField) {
   EXPECT_NO_THROW(checkPlanAgainstCluster(again, cluster));
 }
 
+// An executed plan names each rank's job device as a typed value: a speed that has no short
+// decimal form and a budget of odd bytes come back bit for bit, without any text to re-parse.
+TEST(PlanJson, AJobDeviceRoundTripsBitExactly) {
+  const Cluster cluster = makeCluster({{"A100-80", "A100-80"}});
+  Plan plan = plannedPlan(cluster);
+  DeviceSpec cpu;
+  cpu.speed = 0.1 + 0.2;  // 0.30000000000000004
+  cpu.memory_budget = (std::uint64_t{512} << 20) + 7;
+  DeviceSpec gpu;
+  gpu.kind = DeviceKind::kCuda;
+  gpu.index = 3;
+  plan.ranks[0].spec = cpu;
+  plan.ranks[1].spec = gpu;
+  const Plan again = parsePlanJson(toJson(plan).dump(), "plan.json");
+  ASSERT_TRUE(again.ranks[0].spec && again.ranks[1].spec);
+  EXPECT_EQ(again.ranks[0].spec->speed, 0.1 + 0.2);
+  EXPECT_EQ(again.ranks[0].spec->memory_budget, cpu.memory_budget);
+  EXPECT_EQ(*again.ranks[0].spec, cpu);
+  EXPECT_EQ(*again.ranks[1].spec, gpu);
+  EXPECT_EQ(jobDevice(again.ranks[1]), gpu);
+  EXPECT_EQ(toJson(again), toJson(plan));
+  // A cluster's plan names no job device, and says so when one is asked for.
+  const Plan described = plannedPlan(cluster);
+  EXPECT_FALSE(parsePlanJson(toJson(described).dump(), "plan.json").ranks[0].spec);
+  EXPECT_THROW(jobDevice(described.ranks[0]), ConfigError);
+  EXPECT_NE(errorOf("{\"global_batch\": 4, \"replicas\": [], \"ranks\": [{\"device\": 0,\n"
+                    " \"precision\": \"fp32\", \"spec\": {\"kind\": \"tpu\"}}]}")
+                .find("ranks[0].spec.kind: must be \"cpu\" or \"cuda\""),
+            std::string::npos);
+}
+
 TEST(PlanJson, ErrorsNameTheFileTheLineAndTheKey) {
   EXPECT_EQ(errorOf("{\"global_batch\": 4,\n \"replicas\": [{\"share\": 0, \"stages\": []}],\n"
                     " \"ranks\": []}"),

@@ -184,6 +184,23 @@ TEST(JobPlan, APlanTheJobCannotRunIsRefused) {
             std::string::npos);
 }
 
+// The plan decides ZeRO's stage where the job leaves it unset, and the job is checked with it; a
+// job that writes another stage, or a key ZeRO refuses, is a ConfigError naming the key.
+TEST(JobPlan, TheJobRunsUnderThePlansZeroStage) {
+  plan::Plan plan = planOfJob(jobWith(), jobWith().devices);
+  plan.zero_stage = 2;
+  EXPECT_EQ(jobUnderPlan(jobWith(), plan).zero.stage, 2);
+  EXPECT_EQ(jobUnderPlan(jobWith({"zero.stage=2"}), plan).zero.stage, 2);
+  EXPECT_NE(configError([&] {
+              jobUnderPlan(jobWith({"zero.stage=0"}), plan);
+            }).find("config key 'zero.stage': the plan runs ZeRO stage 2, the job says 0"),
+            std::string::npos);
+  EXPECT_NE(configError([&] {
+              jobUnderPlan(jobWith({"comm.compression=int8"}), plan);
+            }).find("comm.compression"),
+            std::string::npos);
+}
+
 TEST(JobPackage, CarriesTheJobAndThePlanExactly) {
   const JobConfig job = jobWith({"optimizer.lr=0.02", "train.steps=7"});
   const plan::Plan plan = planOfJob(job, job.devices);
@@ -193,7 +210,10 @@ TEST(JobPackage, CarriesTheJobAndThePlanExactly) {
   EXPECT_EQ(package.job.train.steps, 7);
   EXPECT_EQ(package.job.optimizer.lr, 0.02);
   EXPECT_EQ(plan::toJson(package.plan), plan::toJson(plan));
-  EXPECT_NE(configError([] { decodeJobPackage("{\"version\": 2}"); }).find("version 1"),
+  // Each rank's device travels typed, as planOfJob made it.
+  for (size_t r = 0; r < plan.ranks.size(); ++r)
+    EXPECT_EQ(plan::jobDevice(package.plan.ranks[r]), job.devices[r]);
+  EXPECT_NE(configError([] { decodeJobPackage("{\"version\": 1}"); }).find("version 2"),
             std::string::npos);
   EXPECT_NE(configError([] { decodeJobPackage("not json"); }).find("not JSON"), std::string::npos);
 }

@@ -82,7 +82,11 @@ AdoptedPlan adoptPlan(const plan::Plan& plan, const JobConfig& job,
 // "2 pipelines x 2 stages on ...: layers 3/5, 8 micro-batches 1f1b, replica shares 40/24".
 std::string describePlan(const plan::Plan& plan);
 
-// The precision name ("fp32", "bf16", "fp16") a plan rank computes in.
+// The format a plan rank computes in: its precision, fp32 for tf32 (TF32 is the job's matmul
+// mode, precision.tf32, not a format of its own to the trainers).
+plan::Dtype computePrecision(const plan::RankPlan& rank);
+
+// computePrecision's name ("fp32", "bf16", "fp16").
 std::string precisionName(const plan::RankPlan& rank);
 
 }  // namespace chorus::runtime
