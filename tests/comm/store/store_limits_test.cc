@@ -19,8 +19,8 @@
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
-#include "comm/store_options.h"
-#include "comm/store_wire.h"
+#include "comm/store/store_options.h"
+#include "comm/store/store_wire.h"
 
 namespace chorus::comm {
 namespace {

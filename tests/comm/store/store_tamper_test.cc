@@ -12,9 +12,9 @@
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
-#include "comm/store_options.h"
-#include "comm/store_wire.h"
-#include "comm/tampering_proxy.h"
+#include "comm/store/store_options.h"
+#include "comm/store/store_wire.h"
+#include "comm/store/tampering_proxy.h"
 
 namespace chorus::comm {
 namespace {

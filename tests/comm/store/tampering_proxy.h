@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/store_wire.h"
+#include "comm/store/store_wire.h"
 
 namespace chorus::comm::testing {
 
