@@ -124,39 +124,19 @@ class Head : public detail::Layer {
 
 }  // namespace
 
-Cnn::Cnn(const ModelConfig& config, std::uint64_t seed)
-    : config_(config), layers_(std::make_unique<detail::LayerList>()) {
-  CHORUS_CHECK_CONFIG(config.kind == "cnn", "Cnn built from a config of kind \"", config.kind,
-                      "\"");
-  validateModelConfig(config);
+Cnn::Cnn(const ModelConfig& config, std::uint64_t seed) : config_(config) {
+  detail::checkModelConfig(config, "cnn", "Cnn");
   // Output size of the stride-2, padding-1, 3×3 stem.
   const std::int64_t h = (config.input_shape[1] - 1) / 2 + 1;
   const std::int64_t w = (config.input_shape[2] - 1) / 2 + 1;
-  layers_->add(*this, "stem", std::make_shared<Stem>(config, h, w));
+  layers().add(*this, "stem", std::make_shared<Stem>(config, h, w));
   for (std::int64_t i = 1; i <= config.blocks; ++i)
-    layers_->add(*this, "block" + std::to_string(i), std::make_shared<ResidualBlock>(config, h, w));
-  layers_->add(*this, "head", std::make_shared<Head>(config));
-  layers_->initialize(seed);
+    layers().add(*this, "block" + std::to_string(i), std::make_shared<ResidualBlock>(config, h, w));
+  layers().add(*this, "head", std::make_shared<Head>(config));
+  layers().initialize(seed);
 }
 
 Cnn::~Cnn() = default;
-
-std::int64_t Cnn::numLayers() const { return layers_->size(); }
-
-at::Tensor Cnn::forwardRange(std::int64_t first, std::int64_t last, at::Tensor x) {
-  checkRange(first, last);
-  return layers_->run(first, last, std::move(x));
-}
-
-at::Tensor Cnn::lossSum(const at::Tensor& outputs, const at::Tensor& targets) const {
-  return detail::classificationLossSum(outputs, targets);
-}
-
-std::int64_t Cnn::correct(const at::Tensor& outputs, const at::Tensor& targets) const {
-  return detail::classificationCorrect(outputs, targets);
-}
-
-std::vector<LayerProfile> Cnn::profile() const { return layers_->profile(); }
 
 std::string Cnn::describe() const {
   std::ostringstream out;

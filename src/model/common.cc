@@ -81,4 +81,10 @@ std::int64_t classificationCorrect(const at::Tensor& outputs, const at::Tensor& 
   return outputs.argmax(1).eq(targets).sum().item<std::int64_t>();
 }
 
+void checkModelConfig(const ModelConfig& config, const char* kind, const char* model_class) {
+  CHORUS_CHECK_CONFIG(config.kind == kind, model_class, " built from a config of kind \"",
+                      config.kind, "\"");
+  validateModelConfig(config);
+}
+
 }  // namespace chorus::model::detail

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "chorus/model/model_config.h"
 #include "chorus/model/zoo_model.h"
 
 namespace chorus::model::detail {
@@ -60,5 +61,9 @@ void fanInInit(const at::Tensor& weight, const at::Tensor& bias, std::int64_t fa
 at::Tensor classificationLossSum(const at::Tensor& outputs, const at::Tensor& targets);
 // Samples whose argmax equals their label.
 std::int64_t classificationCorrect(const at::Tensor& outputs, const at::Tensor& targets);
+
+// A model's constructor's check of its config: throws ConfigError unless config.kind is `kind`
+// ("Cnn built from a config of kind ...", naming `model_class`) and validateModelConfig accepts it.
+void checkModelConfig(const ModelConfig& config, const char* kind, const char* model_class);
 
 }  // namespace chorus::model::detail

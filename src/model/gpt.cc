@@ -189,26 +189,16 @@ void checkTargets(const at::Tensor& outputs, const at::Tensor& targets, const ch
 
 }  // namespace
 
-Gpt::Gpt(const ModelConfig& config, std::uint64_t seed)
-    : config_(config), layers_(std::make_unique<detail::LayerList>()) {
-  CHORUS_CHECK_CONFIG(config.kind == "gpt", "Gpt built from a config of kind \"", config.kind,
-                      "\"");
-  validateModelConfig(config);
-  layers_->add(*this, "embed", std::make_shared<Embed>(config));
+Gpt::Gpt(const ModelConfig& config, std::uint64_t seed) : config_(config) {
+  detail::checkModelConfig(config, "gpt", "Gpt");
+  layers().add(*this, "embed", std::make_shared<Embed>(config));
   for (std::int64_t i = 1; i <= config.layers; ++i)
-    layers_->add(*this, "block" + std::to_string(i), std::make_shared<Block>(config));
-  layers_->add(*this, "head", std::make_shared<Head>(config));
-  layers_->initialize(seed);
+    layers().add(*this, "block" + std::to_string(i), std::make_shared<Block>(config));
+  layers().add(*this, "head", std::make_shared<Head>(config));
+  layers().initialize(seed);
 }
 
 Gpt::~Gpt() = default;
-
-std::int64_t Gpt::numLayers() const { return layers_->size(); }
-
-at::Tensor Gpt::forwardRange(std::int64_t first, std::int64_t last, at::Tensor x) {
-  checkRange(first, last);
-  return layers_->run(first, last, std::move(x));
-}
 
 at::Tensor Gpt::lossSum(const at::Tensor& outputs, const at::Tensor& targets) const {
   checkTargets(outputs, targets, "loss");
@@ -223,8 +213,6 @@ std::int64_t Gpt::correct(const at::Tensor& outputs, const at::Tensor& targets) 
   checkTargets(outputs, targets, "accuracy");
   return outputs.argmax(2).eq(targets).sum().item<std::int64_t>();
 }
-
-std::vector<LayerProfile> Gpt::profile() const { return layers_->profile(); }
 
 std::string Gpt::describe() const {
   std::ostringstream out;

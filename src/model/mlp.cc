@@ -46,43 +46,23 @@ class FullyConnected : public detail::Layer {
 
 }  // namespace
 
-Mlp::Mlp(const ModelConfig& config, std::uint64_t seed)
-    : config_(config), layers_(std::make_unique<detail::LayerList>()) {
-  CHORUS_CHECK_CONFIG(config.kind == "mlp", "Mlp built from a config of kind \"", config.kind,
-                      "\"");
-  validateModelConfig(config);
+Mlp::Mlp(const ModelConfig& config, std::uint64_t seed) : config_(config) {
+  detail::checkModelConfig(config, "mlp", "Mlp");
   std::int64_t in = 1;
   for (std::int64_t dim : config.input_shape) in *= dim;
   for (std::size_t i = 0; i < config.hidden.size(); ++i) {
-    layers_->add(*this, "fc" + std::to_string(i + 1),
+    layers().add(*this, "fc" + std::to_string(i + 1),
                  std::make_shared<FullyConnected>(in, config.hidden[i], /*relu=*/true,
                                                   /*flatten=*/i == 0));
     in = config.hidden[i];
   }
-  layers_->add(*this, "head",
+  layers().add(*this, "head",
                std::make_shared<FullyConnected>(in, config.classes, /*relu=*/false,
                                                 /*flatten=*/config.hidden.empty()));
-  layers_->initialize(seed);
+  layers().initialize(seed);
 }
 
 Mlp::~Mlp() = default;
-
-std::int64_t Mlp::numLayers() const { return layers_->size(); }
-
-at::Tensor Mlp::forwardRange(std::int64_t first, std::int64_t last, at::Tensor x) {
-  checkRange(first, last);
-  return layers_->run(first, last, std::move(x));
-}
-
-at::Tensor Mlp::lossSum(const at::Tensor& outputs, const at::Tensor& targets) const {
-  return detail::classificationLossSum(outputs, targets);
-}
-
-std::int64_t Mlp::correct(const at::Tensor& outputs, const at::Tensor& targets) const {
-  return detail::classificationCorrect(outputs, targets);
-}
-
-std::vector<LayerProfile> Mlp::profile() const { return layers_->profile(); }
 
 std::string Mlp::describe() const {
   std::ostringstream out;

@@ -13,21 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "chorus/model/layered_model.h"
 #include "chorus/model/model_config.h"
-#include "chorus/model/zoo_model.h"
 
 namespace chorus::model {
-
-namespace detail {
-class LayerList;
-}
 
 // Input: float [B, C, H, W] with {C, H, W} = input_shape; output: logits [B, classes].
 // Cost per sample (LayerProfile), with C' = channels and H' = ⌊(H−1)/2⌋+1, W' likewise:
 //   stem   2·C·C'·9·H'·W' FLOPs, C'·H'·W'·4 bytes out
 //   block  2 · 2·C'·C'·9·H'·W' FLOPs (two convolutions), C'·H'·W'·4 bytes out
 //   head   2·16·C'·classes FLOPs, classes·4 bytes out
-class Cnn : public ZooModel {
+class Cnn : public ImageClassifier {
  public:
   // Builds and initializes the model: convolution and linear weights and biases
   // ~ U(-1/√fan_in, 1/√fan_in) (PyTorch's default), GroupNorm scale 1 and shift 0, drawn from a
@@ -37,18 +33,12 @@ class Cnn : public ZooModel {
   Cnn(const ModelConfig& config, std::uint64_t seed);
   ~Cnn() override;
 
-  std::int64_t numLayers() const override;
-  at::Tensor forwardRange(std::int64_t first, std::int64_t last, at::Tensor x) override;
-  at::Tensor lossSum(const at::Tensor& outputs, const at::Tensor& targets) const override;
-  std::int64_t correct(const at::Tensor& outputs, const at::Tensor& targets) const override;
-  std::vector<LayerProfile> profile() const override;
   std::string describe() const override;
 
   const ModelConfig& config() const { return config_; }
 
  private:
   ModelConfig config_;
-  std::unique_ptr<detail::LayerList> layers_;
 };
 
 }  // namespace chorus::model

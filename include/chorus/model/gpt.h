@@ -14,14 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "chorus/model/layered_model.h"
 #include "chorus/model/model_config.h"
-#include "chorus/model/zoo_model.h"
 
 namespace chorus::model {
-
-namespace detail {
-class LayerList;
-}
 
 // Input: int64 token ids [B, T], T <= context; output: logits [B, T, vocab], position t
 // predicting token t+1 from tokens 0..t only. Targets for lossSum and correct: int64 [B, T].
@@ -30,7 +26,7 @@ class LayerList;
 //   block  2·T·w·3w (QKV) + 2·T²·w (scores) + 2·T²·w (weighted sum) + 2·T·w² (projection)
 //          + 2·T·w·4w·2 (MLP) FLOPs, T·w·4 bytes out
 //   head   2·T·w·vocab FLOPs, T·vocab·4 bytes out
-class Gpt : public ZooModel {
+class Gpt : public LayeredModel {
  public:
   // Builds and initializes the model GPT-2 style, from a generator seeded with `seed`: embeddings
   // and Linear weights ~ N(0, 0.02²), the residual projections (attention output, MLP output)
@@ -40,20 +36,16 @@ class Gpt : public ZooModel {
   Gpt(const ModelConfig& config, std::uint64_t seed);
   ~Gpt() override;
 
-  std::int64_t numLayers() const override;
-  at::Tensor forwardRange(std::int64_t first, std::int64_t last, at::Tensor x) override;
   // Σ over samples of the mean over positions of the next-token cross-entropy.
   at::Tensor lossSum(const at::Tensor& outputs, const at::Tensor& targets) const override;
   // Positions whose argmax is the target token, over the whole batch.
   std::int64_t correct(const at::Tensor& outputs, const at::Tensor& targets) const override;
-  std::vector<LayerProfile> profile() const override;
   std::string describe() const override;
 
   const ModelConfig& config() const { return config_; }
 
  private:
   ModelConfig config_;
-  std::unique_ptr<detail::LayerList> layers_;
 };
 
 }  // namespace chorus::model

@@ -10,18 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "chorus/model/layered_model.h"
 #include "chorus/model/model_config.h"
-#include "chorus/model/zoo_model.h"
 
 namespace chorus::model {
 
-namespace detail {
-class LayerList;
-}
-
 // Input: float [B, input_shape...]; output: logits [B, classes]. Cost per sample (LayerProfile):
 // a Linear in → out is 2·in·out FLOPs and writes out·4 bytes.
-class Mlp : public ZooModel {
+class Mlp : public ImageClassifier {
  public:
   // Builds and initializes the model: weights and biases ~ U(-1/√in, 1/√in) (PyTorch's default)
   // drawn from a generator seeded with `seed`. Throws ConfigError unless config.kind is "mlp" and
@@ -29,18 +25,12 @@ class Mlp : public ZooModel {
   Mlp(const ModelConfig& config, std::uint64_t seed);
   ~Mlp() override;
 
-  std::int64_t numLayers() const override;
-  at::Tensor forwardRange(std::int64_t first, std::int64_t last, at::Tensor x) override;
-  at::Tensor lossSum(const at::Tensor& outputs, const at::Tensor& targets) const override;
-  std::int64_t correct(const at::Tensor& outputs, const at::Tensor& targets) const override;
-  std::vector<LayerProfile> profile() const override;
   std::string describe() const override;
 
   const ModelConfig& config() const { return config_; }
 
  private:
   ModelConfig config_;
-  std::unique_ptr<detail::LayerList> layers_;
 };
 
 }  // namespace chorus::model
