@@ -7,6 +7,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/core/units.h"
+#include "cpu_allocator_slot.h"
 
 namespace chorus::device {
 namespace {
@@ -33,24 +34,17 @@ MemoryBudget::MemoryBudget(std::uint64_t budget_bytes, c10::Allocator* previous)
 
 std::shared_ptr<MemoryBudget> MemoryBudget::install(std::uint64_t budget_bytes) {
   CHORUS_CHECK_CONFIG(budget_bytes > 0, "a memory budget must be positive");
-  c10::Allocator* previous = c10::GetAllocator(c10::DeviceType::CPU);
-  if (previous == nullptr || previous->raw_deleter() == nullptr)
-    CHORUS_THROW(DeviceError, "the current CPU allocator has no raw interface to wrap");
   // Leaked once installed: see the class comment (storages keep raw pointers to their allocator).
-  // Until SetAllocator has seen it, nothing refers to it and a failure may still delete it.
-  auto* budget = new MemoryBudget(budget_bytes, previous);
-  MemoryBudget* expected = nullptr;
-  if (!g_installed.compare_exchange_strong(expected, budget)) {
-    delete budget;
-    CHORUS_THROW(DeviceError, "a memory budget of ", formatBytes(expected->budget()),
-                 " is already installed in this process; uninstall it first");
-  }
-  c10::SetAllocator(c10::DeviceType::CPU, budget, kPriority);
-  if (c10::GetAllocator(c10::DeviceType::CPU) != budget) {
-    g_installed.store(nullptr);
-    delete budget;
-    CHORUS_THROW(DeviceError, "libtorch refused the emulated memory budget's CPU allocator");
-  }
+  MemoryBudget* budget = installCpuAllocator(
+      g_installed,
+      std::unique_ptr<MemoryBudget>(new MemoryBudget(budget_bytes, wrappableCpuAllocator())),
+      kPriority,
+      [](const MemoryBudget& other) {
+        return ::chorus::detail::concat(
+            "a memory budget of ", formatBytes(other.budget()),
+            " is already installed in this process; uninstall it first");
+      },
+      "libtorch refused the emulated memory budget's CPU allocator");
   budget->installed_.store(true);
   // The shared_ptr owns the installation, not the object: its last copy uninstalls.
   return std::shared_ptr<MemoryBudget>(budget, [](MemoryBudget* owned) { owned->uninstall(); });
@@ -58,12 +52,7 @@ std::shared_ptr<MemoryBudget> MemoryBudget::install(std::uint64_t budget_bytes) 
 
 void MemoryBudget::uninstall() {
   if (!installed_.exchange(false)) return;
-  // Put the previous allocator back only if ours is still the current one; something installed
-  // over us since keeps its place.
-  if (c10::GetAllocator(c10::DeviceType::CPU) == this)
-    c10::SetAllocator(c10::DeviceType::CPU, previous_, kPriority);
-  MemoryBudget* self = this;
-  g_installed.compare_exchange_strong(self, nullptr);
+  uninstallCpuAllocator(g_installed, this, previous_, kPriority);
 }
 
 void MemoryBudget::reserve(std::size_t bytes) {

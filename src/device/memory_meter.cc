@@ -3,6 +3,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #include "chorus/core/error.h"
+#include "cpu_allocator_slot.h"
 
 namespace chorus::device {
 
@@ -63,21 +64,11 @@ constexpr std::size_t kHeaderBytes = 64;
 static_assert(sizeof(MemoryMeter::Header) <= kHeaderBytes, "header must fit its slot");
 
 std::shared_ptr<MemoryMeter> MemoryMeter::install() {
-  c10::Allocator* previous = c10::GetAllocator(c10::DeviceType::CPU);
-  if (previous == nullptr || previous->raw_deleter() == nullptr)
-    CHORUS_THROW(DeviceError, "the current CPU allocator has no raw interface to wrap");
-  auto* meter = new MemoryMeter(previous);
-  MemoryMeter* expected = nullptr;
-  if (!g_installed.compare_exchange_strong(expected, meter)) {
-    delete meter;
-    CHORUS_THROW(DeviceError, "a memory meter is already installed in this process");
-  }
-  c10::SetAllocator(c10::DeviceType::CPU, meter, kPriority);
-  if (c10::GetAllocator(c10::DeviceType::CPU) != meter) {
-    g_installed.store(nullptr);
-    delete meter;
-    CHORUS_THROW(DeviceError, "libtorch refused the memory meter's CPU allocator");
-  }
+  MemoryMeter* meter = installCpuAllocator(
+      g_installed, std::unique_ptr<MemoryMeter>(new MemoryMeter(wrappableCpuAllocator())),
+      kPriority,
+      [](const MemoryMeter&) { return "a memory meter is already installed in this process"; },
+      "libtorch refused the memory meter's CPU allocator");
   meter->installed_.store(true);
   // Leaked once installed; the shared_ptr owns the installation, not the object.
   return std::shared_ptr<MemoryMeter>(meter, [](MemoryMeter* owned) { owned->uninstall(); });
@@ -85,10 +76,7 @@ std::shared_ptr<MemoryMeter> MemoryMeter::install() {
 
 void MemoryMeter::uninstall() {
   if (!installed_.exchange(false)) return;
-  if (c10::GetAllocator(c10::DeviceType::CPU) == this)
-    c10::SetAllocator(c10::DeviceType::CPU, previous_, kPriority);
-  MemoryMeter* self = this;
-  g_installed.compare_exchange_strong(self, nullptr);
+  uninstallCpuAllocator(g_installed, this, previous_, kPriority);
 }
 
 c10::DataPtr MemoryMeter::allocate(std::size_t bytes) {
