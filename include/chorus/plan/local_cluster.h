@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "chorus/plan/cluster.h"
 #include "chorus/plan/device_catalog.h"
 #include "chorus/plan/link_catalog.h"
 
@@ -80,5 +81,10 @@ struct LocalCluster {
 // result gives a cluster of the same devices, figures and link. Throws ConfigError on an empty
 // device list, a device measuredDeviceType rejects, or two devices of one name that differ.
 std::string localClusterToml(const LocalCluster& cluster);
+
+// The cluster `cluster` describes, built directly (what parseClusterToml(localClusterToml(c))
+// gives, with the figures unrounded): how plan = "auto" plans the job's devices without writing
+// a file and reading it back. Throws ConfigError as localClusterToml does.
+Cluster toCluster(const LocalCluster& cluster);
 
 }  // namespace chorus::plan

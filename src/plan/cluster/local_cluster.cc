@@ -123,11 +123,10 @@ LinkType measuredShmLink(double memory_bandwidth_gbs) {
   return link;
 }
 
-std::string localClusterToml(const LocalCluster& cluster) {
+// The distinct types of `cluster`'s devices, in order of first appearance; equal names must have
+// equal figures.
+std::vector<const MeasuredDevice*> distinctTypes(const LocalCluster& cluster) {
   CHORUS_CHECK_CONFIG(!cluster.devices.empty(), "a local cluster needs at least one device");
-  std::ostringstream out;
-  for (const auto& line : cluster.comments) out << "# " << line << "\n";
-  out << "name = " << quoted(cluster.name) << "\n";
   std::vector<const MeasuredDevice*> types;
   for (const auto& device : cluster.devices) {
     bool known = false;
@@ -139,6 +138,26 @@ std::string localClusterToml(const LocalCluster& cluster) {
     }
     if (!known) types.push_back(&device);
   }
+  return types;
+}
+
+// Calls `run(first, count)` for each run of devices of one type, in rank order.
+template <typename Run>
+void forEachRun(const LocalCluster& cluster, Run run) {
+  for (size_t i = 0; i < cluster.devices.size();) {
+    size_t end = i + 1;
+    while (end < cluster.devices.size() && cluster.devices[end].name == cluster.devices[i].name)
+      ++end;
+    run(cluster.devices[i], static_cast<int>(end - i));
+    i = end;
+  }
+}
+
+std::string localClusterToml(const LocalCluster& cluster) {
+  const std::vector<const MeasuredDevice*> types = distinctTypes(cluster);
+  std::ostringstream out;
+  for (const auto& line : cluster.comments) out << "# " << line << "\n";
+  out << "name = " << quoted(cluster.name) << "\n";
   for (const MeasuredDevice* type : types) writeType(out, *type);
   if (!inCatalog(cluster.intra_link)) writeLink(out, cluster.intra_link);
   out << "\n[[node]]\nname = " << quoted(cluster.node) << "\n"
@@ -149,16 +168,27 @@ std::string localClusterToml(const LocalCluster& cluster) {
         << "  # measured: CPU workers sharing cores slow each other\n";
   out << "devices = [";
   // Runs of one type become one entry with a count, in rank order.
-  for (size_t i = 0; i < cluster.devices.size();) {
-    size_t end = i + 1;
-    while (end < cluster.devices.size() && cluster.devices[end].name == cluster.devices[i].name)
-      ++end;
-    out << (i ? ", " : "") << "{ type = " << quoted(cluster.devices[i].name)
-        << ", count = " << end - i << " }";
-    i = end;
-  }
+  bool first = true;
+  forEachRun(cluster, [&](const MeasuredDevice& device, int count) {
+    out << (first ? "" : ", ") << "{ type = " << quoted(device.name) << ", count = " << count
+        << " }";
+    first = false;
+  });
   out << "]\n";
   return out.str();
+}
+
+Cluster toCluster(const LocalCluster& local) {
+  distinctTypes(local);  // validates
+  CHORUS_CHECK_CONFIG(local.core_contention >= 0, "core contention must be >= 0");
+  Cluster cluster(local.name);
+  // One node: the inter-node link is never crossed; the cluster file's default stands in.
+  const int node = cluster.addNode(local.node, local.intra_link, *findLinkType("eth-10g"), 1,
+                                   local.core_contention);
+  forEachRun(local, [&](const MeasuredDevice& device, int count) {
+    cluster.addDevices(node, measuredDeviceType(device), count);
+  });
+  return cluster;
 }
 
 }  // namespace chorus::plan

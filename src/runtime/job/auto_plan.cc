@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
-#include "chorus/plan/cluster_file.h"
 #include "chorus/plan/planner.h"
 #include "chorus/runtime/job/auto_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
@@ -50,11 +49,11 @@ plan::Cluster localCluster(const std::vector<DeviceSpec>& devices,
     local.devices.push_back(plan::emulateDevice(measured[i], spec.toString(), spec.speed,
                                                 spec.memory_budget.value_or(0)));
   }
-  // As `chorus devices --cluster-toml` writes this node (docs/planner.md, "Planning the local
-  // node").
+  // As `chorus devices --cluster-toml` describes this node (docs/planner.md, "Planning the local
+  // node"), built directly rather than written and read back.
   local.intra_link = all_cpu ? plan::measuredShmLink(measured.front().memory_bandwidth_gbs)
                              : *plan::findLinkType("pcie4");
-  return plan::parseClusterToml(plan::localClusterToml(local), "<the job's devices>");
+  return plan::toCluster(local);
 }
 
 plan::CostOptions costOptions(const JobConfig& job) {

@@ -58,7 +58,9 @@ TEST(LocalCluster, MeasuredTypeStatesAchievedRates) {
   EXPECT_DOUBLE_EQ(shm.latency, findLinkType("shm")->latency);
 }
 
-TEST(LocalCluster, RoundTripsThroughTheClusterParser) {
+// The file `chorus devices --cluster-toml` writes parses back to the cluster plan = "auto" builds
+// directly (toCluster): the same devices, types, node and link.
+TEST(LocalCluster, TheFileAndTheDirectClusterAgree) {
   LocalCluster local;
   local.name = "this-host";
   local.comments = {"measured by a test"};
@@ -66,37 +68,41 @@ TEST(LocalCluster, RoundTripsThroughTheClusterParser) {
                    emulateDevice(hostCpu(), "cpu@0.5", 0.5, 0),
                    emulateDevice(hostCpu(), "cpu@0.6/512MiB", 0.6, 512ull << 20)};
   local.intra_link = measuredShmLink(12);
-  const std::string toml = localClusterToml(local);
-  const Cluster cluster = parseClusterToml(toml, "local.toml");
-  EXPECT_EQ(cluster.name(), "this-host");
-  ASSERT_EQ(cluster.size(), 4);
-  ASSERT_EQ(cluster.nodes().size(), 1u);
-  EXPECT_EQ(cluster.nodes()[0].name, "localhost");
-  EXPECT_EQ(cluster.nodes()[0].intra_link.name, "shm-measured");
-  EXPECT_DOUBLE_EQ(cluster.nodes()[0].intra_link.bandwidth, 3e9);
-  EXPECT_DOUBLE_EQ(cluster.linkBetween(0, 3).latency, findLinkType("shm")->latency);
-  EXPECT_EQ(cluster.types().size(), 3u);
-  for (int i = 0; i < cluster.size(); ++i) {
-    const DeviceType& type = cluster.device(i).type;
-    const DeviceType expected = measuredDeviceType(local.devices[i]);
-    EXPECT_EQ(type.name, expected.name);
-    EXPECT_EQ(type.memory_bytes, expected.memory_bytes) << type.name;
-    EXPECT_DOUBLE_EQ(type.memory_bandwidth, expected.memory_bandwidth) << type.name;
-    EXPECT_DOUBLE_EQ(type.efficiency, 1) << type.name;
-    EXPECT_EQ(type.device_class, DeviceClass::kCpu);
-    for (int d = 0; d < kDtypeCount; ++d)
-      EXPECT_NEAR(type.peak_flops[d], expected.peak_flops[d], 1e-6 * expected.peak_flops[d]);
+  for (const Cluster& cluster :
+       {parseClusterToml(localClusterToml(local), "local.toml"), toCluster(local)}) {
+    EXPECT_EQ(cluster.name(), "this-host");
+    ASSERT_EQ(cluster.size(), 4);
+    ASSERT_EQ(cluster.nodes().size(), 1u);
+    EXPECT_EQ(cluster.nodes()[0].name, "localhost");
+    EXPECT_EQ(cluster.nodes()[0].intra_link.name, "shm-measured");
+    EXPECT_DOUBLE_EQ(cluster.nodes()[0].intra_link.bandwidth, 3e9);
+    EXPECT_DOUBLE_EQ(cluster.linkBetween(0, 3).latency, findLinkType("shm")->latency);
+    EXPECT_EQ(cluster.types().size(), 3u);
+    for (int i = 0; i < cluster.size(); ++i) {
+      const DeviceType& type = cluster.device(i).type;
+      const DeviceType expected = measuredDeviceType(local.devices[i]);
+      EXPECT_EQ(type.name, expected.name);
+      EXPECT_EQ(type.memory_bytes, expected.memory_bytes) << type.name;
+      EXPECT_DOUBLE_EQ(type.memory_bandwidth, expected.memory_bandwidth) << type.name;
+      EXPECT_DOUBLE_EQ(type.efficiency, 1) << type.name;
+      EXPECT_EQ(type.device_class, DeviceClass::kCpu);
+      // The file rounds figures to six digits; the direct cluster keeps them.
+      for (int d = 0; d < kDtypeCount; ++d)
+        EXPECT_NEAR(type.peak_flops[d], expected.peak_flops[d], 1e-6 * expected.peak_flops[d]);
+    }
+    EXPECT_EQ(cluster.device(3).type.memory_bytes, 512ull << 20);
+    EXPECT_DOUBLE_EQ(cluster.device(2).type.peak(Dtype::kFp32), 20e9);
+    EXPECT_EQ(cluster.describe(), "4 devices on 1 node: 2 x cpu, 1 x cpu@0.5, 1 x cpu@0.6/512MiB");
   }
-  EXPECT_EQ(cluster.device(3).type.memory_bytes, 512ull << 20);
-  EXPECT_DOUBLE_EQ(cluster.device(2).type.peak(Dtype::kFp32), 20e9);
-  EXPECT_EQ(cluster.describe(), "4 devices on 1 node: 2 x cpu, 1 x cpu@0.5, 1 x cpu@0.6/512MiB");
 }
 
 TEST(LocalCluster, RejectsTwoDevicesOfOneNameThatDiffer) {
   LocalCluster local;
   EXPECT_THROW(localClusterToml(local), ConfigError);
+  EXPECT_THROW(toCluster(local), ConfigError);
   local.devices = {hostCpu(), emulateDevice(hostCpu(), "cpu", 0.5, 0)};
   EXPECT_THROW(localClusterToml(local), ConfigError);
+  EXPECT_THROW(toCluster(local), ConfigError);
 }
 
 TEST(ClusterFile, AMeasuredCpuShadowsTheCatalogCpu) {
