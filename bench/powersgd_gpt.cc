@@ -135,7 +135,7 @@ double byteRatio(const RunResult& plain, const RunResult& compressed) {
 void trainRank(const Args& args, const data::TextCorpus& corpus, parallel::CodecKind kind,
                std::shared_ptr<comm::Store> store, int rank, RunResult& result) {
   comm::CommOptions comm_options;
-  comm_options.name = std::string("gpt-") + parallel::toString(kind);
+  comm_options.name = std::string("gpt-") + toString(kind);
   auto world = comm::Communicator::create(std::move(store), rank, args.hosts, comm_options);
   model::ModelConfig config;
   config.kind = "gpt";

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "chorus/core/error.h"
-#include "chorus/core/name_table.h"
 
 namespace chorus::comm {
 namespace {
@@ -57,19 +56,7 @@ void checkGroupsNative(const Topology& topology) {
                      " ranks, which share no native collective; group them by host and vendor");
 }
 
-constexpr NamedValue<AllReduceAlgorithm> kAlgorithmNames[] = {
-    {AllReduceAlgorithm::kAuto, "auto"},
-    {AllReduceAlgorithm::kFlat, "flat"},
-    {AllReduceAlgorithm::kHierarchical, "hierarchical"},
-    {AllReduceAlgorithm::kTwoD, "2d"}};
-
 }  // namespace
-
-const char* toString(AllReduceAlgorithm algorithm) { return nameOf(kAlgorithmNames, algorithm); }
-
-AllReduceAlgorithm parseAllReduceAlgorithm(const std::string& text) {
-  return parseNamed(kAlgorithmNames, text, "all-reduce algorithm");
-}
 
 HierarchicalAllReduce::HierarchicalAllReduce(std::shared_ptr<Communicator> world, Topology topology,
                                              HierarchicalOptions options)

@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include "chorus/core/error.h"
-#include "chorus/core/name_table.h"
 #include "compression_internal.h"
 
 namespace chorus::parallel {
@@ -16,15 +15,7 @@ bool startsWith(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
 
-constexpr NamedValue<CodecKind> kCodecNames[] = {
-    {CodecKind::kNone, "none"}, {CodecKind::kFp16, "fp16"}, {CodecKind::kBf16, "bf16"},
-    {CodecKind::kInt8, "int8"}, {CodecKind::kTopK, "topk"}, {CodecKind::kPowerSgd, "powersgd"}};
-
 }  // namespace
-
-const char* toString(CodecKind kind) { return nameOf(kCodecNames, kind); }
-
-CodecKind parseCodecKind(const std::string& text) { return parseNamed(kCodecNames, text, "codec"); }
 
 std::int64_t EncodedTensor::bytes() const {
   return payload.defined() ? static_cast<std::int64_t>(payload.nbytes()) : 0;

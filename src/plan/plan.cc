@@ -5,25 +5,45 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
+#include "chorus/core/name_table.h"
 
 namespace chorus::plan {
 
 const char* toString(Schedule schedule) { return schedule == Schedule::kGpipe ? "gpipe" : "1f1b"; }
 
-const char* toString(AllReduceAlgorithm algo) {
-  return algo == AllReduceAlgorithm::kRing ? "ring" : "hierarchical";
+namespace {
+
+// The plan's names of the priced algorithms and codecs: the tables define what `priced` accepts.
+constexpr NamedValue<AllReduceAlgorithm> kPlanAlgorithmNames[] = {
+    {AllReduceAlgorithm::kFlat, "ring"}, {AllReduceAlgorithm::kHierarchical, "hierarchical"}};
+constexpr NamedValue<CodecKind> kPlanCodecNames[] = {
+    {CodecKind::kNone, "none"}, {CodecKind::kFp16, "fp16"}, {CodecKind::kInt8, "int8"}};
+
+// Refuses `name`, a value of `table`'s enum that the cost model cannot price, naming the ones it
+// can: a plan with it would be ranked on a cost that is not its own.
+template <typename Enum, std::size_t N>
+[[noreturn]] void refuseUnpriced(const NamedValue<Enum> (&table)[N], const char* what,
+                                 const std::string& name) {
+  CHORUS_THROW(ConfigError, what, " '", name, "' is not one the cost model prices (expected ",
+               namesOf(table, ", ", " or "), ")");
 }
 
-const char* toString(Codec codec) {
-  switch (codec) {
-    case Codec::kNone:
-      return "none";
-    case Codec::kFp16:
-      return "fp16";
-    case Codec::kInt8:
-      return "int8";
-  }
-  return "?";
+}  // namespace
+
+bool priced(AllReduceAlgorithm algorithm) {
+  for (const auto& entry : kPlanAlgorithmNames)
+    if (entry.value == algorithm) return true;
+  return false;
+}
+
+bool priced(CodecKind codec) {
+  for (const auto& entry : kPlanCodecNames)
+    if (entry.value == codec) return true;
+  return false;
+}
+
+const char* planName(AllReduceAlgorithm algorithm) {
+  return priced(algorithm) ? nameOf(kPlanAlgorithmNames, algorithm) : toString(algorithm);
 }
 
 const DeviceSpec& jobDevice(const RankPlan& rank) {
@@ -38,16 +58,14 @@ Schedule parseSchedule(const std::string& text) {
   CHORUS_THROW(ConfigError, "unknown schedule '", text, "'; known: gpipe, 1f1b");
 }
 
-AllReduceAlgorithm parseAllReduceAlgorithm(const std::string& text) {
-  if (text == "ring") return AllReduceAlgorithm::kRing;
-  if (text == "hierarchical") return AllReduceAlgorithm::kHierarchical;
-  CHORUS_THROW(ConfigError, "unknown all-reduce algorithm '", text, "'; known: ring, hierarchical");
+AllReduceAlgorithm parsePlanAllReduceAlgorithm(const std::string& text) {
+  if (auto algorithm = valueNamed(kPlanAlgorithmNames, text)) return *algorithm;
+  refuseUnpriced(kPlanAlgorithmNames, "all-reduce algorithm", text);
 }
 
-Codec parseCodec(const std::string& text) {
-  for (Codec codec : {Codec::kNone, Codec::kFp16, Codec::kInt8})
-    if (text == toString(codec)) return codec;
-  CHORUS_THROW(ConfigError, "unknown codec '", text, "'; known: none, fp16, int8");
+CodecKind parsePlanCodec(const std::string& text) {
+  if (auto codec = valueNamed(kPlanCodecNames, text)) return *codec;
+  refuseUnpriced(kPlanCodecNames, "codec", text);
 }
 
 void Plan::validate(int layer_count) const {
@@ -56,6 +74,10 @@ void Plan::validate(int layer_count) const {
   CHORUS_CHECK_CONFIG(zero_stage >= 0 && zero_stage <= 3, "plan: zero_stage must be 0..3");
   validateZeroShards();
   CHORUS_CHECK_CONFIG(comm.sync_period == 1, "plan: only sync_period = 1 is supported");
+  if (!priced(comm.algorithm))
+    refuseUnpriced(kPlanAlgorithmNames, "plan: all-reduce algorithm", toString(comm.algorithm));
+  for (CodecKind codec : {comm.intra_node_codec, comm.inter_node_codec})
+    if (!priced(codec)) refuseUnpriced(kPlanCodecNames, "plan: codec", toString(codec));
   CHORUS_CHECK_CONFIG(!replicas.empty(), "plan: no replicas");
   const int stages = stageCount();
   CHORUS_CHECK_CONFIG(stages >= 1, "plan: replica 0 has no stages");
@@ -145,7 +167,7 @@ std::string Plan::summary() const {
   int checkpointed = 0;
   for (const auto& stage : replicas[0].stages) checkpointed += stage.checkpoint;
   if (checkpointed) out << ", ckpt";
-  if (comm.inter_node_codec != Codec::kNone)
+  if (comm.inter_node_codec != CodecKind::kNone)
     out << ", " << toString(comm.inter_node_codec) << " inter-node";
   return out.str();
 }

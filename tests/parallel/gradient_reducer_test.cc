@@ -95,7 +95,7 @@ TEST(GradientReducer, HierarchicalEqualsFlat) {
                            comm::AllReduceAlgorithm::kAuto}) {
       comm::HierarchicalOptions hierarchical;
       hierarchical.algorithm = algorithm;
-      hierarchical.name = comm::toString(algorithm);
+      hierarchical.name = toString(algorithm);
       ReducerOptions options = smallBuckets();
       options.hierarchical =
           std::make_shared<comm::HierarchicalAllReduce>(comm, topology, hierarchical);
@@ -106,7 +106,7 @@ TEST(GradientReducer, HierarchicalEqualsFlat) {
         reducer.finish(8);
         for (size_t index = 0; index < parameters.size(); ++index)
           EXPECT_TRUE(at::equal(parameters[index].grad(), expectedGradient(4, index, 8)))
-              << comm::toString(algorithm) << " parameter " << index;
+              << toString(algorithm) << " parameter " << index;
       }
     }
   });

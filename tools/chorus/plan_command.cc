@@ -169,23 +169,23 @@ int runAllReducePrice(const PlanArgs& args, const plan::Cluster& cluster) {
   const std::uint64_t bytes = parseBytes(args.allreduce);
   std::vector<int> group(static_cast<size_t>(cluster.size()));
   for (int d = 0; d < cluster.size(); ++d) group[d] = d;
-  const plan::AllReduceAlgorithm algorithm = plan::parseAllReduceAlgorithm(args.algorithm);
-  const plan::Codec codec = plan::parseCodec(args.compression);
+  const AllReduceAlgorithm algorithm = plan::parsePlanAllReduceAlgorithm(args.algorithm);
+  const CodecKind codec = plan::parsePlanCodec(args.compression);
   const plan::LinearCost cost = plan::gradientAllReduceCost(
       cluster, group, algorithm, codec, /*element_bytes=*/4, args.cost.codec_ns_per_byte * 1e-9);
   const double total = cost.seconds(static_cast<double>(bytes));
   if (args.json) {
     const nlohmann::json answer = {{"devices", cluster.size()},
                                    {"bytes", bytes},
-                                   {"algorithm", plan::toString(algorithm)},
-                                   {"compression", plan::toString(codec)},
+                                   {"algorithm", plan::planName(algorithm)},
+                                   {"compression", toString(codec)},
                                    {"seconds", total},
                                    {"latency_seconds", cost.latency},
                                    {"seconds_per_byte", cost.per_byte}};
     std::cout << answer.dump(2) << std::endl;
   } else {
     std::cout << "all-reduce of " << formatBytes(bytes) << " over " << cluster.size()
-              << " devices (" << plan::toString(algorithm) << ", " << plan::toString(codec)
+              << " devices (" << plan::planName(algorithm) << ", " << toString(codec)
               << " across nodes): " << seconds(total) << " (latency " << seconds(cost.latency)
               << " + " << fixed(cost.per_byte * 1e9, "%.3f") << " ns/B)\n";
   }

@@ -41,13 +41,14 @@
 #include "chorus/comm/communicator.h"
 #include "chorus/comm/task_queue.h"
 #include "chorus/comm/topology.h"
+#include "chorus/core/collective_kinds.h"
 
 namespace chorus::comm {
 
-enum class AllReduceAlgorithm { kAuto, kFlat, kHierarchical, kTwoD };
-
-const char* toString(AllReduceAlgorithm algorithm);  // "auto", "flat", "hierarchical", "2d"
-AllReduceAlgorithm parseAllReduceAlgorithm(const std::string& text);
+// The algorithms are core's vocabulary (core/collective_kinds.h), shared with the plan; these
+// keep the comm:: spelling of the call sites that name them through this layer.
+using chorus::AllReduceAlgorithm;
+using chorus::parseAllReduceAlgorithm;
 
 struct HierarchicalOptions {
   // Algorithm for every call. Default: kAuto (flat when the topology has no useful hierarchy,

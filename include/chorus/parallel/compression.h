@@ -44,13 +44,14 @@
 #include <vector>
 
 #include "chorus/comm/communicator.h"
+#include "chorus/core/collective_kinds.h"
 
 namespace chorus::parallel {
 
-enum class CodecKind { kNone, kFp16, kBf16, kInt8, kTopK, kPowerSgd };
-
-const char* toString(CodecKind kind);  // "none", "fp16", "bf16", "int8", "topk", "powersgd"
-CodecKind parseCodecKind(const std::string& text);
+// The codecs are core's vocabulary (core/collective_kinds.h), shared with the plan; these keep
+// the parallel:: spelling of the call sites that name them through this layer.
+using chorus::CodecKind;
+using chorus::parseCodecKind;
 
 struct CodecOptions {
   // Which codec. Default: kNone.

@@ -30,22 +30,24 @@ struct LinearCost {
 // A point-to-point transfer between two cluster devices.
 LinearCost p2pCost(const Cluster& cluster, int from, int to);
 
-// An all-reduce of S bytes (the per-device buffer) over `group` (cluster device ids).
+// An all-reduce of S bytes (the per-device buffer) over `group` (cluster device ids) with a priced
+// `algorithm` (plan.h: kFlat, kHierarchical; ConfigError for the others).
 // `network_ratio` scales the bytes that cross nodes (compression; 1 = none). An empty or
 // one-device group costs nothing.
 LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
                          AllReduceAlgorithm algorithm, double network_ratio = 1);
 
 // Size of a compressed gradient element over the uncompressed one: fp16 carries 2 bytes, int8 1
-// (plus a negligible scale per bucket); never more than 1.
-double compressionRatio(Codec codec, int element_bytes);
+// (plus a negligible scale per bucket); never more than 1. ConfigError for a codec that is not
+// priced (plan.h).
+double compressionRatio(CodecKind codec, int element_bytes);
 
 // A gradient all-reduce of `element_bytes`-byte elements over `group` with `codec` where it
 // crosses nodes: allReduceCost at the codec's ratio, plus `codec_seconds_per_byte` (encoding and
 // decoding, per byte of the uncompressed buffer; CostOptions::codec_seconds_per_byte) when the
 // codec is lossy and the group spans nodes.
 LinearCost gradientAllReduceCost(const Cluster& cluster, const std::vector<int>& group,
-                                 AllReduceAlgorithm algorithm, Codec codec, int element_bytes,
+                                 AllReduceAlgorithm algorithm, CodecKind codec, int element_bytes,
                                  double codec_seconds_per_byte = 0);
 
 // Gradient synchronization split into buckets that start as the backward pass produces them

@@ -12,23 +12,34 @@
 #include <string>
 #include <vector>
 
+#include "chorus/core/collective_kinds.h"
 #include "chorus/core/device_spec.h"
 #include "chorus/plan/device_catalog.h"
 
 namespace chorus::plan {
 
 enum class Schedule { kGpipe, kOneFOneB };
-enum class AllReduceAlgorithm { kRing, kHierarchical };
-// Gradient compression on a class of links. Lossy codecs change the numerics, so the planner uses
-// them only when allowed (PlanOptions::allow_compression).
-enum class Codec { kNone, kFp16, kInt8 };
 
-const char* toString(Schedule schedule);        // "gpipe", "1f1b"
-const char* toString(AllReduceAlgorithm algo);  // "ring", "hierarchical"
-const char* toString(Codec codec);              // "none", "fp16", "int8"
+const char* toString(Schedule schedule);  // "gpipe", "1f1b"
 Schedule parseSchedule(const std::string& text);
-AllReduceAlgorithm parseAllReduceAlgorithm(const std::string& text);
-Codec parseCodec(const std::string& text);
+
+// A plan's gradient all-reduce uses core's vocabulary (core/collective_kinds.h), limited to what
+// the cost model prices: the algorithms kFlat and kHierarchical, the codecs kNone, kFp16 and
+// kInt8. Lossy codecs change the numerics, so the planner uses them only when allowed
+// (PlanOptions::allow_compression).
+bool priced(AllReduceAlgorithm algorithm);
+bool priced(CodecKind codec);
+// The plan's spelling of a priced algorithm, in plan JSON and `chorus plan --algorithm`: "ring"
+// (kFlat, which the cost model prices as one ring over all devices) or "hierarchical"; core's name
+// for the others ("auto", "2d"), so that a message or a written file names them and the reader
+// refuses them.
+const char* planName(AllReduceAlgorithm algorithm);
+// The priced algorithm spelled `text` (planName); ConfigError naming `text` otherwise, also for
+// the names of algorithms the cost model cannot price ("auto", "2d").
+AllReduceAlgorithm parsePlanAllReduceAlgorithm(const std::string& text);
+// The priced codec named `text` (core's names: "none", "fp16", "int8"); ConfigError naming `text`
+// otherwise, also for the codecs the cost model cannot price ("bf16", "topk", "powersgd").
+CodecKind parsePlanCodec(const std::string& text);
 
 // One pipeline stage of one replica: layers [first_layer, last_layer) on plan rank `rank`.
 struct StagePlan {
@@ -74,12 +85,12 @@ struct RankPlan {
 const DeviceSpec& jobDevice(const RankPlan& rank);
 
 struct CommPlan {
-  // Algorithm of every data-parallel group's all-reduce. Default: kRing.
-  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kRing;
+  // Algorithm of every data-parallel group's all-reduce; a priced one. Default: kFlat ("ring").
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kFlat;
   // Gradient compression inside nodes (the cost model ignores it: intra-node links are rarely
-  // the bottleneck) and across nodes. Default: kNone.
-  Codec intra_node_codec = Codec::kNone;
-  Codec inter_node_codec = Codec::kNone;
+  // the bottleneck) and across nodes; priced ones. Default: kNone.
+  CodecKind intra_node_codec = CodecKind::kNone;
+  CodecKind inter_node_codec = CodecKind::kNone;
   // Steps between gradient synchronizations. Default: 1 (every step; the only value the cost model
   // and runtime support today).
   int sync_period = 1;
@@ -130,7 +141,8 @@ struct Plan {
   }
   // Checks the structure against a model of `layer_count` layers: shares sum to global_batch,
   // stages of every replica cover [0, layer_count) in order with equal cuts across replicas,
-  // every rank is used exactly once, micro-batches fit the schedule. Throws ConfigError.
+  // every rank is used exactly once, micro-batches fit the schedule, the all-reduce algorithm and
+  // codecs are priced ones. Throws ConfigError.
   void validate(int layer_count) const;
   // zero_shards: empty, or one fraction in [0, 1] per rank summing to 1 with a ZeRO stage.
   void validateZeroShards() const;

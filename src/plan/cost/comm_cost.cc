@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include "chorus/core/error.h"
+
 namespace chorus::plan {
 namespace {
 
@@ -45,6 +47,8 @@ LinearCost p2pCost(const Cluster& cluster, int from, int to) {
 
 LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
                          AllReduceAlgorithm algorithm, double network_ratio) {
+  CHORUS_CHECK_CONFIG(priced(algorithm), "cost model: cannot price the all-reduce algorithm '",
+                      toString(algorithm), "'");
   const double n = static_cast<double>(group.size());
   if (group.size() <= 1) return {};
   const GroupShape shape = shapeOf(cluster, group);
@@ -52,7 +56,7 @@ LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
   if (nodes == 1) {
     return {2 * (n - 1) * shape.intra_latency, 2 * (n - 1) / n / shape.intra_bandwidth};
   }
-  if (algorithm == AllReduceAlgorithm::kRing) {
+  if (algorithm == AllReduceAlgorithm::kFlat) {
     // Every ring step moves S/n over every hop; the slowest hop sets the pace.
     double per_hop = network_ratio / shape.network_bandwidth;
     if (shape.intra_bandwidth > 0) per_hop = std::max(per_hop, 1.0 / shape.intra_bandwidth);
@@ -72,11 +76,11 @@ LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
 }
 
 LinearCost gradientAllReduceCost(const Cluster& cluster, const std::vector<int>& group,
-                                 AllReduceAlgorithm algorithm, Codec codec, int element_bytes,
+                                 AllReduceAlgorithm algorithm, CodecKind codec, int element_bytes,
                                  double codec_seconds_per_byte) {
   LinearCost cost =
       allReduceCost(cluster, group, algorithm, compressionRatio(codec, element_bytes));
-  if (codec == Codec::kNone || group.empty()) return cost;
+  if (codec == CodecKind::kNone || group.empty()) return cost;
   for (int device : group)
     if (!cluster.sameNode(device, group.front())) {
       cost.per_byte += codec_seconds_per_byte;
@@ -85,16 +89,20 @@ LinearCost gradientAllReduceCost(const Cluster& cluster, const std::vector<int>&
   return cost;
 }
 
-double compressionRatio(Codec codec, int element_bytes) {
+double compressionRatio(CodecKind codec, int element_bytes) {
   switch (codec) {
-    case Codec::kNone:
+    case CodecKind::kNone:
       return 1;
-    case Codec::kFp16:
+    case CodecKind::kFp16:
       return std::min(1.0, 2.0 / element_bytes);
-    case Codec::kInt8:
+    case CodecKind::kInt8:
       return std::min(1.0, 1.0 / element_bytes);
+    case CodecKind::kBf16:
+    case CodecKind::kTopK:
+    case CodecKind::kPowerSgd:
+      break;
   }
-  return 1;
+  CHORUS_THROW(ConfigError, "cost model: cannot price the codec '", toString(codec), "'");
 }
 
 }  // namespace chorus::plan

@@ -29,7 +29,7 @@ LinearCost stageSyncCost(const CostModel& model, const std::vector<int>& devices
 LinearCost zeroGatherCost(const CostModel& model, const std::vector<int>& devices,
                           const CommPlan& comm, int zero_stage) {
   if (zero_stage < 1 || zero_stage > 2 || devices.size() < 2) return {};
-  return gradientAllReduceCost(model.cluster(), devices, comm.algorithm, Codec::kNone, 4);
+  return gradientAllReduceCost(model.cluster(), devices, comm.algorithm, CodecKind::kNone, 4);
 }
 
 std::optional<std::vector<double>> zeroShards(const CostModel& model, const PlanOptions& options,

@@ -136,7 +136,7 @@ nlohmann::json toJson(const Plan& plan) {
           {"replicas", replicas},
           {"ranks", ranks},
           {"comm",
-           {{"algorithm", toString(plan.comm.algorithm)},
+           {{"algorithm", planName(plan.comm.algorithm)},
             {"intra_node_codec", toString(plan.comm.intra_node_codec)},
             {"inter_node_codec", toString(plan.comm.inter_node_codec)},
             {"sync_period", plan.comm.sync_period}}},
@@ -185,9 +185,11 @@ Plan parsePlanJson(const std::string& text, const std::string& source) {
                                 " but 'ranks' lists " + std::to_string(plan.ranks.size()));
   if (reader.has("/comm")) {
     reader.object("/comm", {"algorithm", "intra_node_codec", "inter_node_codec", "sync_period"});
-    plan.comm.algorithm = parseEnum(reader, "/comm/algorithm", "ring", parseAllReduceAlgorithm);
-    plan.comm.intra_node_codec = parseEnum(reader, "/comm/intra_node_codec", "none", parseCodec);
-    plan.comm.inter_node_codec = parseEnum(reader, "/comm/inter_node_codec", "none", parseCodec);
+    plan.comm.algorithm = parseEnum(reader, "/comm/algorithm", "ring", parsePlanAllReduceAlgorithm);
+    plan.comm.intra_node_codec =
+        parseEnum(reader, "/comm/intra_node_codec", "none", parsePlanCodec);
+    plan.comm.inter_node_codec =
+        parseEnum(reader, "/comm/inter_node_codec", "none", parsePlanCodec);
     plan.comm.sync_period = static_cast<int>(reader.integer("/comm/sync_period", 1, 1, 1));
   }
   if (reader.has("/predicted")) {

@@ -91,9 +91,9 @@ std::vector<CommPlan> commChoices(bool crosses_nodes, const PlanOptions& options
   hierarchical.algorithm = AllReduceAlgorithm::kHierarchical;
   choices.push_back(hierarchical);
   if (options.allow_compression) {
-    for (Codec codec : {Codec::kFp16, Codec::kInt8})
+    for (CodecKind codec : {CodecKind::kFp16, CodecKind::kInt8})
       for (AllReduceAlgorithm algo :
-           {AllReduceAlgorithm::kRing, AllReduceAlgorithm::kHierarchical}) {
+           {AllReduceAlgorithm::kFlat, AllReduceAlgorithm::kHierarchical}) {
         CommPlan compressed;
         compressed.algorithm = algo;
         compressed.inter_node_codec = codec;

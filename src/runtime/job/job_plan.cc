@@ -128,14 +128,14 @@ void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<Devi
 }
 
 // The job's [comm] in the plan's terms (what the cost model prices; the runtime reads [comm]).
+// An algorithm the cost model cannot price ("auto", "2d") is priced as hierarchical, the nearest
+// it prices, and a codec it cannot as none.
 plan::CommPlan commOf(const JobConfig& job) {
   plan::CommPlan comm;
-  comm.algorithm = job.comm.algorithm == "flat" ? plan::AllReduceAlgorithm::kRing
-                                                : plan::AllReduceAlgorithm::kHierarchical;
-  const std::string& codec = job.comm.compression;
-  comm.inter_node_codec = codec == "fp16"   ? plan::Codec::kFp16
-                          : codec == "int8" ? plan::Codec::kInt8
-                                            : plan::Codec::kNone;
+  const AllReduceAlgorithm algorithm = parseAllReduceAlgorithm(job.comm.algorithm);
+  comm.algorithm = plan::priced(algorithm) ? algorithm : AllReduceAlgorithm::kHierarchical;
+  const CodecKind codec = parseCodecKind(job.comm.compression);
+  comm.inter_node_codec = plan::priced(codec) ? codec : CodecKind::kNone;
   return comm;
 }
 
@@ -230,8 +230,8 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
   CHORUS_CHECK_CONFIG(plan.comm.algorithm == comm.algorithm &&
                           plan.comm.inter_node_codec == comm.inter_node_codec &&
                           plan.comm.intra_node_codec == comm.intra_node_codec,
-                      "plan: its gradient all-reduce (", plan::toString(plan.comm.algorithm), ", ",
-                      plan::toString(plan.comm.inter_node_codec),
+                      "plan: its gradient all-reduce (", plan::planName(plan.comm.algorithm), ", ",
+                      toString(plan.comm.inter_node_codec),
                       " across nodes) is not the job's "
                       "[comm] (algorithm '",
                       job.comm.algorithm, "', compression '", job.comm.compression,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "chorus/core/error.h"
 #include "chorus/plan/comm_cost.h"
 #include "plan/plan_test_util.h"
 
@@ -15,11 +16,11 @@ using testing::uniformModel;
 
 TEST(CommCost, RingAllReduceFollowsTheAlphaBetaFormula) {
   const Cluster cluster = makeCluster({{"A100-80", "A100-80", "A100-80", "A100-80"}});
-  const LinearCost cost = allReduceCost(cluster, {0, 1, 2, 3}, AllReduceAlgorithm::kRing);
+  const LinearCost cost = allReduceCost(cluster, {0, 1, 2, 3}, AllReduceAlgorithm::kFlat);
   const LinkType& nv = link("nvswitch-a100");
   EXPECT_DOUBLE_EQ(cost.latency, 6 * nv.latency);
   EXPECT_DOUBLE_EQ(cost.per_byte, 2.0 * 3 / 4 / nv.effectiveBandwidth());
-  EXPECT_DOUBLE_EQ(allReduceCost(cluster, {2}, AllReduceAlgorithm::kRing).per_byte, 0);
+  EXPECT_DOUBLE_EQ(allReduceCost(cluster, {2}, AllReduceAlgorithm::kFlat).per_byte, 0);
 }
 
 TEST(CommCost, HierarchicalBeatsARingThroughASlowNetwork) {
@@ -30,16 +31,19 @@ TEST(CommCost, HierarchicalBeatsARingThroughASlowNetwork) {
       "nvswitch-a100", "eth-10g");
   const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
   const double network = link("eth-10g").effectiveBandwidth();
-  const LinearCost ring = allReduceCost(cluster, all, AllReduceAlgorithm::kRing);
+  const LinearCost ring = allReduceCost(cluster, all, AllReduceAlgorithm::kFlat);
   const LinearCost tree = allReduceCost(cluster, all, AllReduceAlgorithm::kHierarchical);
   EXPECT_DOUBLE_EQ(ring.per_byte, 2.0 * 7 / 8 / network);
   EXPECT_NEAR(tree.per_byte,
               1.0 / network + 2.0 * 3 / 4 / link("nvswitch-a100").effectiveBandwidth(), 1e-18);
   // int8 compression of fp32 gradients quarters the network bytes.
   const LinearCost compressed =
-      allReduceCost(cluster, all, AllReduceAlgorithm::kRing, compressionRatio(Codec::kInt8, 4));
+      allReduceCost(cluster, all, AllReduceAlgorithm::kFlat, compressionRatio(CodecKind::kInt8, 4));
   EXPECT_DOUBLE_EQ(compressed.per_byte, 2.0 * 7 / 8 / 4 / network);
-  EXPECT_DOUBLE_EQ(compressionRatio(Codec::kFp16, 2), 1);
+  EXPECT_DOUBLE_EQ(compressionRatio(CodecKind::kFp16, 2), 1);
+  // What the model has no formula for is refused, not priced as something else.
+  EXPECT_THROW(allReduceCost(cluster, all, AllReduceAlgorithm::kTwoD), ConfigError);
+  EXPECT_THROW(compressionRatio(CodecKind::kPowerSgd, 4), ConfigError);
 }
 
 TEST(CommCost, ACodecsOwnCostCountsOnlyWhereItCompresses) {
@@ -47,11 +51,11 @@ TEST(CommCost, ACodecsOwnCostCountsOnlyWhereItCompresses) {
       makeCluster({{"A100-80", "A100-80"}, {"A100-80", "A100-80"}}, "nvswitch-a100", "eth-10g");
   const std::vector<int> all = {0, 1, 2, 3};
   const LinearCost plain = gradientAllReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical,
-                                                 Codec::kNone, 4, 1e-9);
+                                                 CodecKind::kNone, 4, 1e-9);
   const LinearCost fp16 = gradientAllReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical,
-                                                Codec::kFp16, 4, 1e-9);
-  const LinearCost free_codec =
-      gradientAllReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical, Codec::kFp16, 4, 0);
+                                                CodecKind::kFp16, 4, 1e-9);
+  const LinearCost free_codec = gradientAllReduceCost(
+      two_nodes, all, AllReduceAlgorithm::kHierarchical, CodecKind::kFp16, 4, 0);
   // No codec, no codec cost; fp16 halves the network's bytes and adds its 1 ns per byte.
   EXPECT_DOUBLE_EQ(plain.per_byte,
                    allReduceCost(two_nodes, all, AllReduceAlgorithm::kHierarchical).per_byte);
@@ -60,10 +64,10 @@ TEST(CommCost, ACodecsOwnCostCountsOnlyWhereItCompresses) {
   EXPECT_DOUBLE_EQ(fp16.per_byte, free_codec.per_byte + 1e-9);
   EXPECT_DOUBLE_EQ(fp16.latency, free_codec.latency);
   // Inside one node nothing is compressed, so nothing is charged.
-  const LinearCost inside =
-      gradientAllReduceCost(two_nodes, {0, 1}, AllReduceAlgorithm::kRing, Codec::kFp16, 4, 1e-9);
+  const LinearCost inside = gradientAllReduceCost(two_nodes, {0, 1}, AllReduceAlgorithm::kFlat,
+                                                  CodecKind::kFp16, 4, 1e-9);
   EXPECT_DOUBLE_EQ(inside.per_byte,
-                   allReduceCost(two_nodes, {0, 1}, AllReduceAlgorithm::kRing).per_byte);
+                   allReduceCost(two_nodes, {0, 1}, AllReduceAlgorithm::kFlat).per_byte);
 }
 
 TEST(CommCost, BucketsOverlapTheBackwardPass) {

@@ -32,7 +32,7 @@ TEST(PlanJson, RoundTripsEveryField) {
   const Cluster cluster = makeCluster({{"A100-80", "A100-80"}, {"V100-32", "V100-32"}});
   Plan plan = plannedPlan(cluster);
   plan.seed = 42;
-  plan.comm.inter_node_codec = Codec::kInt8;
+  plan.comm.inter_node_codec = CodecKind::kInt8;
   plan.ranks[0].memory_budget = 1 << 30;
   plan.ranks[0].emulated_speed = 0.5;
   const nlohmann::json json = toJson(plan);
@@ -90,6 +90,54 @@ TEST(PlanJson, ErrorsNameTheFileTheLineAndTheKey) {
   EXPECT_EQ(errorOf("{\"global_batch\": 4, \"replicas\": [], \"ranks\": [], \"devices\": 3}"),
             "plan.json:1: devices: says 3 but 'ranks' lists 0");
   EXPECT_THROW(loadPlanFile("/nonexistent/plan.json"), ConfigError);
+}
+
+// The plan spells core's algorithms and codecs as it always did ("ring" is kFlat), and refuses the
+// ones its cost model cannot price, naming them, instead of ranking a plan on another's cost.
+TEST(PlanJson, CommTakesThePricedAlgorithmsAndCodecsOnly) {
+  const Cluster cluster = makeCluster({{"A100-80", "A100-80"}, {"V100-32", "V100-32"}});
+  Plan plan = plannedPlan(cluster);
+  plan.comm.algorithm = AllReduceAlgorithm::kFlat;
+  plan.comm.inter_node_codec = CodecKind::kFp16;
+  nlohmann::json json = toJson(plan);
+  EXPECT_EQ(json["comm"]["algorithm"], "ring");
+  EXPECT_EQ(json["comm"]["inter_node_codec"], "fp16");
+  EXPECT_EQ(parsePlanJson(json.dump(), "plan.json").comm.algorithm, AllReduceAlgorithm::kFlat);
+  json["comm"]["algorithm"] = "hierarchical";
+  EXPECT_EQ(parsePlanJson(json.dump(), "plan.json").comm.algorithm,
+            AllReduceAlgorithm::kHierarchical);
+  for (const char* algorithm : {"2d", "auto", "flat"}) {
+    json["comm"]["algorithm"] = algorithm;
+    EXPECT_NE(errorOf(json.dump())
+                  .find(std::string("comm.algorithm: all-reduce algorithm '") + algorithm +
+                        "' is not one the cost model prices (expected ring or "
+                        "hierarchical)"),
+              std::string::npos)
+        << errorOf(json.dump());
+  }
+  json["comm"]["algorithm"] = "ring";
+  for (const char* codec : {"topk", "powersgd", "bf16"}) {
+    json["comm"]["intra_node_codec"] = codec;
+    EXPECT_NE(errorOf(json.dump()).find(std::string("codec '") + codec + "' is not one"),
+              std::string::npos)
+        << errorOf(json.dump());
+  }
+  // A plan made in code is held to the same vocabulary by its validation.
+  EXPECT_NO_THROW(plan.validate(6));
+  Plan bad = plan;
+  bad.comm.algorithm = AllReduceAlgorithm::kTwoD;
+  EXPECT_EQ(planName(bad.comm.algorithm), std::string("2d"));
+  try {
+    bad.validate(6);
+    ADD_FAILURE() << "a 2-D all-reduce passed validation";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(error.message().find("'2d'"), std::string::npos) << error.message();
+  }
+  bad = plan;
+  bad.comm.inter_node_codec = CodecKind::kPowerSgd;
+  EXPECT_THROW(bad.validate(6), ConfigError);
+  EXPECT_THROW(parsePlanCodec("topk"), ConfigError);
+  EXPECT_EQ(parsePlanAllReduceAlgorithm("ring"), AllReduceAlgorithm::kFlat);
 }
 
 TEST(PlanJson, ValidationRejectsInconsistentPlans) {

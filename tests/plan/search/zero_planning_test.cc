@@ -72,7 +72,7 @@ TEST(ZeroPlanning, TheParameterGatherFollowsTheShardedOptimizerStep) {
   const DeviceType& a100 = cluster.device(0).type;
   const double saved = model.optimizerSeconds(a100, params, 1) / 2;
   const LinearCost fp32 =
-      gradientAllReduceCost(cluster, {0, 1}, AllReduceAlgorithm::kRing, Codec::kNone, 4);
+      gradientAllReduceCost(cluster, {0, 1}, AllReduceAlgorithm::kFlat, CodecKind::kNone, 4);
   const double gather = 0.5 * fp32.seconds(params * 4);
   EXPECT_NEAR(stage1.prediction.step_seconds - stage0.prediction.step_seconds, gather - saved,
               1e-9 * stage0.prediction.step_seconds);

@@ -79,7 +79,7 @@ TEST(Simulator, PureDataParallelAgreesWithTheCostModel) {
     plan.replicas[r].stages[0].micro_batch = 4;
     plan.ranks[r].precision = r < 2 ? Dtype::kBf16 : Dtype::kFp16;
   }
-  for (AllReduceAlgorithm algo : {AllReduceAlgorithm::kRing, AllReduceAlgorithm::kHierarchical}) {
+  for (AllReduceAlgorithm algo : {AllReduceAlgorithm::kFlat, AllReduceAlgorithm::kHierarchical}) {
     plan.comm.algorithm = algo;
     const double predicted = cost.evaluate(plan).prediction.step_seconds;
     const SimResult result = simulate(cost, plan);

@@ -171,7 +171,7 @@ TEST(JobPlan, APlanTheJobCannotRunIsRefused) {
   EXPECT_NE(configError([&] { checkPlanForJob(zero, job, job.devices); }).find("ZeRO stage 2"),
             std::string::npos);
   plan::Plan hierarchical = plan;
-  hierarchical.comm.algorithm = plan::AllReduceAlgorithm::kHierarchical;
+  hierarchical.comm.algorithm = AllReduceAlgorithm::kHierarchical;
   EXPECT_NE(configError([&] {
               checkPlanForJob(hierarchical, job, job.devices);
             }).find("is not the job's [comm]"),
