@@ -125,6 +125,19 @@ DataSection readData(const Config& config, const model::ModelConfig& model) {
   require(data.test_fraction > 0 && data.test_fraction < 1, "data.test_fraction",
           "must be in (0, 1)");
   requireModelFitsData(config, model, data);
+  // Each data set reads its own keys (training_data.cc); another's would be accepted and change
+  // nothing.
+  const struct {
+    const char* key;
+    const char* reader;
+  } own[] = {{"data.dir", "fashion-mnist"},
+             {"data.path", "text"},
+             {"data.size", "synthetic"},
+             {"data.test_fraction", "text"}};
+  for (const auto& use : own)
+    require(!config.has(use.key) || data.dataset == use.reader, use.key,
+            "is read by data.dataset " + std::string(use.reader) + " only, and this job's is '" +
+                data.dataset + "'; remove the key");
   return data;
 }
 
@@ -209,6 +222,35 @@ CommSection readComm(const Config& config) {
   require(comm.compression == "none" || comm.algorithm != "2d", "comm.algorithm",
           "'2d' cannot carry a codec (comm.compression = '" + comm.compression +
               "'): use \"hierarchical\", or \"flat\" to run the codec among all ranks");
+  // A codec's knobs do nothing without that codec (engine_settings.cc's jobCodec builds none for
+  // "none"). A knob left at its default asks for nothing, and is let be.
+  const CommSection defaults;
+  const std::string& codec = comm.compression;
+  const struct {
+    const char* key;
+    bool set;
+    bool read;
+    const char* reader;
+  } knobs[] = {
+      {"comm.powersgd_rank", comm.powersgd_rank != defaults.powersgd_rank, codec == "powersgd",
+       "powersgd"},
+      {"comm.powersgd_iterations", comm.powersgd_iterations != defaults.powersgd_iterations,
+       codec == "powersgd", "powersgd"},
+      {"comm.powersgd_bf16_factors", comm.powersgd_bf16_factors != defaults.powersgd_bf16_factors,
+       codec == "powersgd", "powersgd"},
+      {"comm.powersgd_min_compression_rate",
+       comm.powersgd_min_compression_rate != defaults.powersgd_min_compression_rate,
+       codec == "powersgd", "powersgd"},
+      {"comm.powersgd_start_step", comm.powersgd_start_step != defaults.powersgd_start_step,
+       codec == "powersgd", "powersgd"},
+      {"comm.topk_ratio", comm.topk_ratio != defaults.topk_ratio, codec == "topk", "topk"},
+      {"comm.error_feedback", comm.error_feedback != defaults.error_feedback, codec != "none",
+       "a lossy codec"},
+  };
+  for (const auto& knob : knobs)
+    require(!knob.set || knob.read, knob.key,
+            "is read by comm.compression = " + std::string(knob.reader) +
+                " only, and this job's is '" + codec + "'; remove the key");
   require(comm.bucket_mb > 0, "comm.bucket_mb", "must be positive");
   require(comm.first_bucket_mb > 0, "comm.first_bucket_mb", "must be positive");
   require(comm.min_buckets >= 1 && comm.min_buckets <= 1024, "comm.min_buckets",
@@ -293,6 +335,7 @@ JobConfig readJobConfig(const Config& config) {
   checkParallel(job, config);
   checkZero(job);
   checkElastic(job);
+  rejectKeysAPipelineIgnores(job, config);
   config.rejectUnknownKeys();
   job.toml = config.toToml();
   return job;

@@ -122,6 +122,8 @@ CheckpointSection readCheckpoint(const Config& config) {
   require(!checkpoint.async || !checkpoint.dir.empty(), "checkpoint.async", "needs checkpoint.dir");
   require(!config.has("checkpoint.keep") || !checkpoint.dir.empty(), "checkpoint.keep",
           "needs checkpoint.dir");
+  require(!config.has("checkpoint.at_end") || !checkpoint.dir.empty(), "checkpoint.at_end",
+          "needs checkpoint.dir");
   return checkpoint;
 }
 
@@ -217,6 +219,20 @@ void checkParallel(const JobConfig& job, const Config& config) {
           "needs parallel.replicas > 1 in a pipeline (a single pipeline all-reduces no "
           "gradients)");
   require(job.comm.algorithm == "flat", "comm.algorithm", with);
+}
+
+void rejectKeysAPipelineIgnores(const JobConfig& job, const Config& config) {
+  if (job.parallel.pipeline_stages == 1) return;
+  // Replicas are never left out: each runs its micro-batches (pipeline_balancing.cc).
+  require(!config.has("balancer.leave_out"), "balancer.leave_out",
+          "is not supported with parallel.pipeline_stages > 1; every pipeline replica runs its "
+          "micro-batches");
+  // The gradient buckets are the replicas' all-reduce; one replica has none.
+  for (const char* key :
+       {"comm.bucket_mb", "comm.first_bucket_mb", "comm.min_buckets", "comm.overlap"})
+    require(!config.has(key) || job.parallel.replicas > 1, key,
+            "needs parallel.replicas > 1 in a pipeline (a single pipeline all-reduces no "
+            "gradients)");
 }
 
 const std::vector<std::string>& autoPlanKeys() {

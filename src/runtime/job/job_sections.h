@@ -48,6 +48,10 @@ ParallelSection readParallel(const Config& config);
 // the features a pipeline does not combine with, and the pipeline keys that plain data
 // parallelism would ignore (when `config` sets them). Throws ConfigError naming the key.
 void checkParallel(const JobConfig& job, const Config& config);
+// Keys a pipeline would accept and not read (balancer.leave_out; the gradient buckets of a single
+// pipeline), checked after every other check so that a combination that cannot run is named
+// first. Throws ConfigError naming the key.
+void rejectKeysAPipelineIgnores(const JobConfig& job, const Config& config);
 // plan = "auto": a key the planner sets (autoPlanKeys()) that the job sets too is a ConfigError
 // naming it, since one of the two would silently lose.
 void rejectPlannedKeys(const Config& config);

@@ -1,6 +1,8 @@
 // The plan of a pipeline job: the engine's options from the config, the replicas' shares, and
 // the checks `chorus train` runs before any worker starts.
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "chorus/core/error.h"
 #include "chorus/model/model_config.h"
@@ -141,6 +143,22 @@ void validatePipelineJob(const JobConfig& job, const std::vector<DeviceSpec>& de
   for (auto& device : unbounded) device.memory_budget.reset();
   validateJobOnDevices(job, unbounded);
   auto model = model::makeModel(job.model, job.seed);
+  if (layout.stages() > model->numLayers())
+    CHORUS_THROW(ConfigError, "config key 'parallel.pipeline_stages': ", layout.stages(),
+                 " exceeds the model's ", model->numLayers(),
+                 " layers (each stage needs one; model.hidden, model.blocks or model.layers "
+                 "make more)");
+  // Listed layer counts must cover the model (the count per stage is checked on reading).
+  const std::string& partition = job.parallel.partition;
+  if (partition != "auto" && partition != "even") {
+    std::int64_t total = 0;
+    std::istringstream counts(partition);
+    for (std::string count; std::getline(counts, count, ',');) total += std::stoll(count);
+    if (total != model->numLayers())
+      CHORUS_THROW(ConfigError, "config key 'parallel.partition': pipeline partition '", partition,
+                   "': need ", layout.stages(), " layer counts summing to the model's ",
+                   model->numLayers(), " layers");
+  }
   parallel::CutRequest request;
   request.profile = model->profile();
   request.options = options;

@@ -27,6 +27,14 @@ const std::string kGptJob =
 kind = "gpt"
 )" + testing::syntheticData(256);
 
+// The two without data.size, which only synthetic data reads: rows that switch data.dataset.
+const std::string kBaseJobOfAnyData =
+    testing::jobStart({.devices = "cpu,cpu"}, {.steps = 10, .global_batch = 16}) +
+    testing::mlpOnSynthetic({.hidden = "[16]"});
+const std::string kGptJobOfAnyData =
+    testing::jobStart({.devices = "cpu,cpu"}, {.steps = 10, .global_batch = 16}) +
+    "[model]\nkind = \"gpt\"\n" + testing::syntheticData();
+
 struct JobRow {
   BadInputRow row;
   std::vector<std::string> settings = {};  // --set assignments
@@ -154,11 +162,13 @@ const std::vector<JobRow>& jobRows() {
         "device 'cpu/1K': the memory budget of 1 KiB cannot hold one training sample"},
        {"devices=cpu/1KiB"}},
       {{"JOB-35", "ConfigError", "Fashion-MNIST not found at /nonexistent"},
-       {"data.dataset=fashion-mnist", "model.input_shape=[1, 28, 28]", "data.dir=/nonexistent"}},
+       {"data.dataset=fashion-mnist", "model.input_shape=[1, 28, 28]", "data.dir=/nonexistent"},
+       "",
+       kBaseJobOfAnyData},
       {{"JOB-36", "ConfigError", "config key 'data.path': no text file at /nonexistent.txt"},
        {"data.dataset=text", "data.path=/nonexistent.txt"},
        "",
-       kGptJob},
+       kGptJobOfAnyData},
       {{"JOB-37", "ConfigError",
         "invalid --set 'train.steps.x=1': 'train.steps' is an integer, not a table"},
        {"train.steps.x=1"}},
@@ -259,6 +269,22 @@ const std::vector<JobRow>& jobRows() {
       {{"JOB-71", "ConfigError",
         "config key 'cpu_threads': must be >= 0 (0 = the node's spare cores)"},
        {"cpu_threads=-2"}},
+      {{"JOB-72", "ConfigError",
+        "config key 'data.path': is read by data.dataset text only, and this job's is "
+        "'synthetic'; remove the key"},
+       {"data.path=/tmp/corpus.txt"}},
+      {{"JOB-73", "ConfigError",
+        "config key 'comm.powersgd_rank': is read by comm.compression = powersgd only, and this "
+        "job's is 'int8'; remove the key"},
+       {"comm.compression=int8", "comm.powersgd_rank=2"}},
+      {{"JOB-74", "ConfigError", "config key 'checkpoint.at_end': needs checkpoint.dir"},
+       {"checkpoint.at_end=false"}},
+      {{"JOB-75", "ConfigError",
+        "config key 'balancer.leave_out': is not supported with parallel.pipeline_stages > 1"},
+       {"parallel.pipeline_stages=2", "balancer.leave_out=false"}},
+      {{"JOB-76", "ConfigError",
+        "config key 'comm.bucket_mb': needs parallel.replicas > 1 in a pipeline"},
+       {"parallel.pipeline_stages=2", "comm.bucket_mb=5"}},
   };
   return rows;
 }
