@@ -43,6 +43,7 @@ def main():
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--balance", default="adaptive")
+    parser.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: no limit)")
     args = parser.parse_args()
 
     ctx = chorus.init()  # rank, world and device from `chorus run`
@@ -55,6 +56,8 @@ def main():
     start = time.monotonic()
     for epoch in range(args.epochs):
         for images, labels in loader:
+            if args.max_steps and model.step_count >= args.max_steps:
+                break
             loss = F.cross_entropy(model(images), labels, reduction="sum")  # sum, not mean
             loss.backward()
             info = chorus.step(optimizer, loss=loss)
@@ -64,6 +67,8 @@ def main():
                       f"{rate:.0f} samples/s", flush=True)
         if ctx.rank == 0:
             print(f"epoch {epoch}: test accuracy {accuracy(model, test):.4f}", flush=True)
+        if args.max_steps and model.step_count >= args.max_steps:
+            break
     if ctx.rank == 0:
         print(f"done: {model.step_count} steps in {time.monotonic() - start:.1f} s, "
               f"test accuracy {accuracy(model, test):.4f}", flush=True)

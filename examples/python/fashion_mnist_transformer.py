@@ -32,6 +32,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: no limit)")
     args = parser.parse_args()
 
     ctx = chorus.init()
@@ -44,6 +45,8 @@ def main():
     start = time.monotonic()
     for epoch in range(args.epochs):
         for images, labels in loader:
+            if args.max_steps and model.step_count >= args.max_steps:
+                break
             loss = F.cross_entropy(model(images), labels, reduction="sum")
             loss.backward()
             info = chorus.step(optimizer, loss=loss)
@@ -57,6 +60,10 @@ def main():
             model.train()
             print(f"epoch {epoch}: test accuracy {correct / len(labels):.4f} "
                   f"({time.monotonic() - start:.1f} s)", flush=True)
+        if args.max_steps and model.step_count >= args.max_steps:
+            break
+    if ctx.rank == 0:
+        print(f"done: {model.step_count} steps in {time.monotonic() - start:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
