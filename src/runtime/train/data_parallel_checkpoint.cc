@@ -25,9 +25,8 @@ namespace {
 constexpr const char* kModelFile = "model.pt";
 constexpr const char* kOptimizerFile = "optimizer.pt";
 
-// The generator of the worker's device (CUDA), when it has one of its own.
-std::optional<at::Generator> deviceGenerator(const DataParallelEngine& s) {
-  const c10::Device device = s.worker->device();
+// The generator of `device` (CUDA), when it has one of its own.
+std::optional<at::Generator> deviceGenerator(const c10::Device& device) {
   if (device.is_cpu()) return std::nullopt;
   return at::globalContext().defaultGenerator(device);
 }
@@ -38,20 +37,6 @@ void loadModel(model::ZooModel& model, torch::serialize::InputArchive& archive) 
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) readInto(archive, item.key(), item.value(), false);
   for (auto& item : model.named_buffers()) readInto(archive, item.key(), item.value(), true);
-}
-
-void restoreRankState(DataParallelEngine& s, const std::string& bytes) {
-  auto archive = archiveOf(bytes);
-  at::Tensor cpu_rng, device_rng;
-  archive.read("rng_cpu", cpu_rng);
-  setGeneratorState(cpuGenerator(), cpu_rng);
-  if (auto generator = deviceGenerator(s); generator && archive.try_read("rng_device", device_rng))
-    setGeneratorState(*generator, device_rng);
-  if (s.codec) readCodecState(archive, *s.codec);
-  at::Tensor since;
-  if (archive.try_read("samples_since_average", since))
-    s.samples_since_average = static_cast<std::int64_t>(since.item<double>());
-  if (s.scaler) readScalerState(archive, *s.scaler);
 }
 
 // Deep copy of one optimizer state entry (SGD and AdamW, the trainer's optimizers).
@@ -80,74 +65,92 @@ struct StateCopy {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 };
 
-StateCopy copyState(DataParallelEngine& s) {
+// `optimizer`: the replicated one of `section`'s kind; null under ZeRO.
+StateCopy copyState(const model::ZooModel& model, const torch::optim::Optimizer* optimizer,
+                    const OptimizerSection& section) {
   torch::NoGradGuard no_grad;
   StateCopy copy;
-  for (const auto& item : s.model->named_parameters())
+  for (const auto& item : model.named_parameters())
     copy.model.emplace_back(item.key(), item.value().detach().clone());
-  for (const auto& item : s.model->named_buffers())
+  for (const auto& item : model.named_buffers())
     copy.model.emplace_back(item.key(), item.value().detach().clone());
-  if (s.zero) return copy;  // every rank saves its own optimizer slice (writeZeroSlice)
+  // Under ZeRO every rank saves its own optimizer slice (writeZeroSlice).
+  if (optimizer == nullptr) return copy;
   std::vector<at::Tensor> parameters;
-  for (const auto& parameter : s.optimizer->param_groups().at(0).params())
+  for (const auto& parameter : optimizer->param_groups().at(0).params())
     parameters.push_back(parameter.detach().clone());
-  copy.optimizer = makeOptimizer(s.job.optimizer, parameters);
+  copy.optimizer = makeOptimizer(section, parameters);
   copy.optimizer->param_groups().at(0).set_options(
-      s.optimizer->param_groups().at(0).options().clone());
-  const auto& original = s.optimizer->param_groups().at(0).params();
+      optimizer->param_groups().at(0).options().clone());
+  const auto& original = optimizer->param_groups().at(0).params();
   for (size_t i = 0; i < original.size(); ++i) {
-    auto found = s.optimizer->state().find(original[i].unsafeGetTensorImpl());
-    if (found != s.optimizer->state().end())
+    auto found = optimizer->state().find(original[i].unsafeGetTensorImpl());
+    if (found != optimizer->state().end())
       copy.optimizer->state()[parameters[i].unsafeGetTensorImpl()] = deepCopy(*found->second);
   }
   return copy;
+}
+
+}  // namespace
+
+void DataParallelEngine::restoreRankState(const std::string& bytes) {
+  auto archive = archiveOf(bytes);
+  at::Tensor cpu_rng, device_rng;
+  archive.read("rng_cpu", cpu_rng);
+  setGeneratorState(cpuGenerator(), cpu_rng);
+  if (auto generator = deviceGenerator(worker_->device());
+      generator && archive.try_read("rng_device", device_rng))
+    setGeneratorState(*generator, device_rng);
+  if (codec_) readCodecState(archive, *codec_);
+  at::Tensor since;
+  if (archive.try_read("samples_since_average", since))
+    samples_since_average_ = static_cast<std::int64_t>(since.item<double>());
+  if (scaler_) readScalerState(archive, *scaler_);
 }
 
 // A pipeline's checkpoint: the whole model from its stages' files, the RNG of the rank that
 // trained the first layer; the loss scale and a codec's memory start afresh, and the shares are
 // the plan's. Every rank holds its whole optimizer state, so neither ZeRO nor local SGD's own
 // models can take it.
-void restorePipelineCheckpoint(DataParallelEngine& s, const CheckpointSource& source) {
-  if (s.zero || s.job.comm.sync_every > 1)
+void DataParallelEngine::restorePipelineCheckpoint(const CheckpointSource& source) {
+  if (zero_ || job_.comm.sync_every > 1)
     source.mismatch("the layout", describeSavedLayout(source),
-                    s.zero ? "ZeRO (a pipeline checkpoint resumes without it)"
-                           : "local SGD (a pipeline checkpoint resumes with comm.sync_every = 1)");
-  s.skipped_steps = restoreLayersAndGenerator(
-      source, *s.model, 0, static_cast<int>(s.model->numLayers()), *s.optimizer, s.job.optimizer);
-  if (s.worker->rank() == 0)
+                    zero_ ? "ZeRO (a pipeline checkpoint resumes without it)"
+                          : "local SGD (a pipeline checkpoint resumes with comm.sync_every = 1)");
+  skipped_steps_ = restoreLayersAndGenerator(
+      source, *model_, 0, static_cast<int>(model_->numLayers()), *optimizer_, job_.optimizer);
+  if (worker_->rank() == 0)
     logInfo("resuming a checkpoint of ", describeSavedLayout(source), " on one stage per replica (",
-            s.worker->worldSize(), " ranks): the shares are planned anew");
+            worker_->worldSize(), " ranks): the shares are planned anew");
 }
-
-}  // namespace
 
 CheckpointSnapshot DataParallelEngine::snapshot() {
   requireGatheredParameters();
-  DataParallelEngine& s = *this;
   CheckpointSnapshot snapshot;
   std::vector<CheckpointFile>& files = snapshot.small;
   torch::serialize::OutputArchive mine;
   mine.write("rng_cpu", generatorState(cpuGenerator()));
-  if (auto generator = deviceGenerator(s)) mine.write("rng_device", generatorState(*generator));
-  if (s.scaler) writeScalerState(mine, *s.scaler);
-  if (s.codec) writeCodecState(mine, *s.codec);
-  if (s.zero) writeZeroSlice(s, mine);
+  if (auto generator = deviceGenerator(worker_->device()))
+    mine.write("rng_device", generatorState(*generator));
+  if (scaler_) writeScalerState(mine, *scaler_);
+  if (codec_) writeCodecState(mine, *codec_);
+  if (zero_) writeZeroSlice(mine);
   mine.write("samples_since_average",
-             at::tensor({static_cast<double>(s.samples_since_average)}, at::kDouble));
-  files.push_back({rankFile(s.worker->rank()), archiveBytes(mine)});
+             at::tensor({static_cast<double>(samples_since_average_)}, at::kDouble));
+  files.push_back({rankFile(worker_->rank()), archiveBytes(mine)});
   // ZeRO-3: the rank file holds this rank's slice of the parameters; no rank has the whole model
   // (`chorus checkpoint consolidate` writes one).
-  if (s.zero_layers) return snapshot;
+  if (zero_layers_) return snapshot;
   // Model and optimizer: deep copies now (memory bandwidth), serialized later — in the
   // background in async mode. Replicas are identical except under local SGD.
-  const bool own = s.job.comm.sync_every > 1;
-  if (s.worker->rank() != 0 && !own) return snapshot;
-  auto copy = std::make_shared<StateCopy>(copyState(s));
+  const bool own = job_.comm.sync_every > 1;
+  if (worker_->rank() != 0 && !own) return snapshot;
+  auto copy = std::make_shared<StateCopy>(copyState(*model_, optimizer_.get(), job_.optimizer));
   // Names built with a stream: GCC 12 warns falsely on `"x" + string` here (stringop-overflow).
   std::ostringstream suffix_text;
-  if (own) suffix_text << '-' << rankFile(s.worker->rank());
+  if (own) suffix_text << '-' << rankFile(worker_->rank());
   const std::string suffix = suffix_text.str();
-  const bool shared = s.worker->rank() == 0;
+  const bool shared = worker_->rank() == 0;
   snapshot.serialize = [copy, suffix, shared] {
     std::vector<CheckpointFile> heavy;
     torch::serialize::OutputArchive model, optimizer;
@@ -168,36 +171,35 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
 }
 
 nlohmann::json DataParallelEngine::checkpointEntries() const {
-  nlohmann::json entries = {{"balancer", balancerStateToJson(balancer->exportState())},
-                            {"skipped_steps", skipped_steps}};
-  if (zero) entries["zero"] = zeroEntry(*this);
+  nlohmann::json entries = {{"balancer", balancerStateToJson(balancer_->exportState())},
+                            {"skipped_steps", skipped_steps_}};
+  if (zero_) entries["zero"] = zeroEntry();
   return entries;
 }
 
 void DataParallelEngine::restore(const CheckpointSource& source) {
-  DataParallelEngine& s = *this;
-  if (source.saved.contains("pipeline")) return restorePipelineCheckpoint(s, source);
+  if (source.saved.contains("pipeline")) return restorePipelineCheckpoint(source);
   // A ZeRO-3 checkpoint has no model file (its parameters are in the rank files), and a ZeRO-3
   // engine's parameters hold no values: restoreOptimizer takes care of both.
-  if (source.has(kModelFile) && !s.zero_layers) {
+  if (source.has(kModelFile) && !zero_layers_) {
     auto model_archive = archiveOf(source.read(kModelFile));
-    loadModel(*s.model, model_archive);
+    loadModel(*model_, model_archive);
   }
-  restoreOptimizer(s, source);
-  s.skipped_steps = source.saved.value("skipped_steps", std::int64_t{0});
-  const int world = s.worker->worldSize();
+  restoreOptimizer(source);
+  skipped_steps_ = source.saved.value("skipped_steps", std::int64_t{0});
+  const int world = worker_->worldSize();
   if (source.manifest.world_size == world) {
-    s.balancer->importState(balancerStateFromJson(source.saved.at("balancer")));
-    restoreRankState(s, source.read(rankFile(s.worker->rank())));
-    const std::string own_model = "model-" + rankFile(s.worker->rank());
-    if (s.job.comm.sync_every > 1 && source.has(own_model)) {
+    balancer_->importState(balancerStateFromJson(source.saved.at("balancer")));
+    restoreRankState(source.read(rankFile(worker_->rank())));
+    const std::string own_model = "model-" + rankFile(worker_->rank());
+    if (job_.comm.sync_every > 1 && source.has(own_model)) {
       auto own = archiveOf(source.read(own_model));
-      loadModel(*s.model, own);
-      auto own_optimizer = archiveOf(source.read("optimizer-" + rankFile(s.worker->rank())));
-      s.optimizer->load(own_optimizer);
-      moveStatesToParameters(*s.optimizer);
+      loadModel(*model_, own);
+      auto own_optimizer = archiveOf(source.read("optimizer-" + rankFile(worker_->rank())));
+      optimizer_->load(own_optimizer);
+      moveStatesToParameters(*optimizer_);
     }
-  } else if (s.worker->rank() == 0) {
+  } else if (worker_->rank() == 0) {
     logInfo("resuming a ", source.manifest.world_size, "-rank checkpoint on ", world,
             " ranks: the batch sequence goes on, shares are planned anew");
   }

@@ -14,34 +14,38 @@
 #include "chorus/runtime/train/step_figures.h"
 
 namespace chorus::runtime {
-namespace {
 
-struct ShareResult {
+struct DataParallelEngine::ShareResult {
   double compute_seconds = 0;
   double loss_sum = 0;
   bool overflow = false;  // this rank's own gradients overflowed (seen before the reduction)
 };
 
-// Makes a compute phase the one the reducer's hold_launch notes (State::phase) while it lives.
+namespace {
+
+// Makes a compute phase the one the reducer's hold_launch notes (`current`, the engine's phase)
+// while it lives.
 class CurrentPhase {
  public:
-  CurrentPhase(DataParallelEngine& s, device::SpeedEmulator::ComputeScope& phase) : s_(s) {
-    s_.phase = &phase;
+  CurrentPhase(device::SpeedEmulator::ComputeScope*& current,
+               device::SpeedEmulator::ComputeScope& phase)
+      : current_(current) {
+    current_ = &phase;
   }
-  ~CurrentPhase() { s_.phase = nullptr; }
+  ~CurrentPhase() { current_ = nullptr; }
   CurrentPhase(const CurrentPhase&) = delete;
   CurrentPhase& operator=(const CurrentPhase&) = delete;
 
  private:
-  DataParallelEngine& s_;
+  device::SpeedEmulator::ComputeScope*& current_;
 };
 
 using TraceClock = observe::TraceRecorder::Clock;
 
-// Records a span on this step's timeline, if it is recorded.
-void traceSpan(DataParallelEngine& s, observe::Track track, const char* name, const char* category,
-               TraceClock::time_point start) {
-  if (s.trace != nullptr) s.trace->span(track, name, category, start, TraceClock::now());
+// Records a span on this step's timeline `trace`, if it is recorded (not null).
+void traceSpan(observe::TraceRecorder* trace, observe::Track track, const char* name,
+               const char* category, TraceClock::time_point start) {
+  if (trace != nullptr) trace->span(track, name, category, start, TraceClock::now());
 }
 
 // Each bucket's all-reduce of the step, from its launch to when the reducer saw it complete.
@@ -52,32 +56,33 @@ void traceBuckets(observe::TraceRecorder& trace,
                "allreduce", timing.launched, timing.completed);
 }
 
+}  // namespace
+
 // Launches the buckets the reducer held back in `phase`, each when the emulated device would have
 // had its gradients ready.
-void releaseHeldBuckets(DataParallelEngine& s, device::SpeedEmulator::ComputeScope& phase) {
-  for (const double compute : s.held_at) {
+void DataParallelEngine::releaseHeldBuckets(device::SpeedEmulator::ComputeScope& phase) {
+  for (const double compute : held_at_) {
     const auto start = TraceClock::now();
-    if (phase.padTo(compute) > 0) traceSpan(s, observe::Track::kCompute, "pad", "pad", start);
-    s.reducer->launchNextHeld();
+    if (phase.padTo(compute) > 0) traceSpan(trace_, observe::Track::kCompute, "pad", "pad", start);
+    reducer_->launchNextHeld();
   }
-  s.held_at.clear();
+  held_at_.clear();
 }
 
 // The micro-batches of this rank's share `mine` when the ranks' shares are `shares`: at most
-// micro_limit samples each. Under ZeRO-3 every rank runs as many (each forward and backward
+// micro_limit_ samples each. Under ZeRO-3 every rank runs as many (each forward and backward
 // gathers every layer from all ranks), the most that any rank's share needs; a rank that needs
 // fewer runs empty ones after its own, which add exact zeros to its gradients.
-std::vector<std::vector<std::int64_t>> microBatchesOf(const DataParallelEngine& s,
-                                                      const std::vector<std::int64_t>& mine,
-                                                      const std::vector<std::int64_t>& shares) {
+std::vector<std::vector<std::int64_t>> DataParallelEngine::microBatchesOf(
+    const std::vector<std::int64_t>& mine, const std::vector<std::int64_t>& shares) const {
   const auto limitOf = [](std::int64_t limit, std::int64_t share) {
     return limit > 0 ? limit : std::max<std::int64_t>(1, share);
   };
-  auto micro = data::microBatches(mine, limitOf(s.micro_limit, mine.size()));
-  if (!s.zero_layers) return micro;
+  auto micro = data::microBatches(mine, limitOf(micro_limit_, mine.size()));
+  if (!zero_layers_) return micro;
   std::int64_t passes = 1;
   for (size_t r = 0; r < shares.size(); ++r) {
-    const std::int64_t limit = limitOf(s.micro_limits.at(r), shares[r]);
+    const std::int64_t limit = limitOf(micro_limits_.at(r), shares[r]);
     passes = std::max(passes, (shares[r] + limit - 1) / limit);
   }
   micro.resize(passes);
@@ -91,49 +96,50 @@ std::vector<std::vector<std::int64_t>> microBatchesOf(const DataParallelEngine& 
 // heterogeneity"): the reducer holds each one back (reducerOptions), and the padding launches it
 // at the moment the slower device would have had it ready, so its all-reduces cannot hide in one
 // final sleep.
-ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& mine,
-                     const std::vector<std::int64_t>& shares, bool inject, bool arm_reducer) {
-  const auto micro = microBatchesOf(s, mine, shares);
-  s.clearGradients();
-  s.model->train();
-  if (s.unscaler) s.unscaler->beginStep(s.scaler->scale());
-  s.held_at.clear();  // what a failed step left
+DataParallelEngine::ShareResult DataParallelEngine::runShare(
+    const std::vector<std::int64_t>& mine, const std::vector<std::int64_t>& shares, bool inject,
+    bool arm_reducer) {
+  const auto micro = microBatchesOf(mine, shares);
+  clearGradients();
+  model_->train();
+  if (unscaler_) unscaler_->beginStep(scaler_->scale());
+  held_at_.clear();  // what a failed step left
   const auto turn_start = TraceClock::now();
-  s.emulator->beginStep();  // an emulated device sharing a core may wait for its turn here
+  emulator_->beginStep();  // an emulated device sharing a core may wait for its turn here
   if (TraceClock::now() - turn_start > std::chrono::microseconds(50))
-    traceSpan(s, observe::Track::kCompute, "wait for turn", "pad", turn_start);
+    traceSpan(trace_, observe::Track::kCompute, "wait for turn", "pad", turn_start);
   ShareResult result;
   at::Tensor loss_sum;  // on the device: read once a phase must be timed (below)
   for (size_t k = 0; k < micro.size(); ++k) {
-    const data::Batch batch = s.data.train->get(micro[k]);
-    if (arm_reducer && k + 1 == micro.size()) s.reducer->armForFinalBackward();
+    const data::Batch batch = data_.train->get(micro[k]);
+    if (arm_reducer && k + 1 == micro.size()) reducer_->armForFinalBackward();
     const auto forward_start = TraceClock::now();
-    auto phase = s.emulator->compute();
-    const CurrentPhase current(s, phase);
+    auto phase = emulator_->compute();
+    const CurrentPhase current(phase_, phase);
     at::Tensor loss;
     {
-      parallel::AutocastScope autocast(s.worker->device().type(), s.compute_precision);
-      loss = s.model->lossSum(s.forward(batch.inputs.to(s.worker->device())),
-                              batch.targets.to(s.worker->device()));
+      parallel::AutocastScope autocast(worker_->device().type(), compute_precision_);
+      loss = model_->lossSum(forward(batch.inputs.to(worker_->device())),
+                             batch.targets.to(worker_->device()));
     }
-    traceSpan(s, observe::Track::kCompute, "forward", "compute", forward_start);
+    traceSpan(trace_, observe::Track::kCompute, "forward", "compute", forward_start);
     const auto backward_start = TraceClock::now();
-    at::Tensor scaled = s.scaler ? loss * s.scaler->scale() : loss;
+    at::Tensor scaled = scaler_ ? loss * scaler_->scale() : loss;
     if (inject && k + 1 == micro.size()) scaled = scaled * std::numeric_limits<float>::infinity();
     scaled.backward();
-    if (s.zero_layers) s.zero_layers->release();
+    if (zero_layers_) zero_layers_->release();
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
     // Reading the sum waits for a GPU's queued work, which a phase's time must include: after
     // each micro-batch when the phase is padded to an emulated speed, else once, after the last
     // (the phases before it then measure their launches, the last the queue's whole rest).
-    if (s.emulator->emulated() || k + 1 == micro.size()) result.loss_sum = loss_sum.item<double>();
-    traceSpan(s, observe::Track::kCompute, "backward", "compute", backward_start);
-    releaseHeldBuckets(s, phase);
+    if (emulator_->emulated() || k + 1 == micro.size()) result.loss_sum = loss_sum.item<double>();
+    traceSpan(trace_, observe::Track::kCompute, "backward", "compute", backward_start);
+    releaseHeldBuckets(phase);
     const auto pad_start = TraceClock::now();
-    if (phase.end() > 0) traceSpan(s, observe::Track::kCompute, "pad", "pad", pad_start);
+    if (phase.end() > 0) traceSpan(trace_, observe::Track::kCompute, "pad", "pad", pad_start);
     result.compute_seconds += phase.deviceSeconds();
   }
-  result.overflow = s.unscaler && s.unscaler->overflowed();
+  result.overflow = unscaler_ && unscaler_->overflowed();
   return result;
 }
 
@@ -141,76 +147,73 @@ ShareResult runShare(DataParallelEngine& s, const std::vector<std::int64_t>& min
 // a lost peer that fails the all-gather does not undo the step: the slices already stepped, so
 // this rank has completed it (and logs it) and the recovery rebuilds the parameters from the
 // slices; until then the parameters are stale, and any use of them fails as the world did.
-void stepZero(DataParallelEngine& s) {
-  s.zero->stepSlices();
-  if (!s.zero->redundant()) {
-    s.zero->gatherParameters();
+void DataParallelEngine::stepZero() {
+  zero_->stepSlices();
+  if (!zero_->redundant()) {
+    zero_->gatherParameters();
     return;
   }
   try {
-    s.zero->gatherParameters();
+    zero_->gatherParameters();
   } catch (const CommError& error) {
-    s.stale_parameters = error.what();
+    stale_parameters_ = error.what();
   }
 }
 
-}  // namespace
-
 void DataParallelEngine::requireGatheredParameters() const {
-  if (!stale_parameters.empty())
+  if (!stale_parameters_.empty())
     CHORUS_THROW(CommError,
-                 "ZeRO: the parameters of the last step were not gathered: ", stale_parameters);
+                 "ZeRO: the parameters of the last step were not gathered: ", stale_parameters_);
 }
 
 StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks) {
-  DataParallelEngine& s = *this;
-  comm::Communicator& world = *s.worker->world();
+  comm::Communicator& world = *worker_->world();
   CHORUS_CHECK_CONFIG(
       !hooks.cut_at, "TrainerHooks::cut_at moves a pipeline's cut; one stage per replica has none");
   if (hooks.speed_at) {
     const double speed = hooks.speed_at(step);
-    if (speed != s.speed) {
-      s.speed_override = s.worker->makeEmulator(s.speed = speed);
-      s.emulator = s.speed_override.get();
-      s.emulator->yieldCoreToFasterDevices();
+    if (speed != speed_) {
+      speed_override_ = worker_->makeEmulator(speed_ = speed);
+      emulator_ = speed_override_.get();
+      emulator_->yieldCoreToFasterDevices();
     }
   }
   if (hooks.trace != nullptr) hooks.trace->setStep(step);
-  s.trace = hooks.trace != nullptr && hooks.trace->recording() ? hooks.trace : nullptr;
-  s.requireGatheredParameters();
+  trace_ = hooks.trace != nullptr && hooks.trace->recording() ? hooks.trace : nullptr;
+  requireGatheredParameters();
   Stopwatch clock;
   StepRecord record;
   record.step = step;
   record.shares = shares();
-  record.lr = learningRateAt(s.job.optimizer, step, s.job.train.steps);
-  setLearningRate(s.activeOptimizer(), record.lr);
-  if (s.zero && s.zero->redundant()) setLearningRate(s.zero->replicaOptimizer(), record.lr);
+  record.lr = learningRateAt(job_.optimizer, step, job_.train.steps);
+  setLearningRate(activeOptimizer(), record.lr);
+  if (zero_ && zero_->redundant()) setLearningRate(zero_->replicaOptimizer(), record.lr);
 
-  const auto mine = data::shardOf(s.sampler->batch(step), record.shares, world.rank());
+  const auto mine = data::shardOf(sampler_->batch(step), record.shares, world.rank());
   const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
   // Local SGD: no gradient all-reduce; each rank steps on its own mean gradient and parameters
   // are averaged every sync_every steps.
-  const bool local = s.job.comm.sync_every > 1;
+  const bool local = job_.comm.sync_every > 1;
   if (hooks.at_point) hooks.at_point(step, "forward");
-  const ShareResult share = runShare(s, mine, record.shares, inject, /*arm_reducer=*/!local);
+  const ShareResult share = runShare(mine, record.shares, inject, /*arm_reducer=*/!local);
   if (hooks.at_point) hooks.at_point(step, "reduce");
   parallel::ReduceTiming reduce;
   if (local)
-    s.reducer->finishLocal(static_cast<std::int64_t>(mine.size()));
+    reducer_->finishLocal(static_cast<std::int64_t>(mine.size()));
   else
-    reduce = s.reducer->finish(s.global_batch);
-  if (s.trace != nullptr && !local) traceBuckets(*s.trace, s.reducer->lastTimings());
+    reduce = reducer_->finish(global_batch_);
+  if (trace_ != nullptr && !local) traceBuckets(*trace_, reducer_->lastTimings());
   // ZeRO-1: this rank keeps its slice of the averaged gradient, and no whole one.
-  if (s.zero && s.zero->stage() == 1) {
-    s.zero->takeGradientSlice();
-    s.clearGradients();
+  if (zero_ && zero_->stage() == 1) {
+    zero_->takeGradientSlice();
+    clearGradients();
   }
   // A replica's gradient arrives before the step figures: a rank past them holds every gradient
   // it steps, and so does each of its peers.
-  if (s.zero && s.zero->stage() >= 2) s.zero->exchangeReplicaGradients();
+  if (zero_ && zero_->stage() >= 2) zero_->exchangeReplicaGradients();
   // A non-finite reduced gradient is the same on every rank, so this needs no agreement; the
   // gathered flags add overflows that a lossy path could have hidden.
-  const bool local_overflow = share.overflow || !s.reducer->gradientsFinite();
+  const bool local_overflow = share.overflow || !reducer_->gradientsFinite();
   const bool stop = hooks.stop_requested && hooks.stop_requested();
   const auto figures_start = TraceClock::now();
   const double balance = hooks.balancer_seconds
@@ -222,55 +225,55 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   reported.loss_sum = share.loss_sum;
   reported.overflow = local_overflow;
   reported.stop = stop;
-  reported.loss_scale = s.scaler ? s.scaler->scale() : 0.0;
+  reported.loss_scale = scaler_ ? scaler_->scale() : 0.0;
   reported.balance = balance;
   reported.samples = static_cast<std::int64_t>(mine.size());
   // A world of one has nothing to agree on, unless it is elastic: a lone survivor learns of a
   // joining worker when an abort fails this collective.
   const StepFigures figures =
-      StepFigures::exchange(world, reported, /*always=*/s.job.elastic.enabled);
-  traceSpan(s, observe::Track::kComm, "step figures", "sync", figures_start);
+      StepFigures::exchange(world, reported, /*always=*/job_.elastic.enabled);
+  traceSpan(trace_, observe::Track::kComm, "step figures", "sync", figures_start);
   record.skipped = figures.anyOverflow();
   record.stop_requested = figures.anyStop();
   if (hooks.at_point) hooks.at_point(step, "optimizer");
   const auto optimizer_start = TraceClock::now();
   if (record.skipped) {
-    ++s.skipped_steps;  // every rank skips together: the replicas stay identical
-    s.clearGradients();
-  } else if (s.zero) {
-    stepZero(s);
+    ++skipped_steps_;  // every rank skips together: the replicas stay identical
+    clearGradients();
+  } else if (zero_) {
+    stepZero();
   } else {
-    s.optimizer->step();
+    optimizer_->step();
   }
-  traceSpan(s, observe::Track::kCompute, "optimizer", "optimizer", optimizer_start);
-  if (s.scaler) s.scaler->update(record.skipped);
+  traceSpan(trace_, observe::Track::kCompute, "optimizer", "optimizer", optimizer_start);
+  if (scaler_) scaler_->update(record.skipped);
   if (local) {
-    s.samples_since_average += static_cast<std::int64_t>(mine.size());
-    if ((step + 1) % s.job.comm.sync_every == 0) {
-      s.reducer->averageParameters(static_cast<double>(s.samples_since_average));
-      s.samples_since_average = 0;
+    samples_since_average_ += static_cast<std::int64_t>(mine.size());
+    if ((step + 1) % job_.comm.sync_every == 0) {
+      reducer_->averageParameters(static_cast<double>(samples_since_average_));
+      samples_since_average_ = 0;
     }
   }
-  record.loss = figures.lossSum() / static_cast<double>(s.global_batch);
+  record.loss = figures.lossSum() / static_cast<double>(global_batch_);
   record.compute_seconds = figures.computeSeconds();
   record.wait_seconds = figures.waitSeconds();
   record.loss_scales = figures.lossScales();
   // Step 0 pays one-time costs (allocations, caches) that would mislead the balancer's fit.
-  if (s.fixed_shares.empty() && step > 0 && s.balancer->update(step, figures.balance()))
-    record.rebalance = s.balancer->lastChange();
+  if (fixed_shares_.empty() && step > 0 && balancer_->update(step, figures.balance()))
+    record.rebalance = balancer_->lastChange();
   record.step_seconds = clock.seconds();
-  record.samples_per_second = s.global_batch / record.step_seconds;
+  record.samples_per_second = global_batch_ / record.step_seconds;
   return record;
 }
 
 std::vector<at::Tensor> DataParallelEngine::parameterValues() {
   requireGatheredParameters();
-  if (!zero_layers) return StepEngine::parameterValues();
-  const at::Tensor whole = zero->gatherWhole();
-  std::vector<at::Tensor> values(model_parameters.size());
+  if (!zero_layers_) return StepEngine::parameterValues();
+  const at::Tensor whole = zero_->gatherWhole();
+  std::vector<at::Tensor> values(model_parameters_.size());
   std::int64_t position = 0;
-  for (int index : zero->order()) {
-    const at::Tensor& parameter = model_parameters[index];
+  for (int index : zero_->order()) {
+    const at::Tensor& parameter = model_parameters_[index];
     values[index] = whole.narrow(0, position, parameter.numel()).view(parameter.sizes()).clone();
     position += parameter.numel();
   }

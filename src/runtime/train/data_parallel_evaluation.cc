@@ -33,51 +33,50 @@ std::int64_t passesFor(std::int64_t samples, std::int64_t chunk) {
   return (samples + chunk - 1) / chunk;
 }
 
+}  // namespace
+
 // The forward passes of this rank's evaluation: its samples in chunks; under ZeRO-3 as many as
 // the rank that needs the most (every pass gathers each layer from all ranks), so some are empty.
-std::int64_t evaluationPasses(const DataParallelEngine& s, std::int64_t test_size,
-                              std::int64_t limit) {
-  const int world = s.worker->worldSize();
+std::int64_t DataParallelEngine::evaluationPasses(std::int64_t test_size,
+                                                  std::int64_t limit) const {
+  const int world = worker_->worldSize();
   const auto passesOf = [&](int rank, std::int64_t micro_limit) {
     const auto [begin, end] = evaluationRange(test_size, limit, rank, world);
     return passesFor(end - begin, evaluationChunk(micro_limit));
   };
-  if (!s.zero_layers) return passesOf(s.worker->rank(), s.micro_limit);
+  if (!zero_layers_) return passesOf(worker_->rank(), micro_limit_);
   std::int64_t passes = 0;
   for (int rank = 0; rank < world; ++rank)
-    passes = std::max(passes, passesOf(rank, s.micro_limits.at(rank)));
+    passes = std::max(passes, passesOf(rank, micro_limits_.at(rank)));
   return passes;
 }
 
-}  // namespace
-
 std::pair<double, double> DataParallelEngine::evaluate(std::int64_t samples) {
   requireGatheredParameters();
-  DataParallelEngine& s = *this;
-  comm::Communicator& world = *s.worker->world();
+  comm::Communicator& world = *worker_->world();
   torch::NoGradGuard no_grad;
-  s.model->eval();
-  const std::int64_t limit = samples < 0 ? s.job.train.eval_samples : samples;
-  const auto ids = evaluationIds(s.data.test->size(), limit, world.rank(), world.size());
+  model_->eval();
+  const std::int64_t limit = samples < 0 ? job_.train.eval_samples : samples;
+  const auto ids = evaluationIds(data_.test->size(), limit, world.rank(), world.size());
   // correct predictions, predictions, summed loss, samples
   at::Tensor totals = at::zeros({4}, at::kDouble);
-  const std::int64_t chunk = evaluationChunk(s.micro_limit);
-  const std::int64_t passes = evaluationPasses(s, s.data.test->size(), limit);
+  const std::int64_t chunk = evaluationChunk(micro_limit_);
+  const std::int64_t passes = evaluationPasses(data_.test->size(), limit);
   for (std::int64_t pass = 0; pass < passes; ++pass) {
     const size_t begin = std::min(ids.size(), static_cast<size_t>(pass * chunk));
     const std::vector<std::int64_t> part(
         ids.begin() + begin,
         ids.begin() + std::min(ids.size(), begin + static_cast<size_t>(chunk)));
-    const data::Batch batch = s.data.test->get(part);
-    const at::Tensor targets = batch.targets.to(s.worker->device());
+    const data::Batch batch = data_.test->get(part);
+    const at::Tensor targets = batch.targets.to(worker_->device());
     at::Tensor outputs;
     {
-      parallel::AutocastScope autocast(s.worker->device().type(), s.compute_precision);
-      outputs = s.forward(batch.inputs.to(s.worker->device()));
+      parallel::AutocastScope autocast(worker_->device().type(), compute_precision_);
+      outputs = forward(batch.inputs.to(worker_->device()));
     }
-    totals[0] += static_cast<double>(s.model->correct(outputs, targets));
+    totals[0] += static_cast<double>(model_->correct(outputs, targets));
     totals[1] += static_cast<double>(targets.numel());
-    totals[2] += s.model->lossSum(outputs, targets).item<double>();
+    totals[2] += model_->lossSum(outputs, targets).item<double>();
     totals[3] += static_cast<double>(part.size());
   }
   world.allReduce(totals).wait();

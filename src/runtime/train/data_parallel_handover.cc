@@ -39,21 +39,21 @@ std::string DataParallelEngine::handover(const std::vector<int>& kept,
                                          const std::vector<std::int64_t>& next_shares) {
   const nlohmann::json header = {{"shares", next_shares},
                                  {"balancer", balancerStateToJson(plan::survivorBalancerState(
-                                                  balancer->exportState(), kept, next_shares))},
-                                 {"skipped_steps", skipped_steps}};
+                                                  balancer_->exportState(), kept, next_shares))},
+                                 {"skipped_steps", skipped_steps_}};
   torch::serialize::OutputArchive archive;
   archive.write(kHeader, textTensor(header.dump()));
   torch::NoGradGuard no_grad;
   // ZeRO's parameters and optimizer state come from the slices and their replicas
   // (zero_replicas.h), not from one member.
-  if (!zero)
-    for (const auto& item : model->named_parameters())
+  if (!zero_)
+    for (const auto& item : model_->named_parameters())
       archive.write(kModelPrefix + item.key(), item.value().detach().cpu());
-  for (const auto& item : model->named_buffers())
+  for (const auto& item : model_->named_buffers())
     archive.write(kModelPrefix + item.key(), item.value().detach().cpu(), true);
-  if (!zero) {
+  if (!zero_) {
     torch::serialize::OutputArchive optimizer_archive;
-    optimizer->save(optimizer_archive);
+    optimizer_->save(optimizer_archive);
     archive.write(kOptimizer, optimizer_archive);
   }
   return archiveBytes(archive);
@@ -61,8 +61,8 @@ std::string DataParallelEngine::handover(const std::vector<int>& kept,
 
 LocalCarry DataParallelEngine::localCarry() const {
   LocalCarry carry;
-  if (scaler) carry.loss_scale = scaler->state();
-  if (codec) carry.codec = codec->state();
+  if (scaler_) carry.loss_scale = scaler_->state();
+  if (codec_) carry.codec = codec_->state();
   return carry;
 }
 
@@ -73,28 +73,28 @@ void DataParallelEngine::adopt(const std::string& bytes, const LocalCarry& carry
   const nlohmann::json header = nlohmann::json::parse(tensorText(header_text));
   {
     torch::NoGradGuard no_grad;
-    if (!zero)
-      for (auto& item : model->named_parameters()) {
+    if (!zero_)
+      for (auto& item : model_->named_parameters()) {
         at::Tensor value;
         archive.read(kModelPrefix + item.key(), value);
         item.value().copy_(value);
       }
-    for (auto& item : model->named_buffers()) {
+    for (auto& item : model_->named_buffers()) {
       at::Tensor value;
       archive.read(kModelPrefix + item.key(), value, true);
       item.value().copy_(value);
     }
   }
-  if (!zero) {
+  if (!zero_) {
     torch::serialize::InputArchive optimizer_archive;
     archive.read(kOptimizer, optimizer_archive);
-    optimizer->load(optimizer_archive);
+    optimizer_->load(optimizer_archive);
   }
-  skipped_steps = header.at("skipped_steps").get<std::int64_t>();
-  balancer->importState(balancerStateFromJson(header.at("balancer")));
-  if (!fixed_shares.empty()) fixed_shares = header.at("shares").get<std::vector<std::int64_t>>();
-  if (scaler && carry.loss_scale) scaler->loadState(*carry.loss_scale);
-  if (codec && !carry.codec.empty()) codec->loadState(carry.codec);
+  skipped_steps_ = header.at("skipped_steps").get<std::int64_t>();
+  balancer_->importState(balancerStateFromJson(header.at("balancer")));
+  if (!fixed_shares_.empty()) fixed_shares_ = header.at("shares").get<std::vector<std::int64_t>>();
+  if (scaler_ && carry.loss_scale) scaler_->loadState(*carry.loss_scale);
+  if (codec_ && !carry.codec.empty()) codec_->loadState(carry.codec);
 }
 
 }  // namespace chorus::runtime

@@ -27,55 +27,14 @@ namespace {
 // What this rank tells the others for the gradient topology: its host, its device's vendor and,
 // for a GPU, which card (ranks sharing one cannot share a NCCL communicator), by its PCI address:
 // tasks given one GPU each all call theirs cuda:0.
-comm::RankDescriptor rankDescriptor(const DataParallelEngine& s) {
+comm::RankDescriptor rankDescriptor(const WorkerIdentity& identity) {
   comm::RankDescriptor self;
-  const WorkerIdentity& identity = s.worker->identity();
   self.host_id = identity.host_id;
   if (identity.device.kind == DeviceKind::kCuda) {
     self.vendor = at::detail::getCUDAHooks().hasROCM() ? "amd" : "nvidia";
     self.device = device::physicalGpuId(identity.device.index);
   }
   return self;
-}
-
-// Buckets, and the topology-aware path. The ranks are grouped by host and device vendor
-// (collective: one exchange of descriptors). Under comm.algorithm = "flat", a world that no native
-// collective spans (CUDA beside CPU ranks, ranks sharing a GPU) keeps its buckets in host memory,
-// a native one on the device; every other algorithm runs a hierarchical all-reduce over the
-// groups, which bridges them through host memory where the devices differ, and the buckets stay
-// on the device.
-parallel::ReducerOptions reducerOptions(DataParallelEngine& s) {
-  const CommSection& section = s.job.comm;
-  parallel::ReducerOptions options = reducerBuckets(section);
-  options.skip_alone = !s.job.elastic.enabled;
-  // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
-  // phase had got (runShare launches it at the emulated moment); launches after the phase
-  // (finish(), overlap off) find none and go out at once. The State outlives the reducer it owns.
-  options.hold_launch = [&s](int /*bucket*/) {
-    if (s.phase == nullptr || !s.emulator->emulated()) return false;
-    s.held_at.push_back(s.phase->computeSoFar());
-    return true;
-  };
-  auto topology = comm::Topology::discover(*s.worker->world(), rankDescriptor(s),
-                                           comm::GroupBy::kHostAndVendor);
-  if (section.algorithm == "flat") {
-    options.device_buckets = topology.native();
-    if (!topology.native() && s.worker->rank() == 0)
-      logInfo("gradient all-reduce: flat, in host memory (", topology.describe(), ")");
-  } else {
-    options.device_buckets = true;
-    comm::HierarchicalOptions hierarchical;
-    hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
-    const std::string described = topology.describe();
-    options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
-        s.worker->world(), std::move(topology), hierarchical);
-    if (s.worker->rank() == 0)
-      logInfo("gradient all-reduce: ", section.algorithm, " over ", described,
-              " (rank 0: ", options.hierarchical->describeTransports(), ")");
-  }
-  s.codec = jobCodec(s.job);
-  options.codec = s.codec;
-  return options;
 }
 
 // The parameter indices (into `parameters`, the model's) of each layer of `model`.
@@ -91,51 +50,6 @@ std::vector<std::vector<int>> layerIndices(const model::ZooModel& model,
   return layers;
 }
 
-// ZeRO (plan.zero_stage >= 1): the optimizer of this rank's slice of the parameters flattened in
-// the reducer's bucket order; for stage 2 and up, the reducer's reduce-scatter into the slice; for
-// stage 3, the layers gathered from the slices, over a group of their own (zero_layers.h).
-void setUpZero(DataParallelEngine& s, const plan::Plan& plan, parallel::ReducerOptions& reducing) {
-  const std::vector<at::Tensor> parameters = s.model->parameters();
-  std::int64_t elements = 0;
-  for (const at::Tensor& parameter : parameters) elements += parameter.numel();
-  const int ranks = s.worker->worldSize();
-  const std::vector<double> fractions =
-      plan.zero_shards.empty() ? std::vector<double>(ranks, 1.0) : plan.zero_shards;
-  const std::vector<std::int64_t> bounds = parallel::shardBounds(elements, fractions);
-  const OptimizerSection& optimizer = s.job.optimizer;
-  s.zero = std::make_unique<parallel::ZeroOptimizer>(
-      plan.zero_stage, parameters,
-      parallel::flatOrder(parallel::bucketLayoutOf(parameters, reducing)), bounds,
-      s.worker->world(),
-      [&optimizer](std::vector<at::Tensor> slice) { return makeOptimizer(optimizer, slice); },
-      /*redundant=*/s.job.zero.redundancy > 0);
-  if (plan.zero_stage >= 2) {
-    reducing.scatter_bounds = bounds;
-    reducing.scatter_output = s.zero->gradientSlice();
-  }
-  if (plan.zero_stage >= 3) {
-    std::vector<int> everyone(ranks);
-    for (int r = 0; r < ranks; ++r) everyone[r] = r;
-    s.zero_layers = std::make_unique<parallel::ZeroLayers>(
-        parameters, layerIndices(*s.model, parameters), s.zero->order(), bounds,
-        s.zero->masterSlice(), s.worker->world()->subgroup(everyone, "zero-gather"));
-    // Waiting for a peer's piece of a layer is no compute of this rank (the balancer's input).
-    s.zero_layers->setWaitHooks({[&s] {
-                                   if (s.phase != nullptr) s.phase->pauseForWait();
-                                 },
-                                 [&s] {
-                                   if (s.phase != nullptr) s.phase->resume();
-                                 }});
-  }
-  if (s.worker->rank() != 0) return;
-  std::string slices;
-  for (int r = 0; r < ranks; ++r)
-    slices += (r ? "/" : "") + std::to_string(bounds[r + 1] - bounds[r]);
-  logInfo("ZeRO stage ", plan.zero_stage, ": parameter slices of ", slices, " elements",
-          plan.zero_shards.empty() ? " (even)" : " (sized by the plan's shards)",
-          s.zero->redundant() ? "; each rank keeps a replica of the next rank's slice" : "");
-}
-
 // Collective: every rank's micro-batch limit, by rank.
 std::vector<std::int64_t> everyRanksLimit(comm::Communicator& world, std::int64_t limit) {
   at::Tensor mine = at::tensor({static_cast<double>(limit)}, at::kDouble);
@@ -145,18 +59,6 @@ std::vector<std::int64_t> everyRanksLimit(comm::Communicator& world, std::int64_
   for (int r = 0; r < world.size(); ++r)
     limits.push_back(static_cast<std::int64_t>(all[r].item<double>()));
   return limits;
-}
-
-// The rank's compute format (the plan's), and a loss scaler when it is fp16.
-void setUpPrecision(DataParallelEngine& s, const plan::RankPlan& rank) {
-  s.compute_precision = computePrecision(rank);
-  parallel::allowTf32(s.job.precision.tf32, s.job.precision.conv_tf32);
-  if (!parallel::needsLossScaling(s.compute_precision)) return;
-  const DeviceSpec& device = s.worker->identity().device;
-  s.scaler.emplace(lossScalerOptions(
-      s.job.precision, device.kind,
-      device.kind == DeviceKind::kCuda ? cudaComputeCapability(device.index) : ""));
-  s.unscaler = std::make_unique<parallel::GradientUnscaler>(s.model->parameters());
 }
 
 // Each rank's start share under `plan`, by rank. Throws ConfigError unless the plan has one stage
@@ -180,61 +82,156 @@ std::int64_t planMicroBatch(const plan::Plan& plan, const JobConfig& job, int ra
 
 }  // namespace
 
+// Buckets, and the topology-aware path. The ranks are grouped by host and device vendor
+// (collective: one exchange of descriptors). Under comm.algorithm = "flat", a world that no native
+// collective spans (CUDA beside CPU ranks, ranks sharing a GPU) keeps its buckets in host memory,
+// a native one on the device; every other algorithm runs a hierarchical all-reduce over the
+// groups, which bridges them through host memory where the devices differ, and the buckets stay
+// on the device.
+parallel::ReducerOptions DataParallelEngine::reducerOptions() {
+  const CommSection& section = job_.comm;
+  parallel::ReducerOptions options = reducerBuckets(section);
+  options.skip_alone = !job_.elastic.enabled;
+  // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
+  // phase had got (runShare launches it at the emulated moment); launches after the phase
+  // (finish(), overlap off) find none and go out at once. The engine outlives the reducer it owns.
+  options.hold_launch = [this](int /*bucket*/) {
+    if (phase_ == nullptr || !emulator_->emulated()) return false;
+    held_at_.push_back(phase_->computeSoFar());
+    return true;
+  };
+  auto topology = comm::Topology::discover(*worker_->world(), rankDescriptor(worker_->identity()),
+                                           comm::GroupBy::kHostAndVendor);
+  if (section.algorithm == "flat") {
+    options.device_buckets = topology.native();
+    if (!topology.native() && worker_->rank() == 0)
+      logInfo("gradient all-reduce: flat, in host memory (", topology.describe(), ")");
+  } else {
+    options.device_buckets = true;
+    comm::HierarchicalOptions hierarchical;
+    hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
+    const std::string described = topology.describe();
+    options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
+        worker_->world(), std::move(topology), hierarchical);
+    if (worker_->rank() == 0)
+      logInfo("gradient all-reduce: ", section.algorithm, " over ", described,
+              " (rank 0: ", options.hierarchical->describeTransports(), ")");
+  }
+  codec_ = jobCodec(job_);
+  options.codec = codec_;
+  return options;
+}
+
+// ZeRO (plan.zero_stage >= 1): the optimizer of this rank's slice of the parameters flattened in
+// the reducer's bucket order; for stage 2 and up, the reducer's reduce-scatter into the slice; for
+// stage 3, the layers gathered from the slices, over a group of their own (zero_layers.h).
+void DataParallelEngine::setUpZero(const plan::Plan& plan, parallel::ReducerOptions& reducing) {
+  const std::vector<at::Tensor> parameters = model_->parameters();
+  std::int64_t elements = 0;
+  for (const at::Tensor& parameter : parameters) elements += parameter.numel();
+  const int ranks = worker_->worldSize();
+  const std::vector<double> fractions =
+      plan.zero_shards.empty() ? std::vector<double>(ranks, 1.0) : plan.zero_shards;
+  const std::vector<std::int64_t> bounds = parallel::shardBounds(elements, fractions);
+  const OptimizerSection& optimizer = job_.optimizer;
+  zero_ = std::make_unique<parallel::ZeroOptimizer>(
+      plan.zero_stage, parameters,
+      parallel::flatOrder(parallel::bucketLayoutOf(parameters, reducing)), bounds, worker_->world(),
+      [&optimizer](std::vector<at::Tensor> slice) { return makeOptimizer(optimizer, slice); },
+      /*redundant=*/job_.zero.redundancy > 0);
+  if (plan.zero_stage >= 2) {
+    reducing.scatter_bounds = bounds;
+    reducing.scatter_output = zero_->gradientSlice();
+  }
+  if (plan.zero_stage >= 3) {
+    std::vector<int> everyone(ranks);
+    for (int r = 0; r < ranks; ++r) everyone[r] = r;
+    zero_layers_ = std::make_unique<parallel::ZeroLayers>(
+        parameters, layerIndices(*model_, parameters), zero_->order(), bounds, zero_->masterSlice(),
+        worker_->world()->subgroup(everyone, "zero-gather"));
+    // Waiting for a peer's piece of a layer is no compute of this rank (the balancer's input).
+    zero_layers_->setWaitHooks({[this] {
+                                  if (phase_ != nullptr) phase_->pauseForWait();
+                                },
+                                [this] {
+                                  if (phase_ != nullptr) phase_->resume();
+                                }});
+  }
+  if (worker_->rank() != 0) return;
+  std::string slices;
+  for (int r = 0; r < ranks; ++r)
+    slices += (r ? "/" : "") + std::to_string(bounds[r + 1] - bounds[r]);
+  logInfo("ZeRO stage ", plan.zero_stage, ": parameter slices of ", slices, " elements",
+          plan.zero_shards.empty() ? " (even)" : " (sized by the plan's shards)",
+          zero_->redundant() ? "; each rank keeps a replica of the next rank's slice" : "");
+}
+
+// The rank's compute format (the plan's), and a loss scaler when it is fp16.
+void DataParallelEngine::setUpPrecision(const plan::RankPlan& rank) {
+  compute_precision_ = computePrecision(rank);
+  parallel::allowTf32(job_.precision.tf32, job_.precision.conv_tf32);
+  if (!parallel::needsLossScaling(compute_precision_)) return;
+  const DeviceSpec& device = worker_->identity().device;
+  scaler_.emplace(lossScalerOptions(
+      job_.precision, device.kind,
+      device.kind == DeviceKind::kCuda ? cudaComputeCapability(device.index) : ""));
+  unscaler_ = std::make_unique<parallel::GradientUnscaler>(model_->parameters());
+}
+
 DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Plan& plan)
-    : job(context.job),
-      worker(context.worker),
-      data(context.data),
-      sampler(context.sampler),
-      model(context.model) {
-  DataParallelEngine& s = *this;
-  comm::Communicator& world = *s.worker->world();
+    : job_(context.job),
+      worker_(context.worker),
+      data_(context.data),
+      sampler_(context.sampler),
+      model_(context.model) {
+  comm::Communicator& world = *worker_->world();
   const std::vector<std::int64_t> start_shares = planShares(plan, world.size());
-  s.global_batch = plan.global_batch;
-  s.cuts_of_model = {0, static_cast<int>(s.model->numLayers())};
-  s.model_parameters = s.model->parameters();
-  parallel::ReducerOptions reducing = reducerOptions(s);
-  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || s.job.comm.sync_every == 1,
+  global_batch_ = plan.global_batch;
+  cuts_ = {0, static_cast<int>(model_->numLayers())};
+  model_parameters_ = model_->parameters();
+  parallel::ReducerOptions reducing = reducerOptions();
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || job_.comm.sync_every == 1,
                       "data parallelism: ZeRO does not combine with local SGD (comm.sync_every)");
   if (plan.zero_stage >= 1)
-    setUpZero(s, plan, reducing);
+    setUpZero(plan, reducing);
   else
-    s.optimizer = makeOptimizer(s.job.optimizer, s.model->parameters());
-  s.reducer = std::make_unique<parallel::GradientReducer>(s.model->parameters(), s.worker->world(),
-                                                          reducing);
-  setUpPrecision(s, plan.ranks.at(world.rank()));
+    optimizer_ = makeOptimizer(job_.optimizer, model_->parameters());
+  reducer_ =
+      std::make_unique<parallel::GradientReducer>(model_->parameters(), worker_->world(), reducing);
+  setUpPrecision(plan.ranks.at(world.rank()));
   if (world.rank() == 0) {
     // A CPU rank's intra-op threads (device::intraOpThreads): what its speed depends on.
-    const bool cpu = s.worker->device().is_cpu();
+    const bool cpu = worker_->device().is_cpu();
     logInfo("world: ", world.size(), " ranks, CPU collectives over ", world.cpuTransport(),
-            ", rank 0 computes in ", plan::toString(s.compute_precision),
+            ", rank 0 computes in ", plan::toString(compute_precision_),
             cpu ? detail::concat(" on ", at::get_num_threads(), " thread(s)") : std::string());
   }
   // balancer.shares fixes the shares: the balancer does not run.
-  if (!s.job.balancer.shares.empty()) s.fixed_shares = start_shares;
-  plan::BalancerOptions balancing = balancerOptions(s.job.balancer);
+  if (!job_.balancer.shares.empty()) fixed_shares_ = start_shares;
+  plan::BalancerOptions balancing = balancerOptions(job_.balancer);
   balancing.initial_shares = start_shares;
   for (const plan::RankPlan& rank : plan.ranks) balancing.rank_names.push_back(rank.device_type);
-  s.balancer = std::make_unique<plan::LoadBalancer>(balancing, world.size(), s.global_batch,
-                                                    std::vector<std::int64_t>(world.size(), 0));
-  s.speed = s.worker->identity().device.speed;
-  s.emulator = &s.worker->emulator();
-  const auto& budget = s.worker->identity().device.memory_budget;
+  balancer_ = std::make_unique<plan::LoadBalancer>(balancing, world.size(), global_batch_,
+                                                   std::vector<std::int64_t>(world.size(), 0));
+  speed_ = worker_->identity().device.speed;
+  emulator_ = &worker_->emulator();
+  const auto& budget = worker_->identity().device.memory_budget;
   // The job's memory model, calibrated by measuring the model's layers (memory_calibration.h).
-  s.micro_limit =
-      budget ? plan::maxMicroBatch(
-                   jobMemoryModel(s.job), plan.ranks.at(world.rank()).precision, *budget,
-                   s.worker->identity().device.toString(), plan.zero_stage, world.size(),
-                   plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()),
-                   replicaFraction(s.job.zero, plan.zero_shards, world.rank(), world.size()))
-             : 0;
-  const std::int64_t planned_micro = planMicroBatch(plan, s.job, world.rank());
+  micro_limit_ = budget
+                     ? plan::maxMicroBatch(
+                           jobMemoryModel(job_), plan.ranks.at(world.rank()).precision, *budget,
+                           worker_->identity().device.toString(), plan.zero_stage, world.size(),
+                           plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()),
+                           replicaFraction(job_.zero, plan.zero_shards, world.rank(), world.size()))
+                     : 0;
+  const std::int64_t planned_micro = planMicroBatch(plan, job_, world.rank());
   if (planned_micro > 0)
-    s.micro_limit = s.micro_limit > 0 ? std::min(s.micro_limit, planned_micro) : planned_micro;
-  if (s.zero_layers) s.micro_limits = everyRanksLimit(world, s.micro_limit);
+    micro_limit_ = micro_limit_ > 0 ? std::min(micro_limit_, planned_micro) : planned_micro;
+  if (zero_layers_) micro_limits_ = everyRanksLimit(world, micro_limit_);
   // Data and model are in place: from here on the budget counts what training allocates.
   if (budget) {
-    s.worker->enforceMemoryBudget();
-    logInfo("memory budget ", formatBytes(*budget), ": micro-batches of at most ", s.micro_limit,
+    worker_->enforceMemoryBudget();
+    logInfo("memory budget ", formatBytes(*budget), ": micro-batches of at most ", micro_limit_,
             " samples");
   }
 }

@@ -146,15 +146,18 @@ std::vector<at::Tensor> takeSavedParameters(ParameterStates& states) {
   return values;
 }
 
-// ZeRO-3's master slice from the checkpoint's model file, one parameter at a time.
-void loadMasterFromModelFile(DataParallelEngine& engine, const CheckpointSource& source) {
+// ZeRO-3's master slice of `zero` from the checkpoint's model file, one parameter at a time;
+// `parameters` are the model's, in its order.
+void loadMasterFromModelFile(const model::ZooModel& model,
+                             const std::vector<at::Tensor>& parameters,
+                             parallel::ZeroOptimizer& zero, const CheckpointSource& source) {
   auto archive = archiveOf(source.read("model.pt"));
   std::vector<std::string> names;
-  for (const auto& item : engine.model->named_parameters()) names.push_back(item.key());
-  engine.zero->loadMaster([&](int index) {
+  for (const auto& item : model.named_parameters()) names.push_back(item.key());
+  zero.loadMaster([&](int index) {
     at::Tensor value;
     archive.read(names.at(index), value);
-    const std::int64_t numel = engine.model_parameters.at(index).numel();
+    const std::int64_t numel = parameters.at(index).numel();
     if (value.numel() != numel)
       source.mismatch("parameter '" + names[index] + "'", std::to_string(value.numel()),
                       std::to_string(numel) + " elements");
@@ -165,40 +168,15 @@ void loadMasterFromModelFile(DataParallelEngine& engine, const CheckpointSource&
 // The replica of the successor's slice (zero.redundancy), read as restoreOwnSlices reads the
 // rank's own: the state, and ZeRO-3's parameters (or, without them, the model file's values that
 // loadMasterFromModelFile gave it already).
-void restoreReplica(DataParallelEngine& engine, const CheckpointSource& source,
+void restoreReplica(parallel::ZeroOptimizer& zero, const CheckpointSource& source,
                     const std::vector<std::int64_t>& bounds) {
-  auto slices = savedSlices(source, bounds, engine.zero->replicaBegin(), engine.zero->replicaEnd());
+  auto slices = savedSlices(source, bounds, zero.replicaBegin(), zero.replicaEnd());
   const auto parameters = slices.find(kParameters);
   if (parameters != slices.end()) {
-    engine.zero->loadReplicaMasterSlice(parameters->second);
+    zero.loadReplicaMasterSlice(parameters->second);
     slices.erase(parameters);
   }
-  engine.zero->loadReplicaState(slices);
-}
-
-// A ZeRO engine resuming a ZeRO checkpoint of its own flat order reads only its own slices
-// (savedSlices), unless it needs the whole parameters from ZeRO-3's slices (a stage 1 or 2
-// engine, whose parameters are whole). True when it did.
-bool restoreOwnSlices(DataParallelEngine& engine, const CheckpointSource& source) {
-  const nlohmann::json& saved = source.saved.at("zero");
-  if (saved.at("order").get<std::vector<int>>() != engine.zero->order()) return false;
-  if (saved.value("stage", 0) >= 3 && !engine.zero_layers) return false;
-  const auto bounds = saved.at("bounds").get<std::vector<std::int64_t>>();
-  if (bounds.empty() || bounds.back() != engine.zero->bounds().back())
-    source.mismatch("the parameters", std::to_string(bounds.empty() ? 0 : bounds.back()),
-                    std::to_string(engine.zero->bounds().back()));
-  auto slices = savedSlices(source, bounds, engine.zero->begin(), engine.zero->end());
-  const auto parameters = slices.find(kParameters);
-  if (parameters != slices.end()) {
-    engine.zero->loadMasterSlice(parameters->second);
-    slices.erase(parameters);
-  } else if (engine.zero_layers) {
-    loadMasterFromModelFile(engine, source);
-  }
-  engine.zero->loadSliceState(slices);
-  if (engine.zero->redundant()) restoreReplica(engine, source, bounds);
-  if (!engine.zero_layers) engine.zero->loadMasterFromParameters();  // loaded by restore()
-  return true;
+  zero.loadReplicaState(slices);
 }
 
 // Whole flat states in `order`, as ZeroOptimizer::loadWholeState takes them. A parameter without
@@ -243,58 +221,79 @@ void loadReplicated(torch::optim::Optimizer& optimizer, const ParameterStates& s
 
 }  // namespace
 
-void writeZeroSlice(const DataParallelEngine& engine, torch::serialize::OutputArchive& archive) {
-  for (const auto& [name, tensor] : engine.zero->sliceState())
-    archive.write(kPrefix + name, tensor);
-  if (engine.zero_layers)
-    archive.write(std::string(kPrefix) + kParameters, engine.zero->masterSlice().clone());
+void DataParallelEngine::writeZeroSlice(torch::serialize::OutputArchive& archive) const {
+  for (const auto& [name, tensor] : zero_->sliceState()) archive.write(kPrefix + name, tensor);
+  if (zero_layers_) archive.write(std::string(kPrefix) + kParameters, zero_->masterSlice().clone());
 }
 
-nlohmann::json zeroEntry(const DataParallelEngine& engine) {
+nlohmann::json DataParallelEngine::zeroEntry() const {
   // Each parameter's name and shape, in the model's order: what `chorus checkpoint consolidate`
   // needs to rebuild model.pt from a ZeRO-3 checkpoint's slices without the job's model or data.
   nlohmann::json names = nlohmann::json::array(), shapes = nlohmann::json::array();
-  for (const auto& item : engine.model->named_parameters()) {
+  for (const auto& item : model_->named_parameters()) {
     names.push_back(item.key());
     shapes.push_back(item.value().sizes().vec());
   }
-  return {{"stage", engine.zero->stage()},
-          {"bounds", engine.zero->bounds()},
-          {"order", engine.zero->order()},
+  return {{"stage", zero_->stage()},
+          {"bounds", zero_->bounds()},
+          {"order", zero_->order()},
           {"names", names},
           {"shapes", shapes}};
 }
 
-void restoreOptimizer(DataParallelEngine& engine, const CheckpointSource& source) {
-  const std::vector<at::Tensor>& parameters = engine.model_parameters;
+// Reads only the overlap of each writer's slices with this rank's (savedSlices).
+bool DataParallelEngine::restoreOwnSlices(const CheckpointSource& source) {
+  const nlohmann::json& saved = source.saved.at("zero");
+  if (saved.at("order").get<std::vector<int>>() != zero_->order()) return false;
+  if (saved.value("stage", 0) >= 3 && !zero_layers_) return false;
+  const auto bounds = saved.at("bounds").get<std::vector<std::int64_t>>();
+  if (bounds.empty() || bounds.back() != zero_->bounds().back())
+    source.mismatch("the parameters", std::to_string(bounds.empty() ? 0 : bounds.back()),
+                    std::to_string(zero_->bounds().back()));
+  auto slices = savedSlices(source, bounds, zero_->begin(), zero_->end());
+  const auto parameters = slices.find(kParameters);
+  if (parameters != slices.end()) {
+    zero_->loadMasterSlice(parameters->second);
+    slices.erase(parameters);
+  } else if (zero_layers_) {
+    loadMasterFromModelFile(*model_, model_parameters_, *zero_, source);
+  }
+  zero_->loadSliceState(slices);
+  if (zero_->redundant()) restoreReplica(*zero_, source, bounds);
+  if (!zero_layers_) zero_->loadMasterFromParameters();  // loaded by restore()
+  return true;
+}
+
+void DataParallelEngine::restoreOptimizer(const CheckpointSource& source) {
+  const std::vector<at::Tensor>& parameters = model_parameters_;
   const bool sharded = source.saved.contains("zero");
-  if (!engine.zero && !sharded) {
+  if (!zero_ && !sharded) {
     auto archive = archiveOf(source.read("optimizer.pt"));
-    engine.optimizer->load(archive);
-    moveStatesToParameters(*engine.optimizer);  // the file may come from another device
+    optimizer_->load(archive);
+    moveStatesToParameters(*optimizer_);  // the file may come from another device
     return;
   }
-  if (engine.zero && sharded && restoreOwnSlices(engine, source)) return;
-  ParameterStates states =
-      sharded ? statesOfZeroCheckpoint(source, parameters)
-              : statesOfReplicatedCheckpoint(source, engine.job.optimizer, parameters);
+  if (zero_ && sharded && restoreOwnSlices(source)) return;
+  ParameterStates states = sharded
+                               ? statesOfZeroCheckpoint(source, parameters)
+                               : statesOfReplicatedCheckpoint(source, job_.optimizer, parameters);
   const std::vector<at::Tensor> saved = takeSavedParameters(states);
-  if (!engine.zero_layers && !saved.empty()) {  // a ZeRO-3 checkpoint: no model file was loaded
+  if (!zero_layers_ && !saved.empty()) {  // a ZeRO-3 checkpoint: no model file was loaded
     at::NoGradGuard no_grad;
     for (size_t index = 0; index < parameters.size(); ++index)
       parameters[index].detach().view({-1}).copy_(saved.at(index));
   }
-  if (!engine.zero) {
-    loadReplicated(*engine.optimizer, states, parameters);
+  if (!zero_) {
+    loadReplicated(*optimizer_, states, parameters);
     return;
   }
-  engine.zero->loadWholeState(wholeFlatStates(states, parameters, engine.zero->order()));
-  if (!engine.zero_layers)
-    engine.zero->loadMasterFromParameters();  // the model was loaded before (restore())
+  zero_->loadWholeState(wholeFlatStates(states, parameters, zero_->order()));
+  if (!zero_layers_)
+    zero_->loadMasterFromParameters();  // the model was loaded before (restore())
   else if (saved.empty())
-    loadMasterFromModelFile(engine, source);
+    loadMasterFromModelFile(*model_, model_parameters_, *zero_, source);
   else
-    engine.zero->loadMaster([&](int index) { return saved.at(index); });
+    zero_->loadMaster([&](int index) { return saved.at(index); });
 }
 
 }  // namespace chorus::runtime

@@ -154,12 +154,13 @@ bool restoreReplicas(Trainer::State& s, const nlohmann::json& header, const Gene
   auto& engine = dynamic_cast<DataParallelEngine&>(*s.engine);
   std::string why;
   const ZeroHolding* mine = s.zero_holding ? &*s.zero_holding : nullptr;
-  if (restoreFromReplicas(*engine.zero, *c.worker->world(), header.at("zero_replicas"), mine,
-                          next.members, next.step, why)) {
+  parallel::ZeroOptimizer& zero = *engine.zero();
+  if (restoreFromReplicas(zero, *c.worker->world(), header.at("zero_replicas"), mine, next.members,
+                          next.step, why)) {
     // The slices are this generation's now: should the parameters' all-gather fail on this rank
     // and complete on another, both hold slices of this world in the next attempt.
-    s.zero_holding = holdingOf(*engine.zero, next.members, next.step);
-    engine.zero->gatherParameters();
+    s.zero_holding = holdingOf(zero, next.members, next.step);
+    zero.gatherParameters();
     if (c.worker->rank() == 0)
       logInfo("elastic: ZeRO slices rebuilt from the members' replicas at step ", next.step);
     return true;
@@ -318,8 +319,8 @@ void recoverFromLoss(Trainer::State& s, std::exception_ptr failure, const Traine
   // What this rank holds of ZeRO's slices, kept over every attempt: a failed one may have
   // rebuilt the engine already.
   if (auto* engine = dynamic_cast<DataParallelEngine*>(s.engine.get());
-      !s.zero_holding && engine != nullptr && engine->zero && s.context->job.zero.redundancy > 0)
-    s.zero_holding = holdingOf(*engine->zero, s.engine_members, s.next_step);
+      !s.zero_holding && engine != nullptr && engine->zero() && s.context->job.zero.redundancy > 0)
+    s.zero_holding = holdingOf(*engine->zero(), s.engine_members, s.next_step);
   RecoveryRecord record;
   std::vector<int> lost;  // over every attempt
   for (;;) {

@@ -18,7 +18,8 @@ namespace {
 
 torch::optim::Optimizer* optimizerOf(StepEngine* engine) {
   if (auto* stage = dynamic_cast<PipelineStageEngine*>(engine)) return stage->optimizer.get();
-  if (auto* replica = dynamic_cast<DataParallelEngine*>(engine)) return replica->optimizer.get();
+  if (auto* replica = dynamic_cast<DataParallelEngine*>(engine))
+    return replica->replicatedOptimizer();
   return nullptr;
 }
 
