@@ -15,6 +15,7 @@
 #include "chorus/core/collective_kinds.h"
 #include "chorus/core/device_spec.h"
 #include "chorus/plan/device_catalog.h"
+#include "chorus/plan/model_profile.h"
 
 namespace chorus::plan {
 
@@ -135,6 +136,10 @@ struct Plan {
   Prediction predicted;
   // Why the planner ranked this plan where it did (one line).
   std::string reason;
+  // The model's memory profile as measured for the job (runtime/job/memory_calibration.h), when
+  // the plan was made for devices with memory budgets: the workers size micro-batches, pipeline
+  // shares and ZeRO's slices from it instead of measuring the model again. Default: empty.
+  std::optional<ModelProfile> memory_profile;
 
   int stageCount() const {
     return replicas.empty() ? 0 : static_cast<int>(replicas[0].stages.size());

@@ -5,6 +5,7 @@
 #include "chorus/core/error.h"
 #include "chorus/core/input_file.h"
 #include "io/json_reader.h"
+#include "io/model_json.h"
 
 namespace chorus::plan {
 namespace {
@@ -124,31 +125,33 @@ nlohmann::json toJson(const Plan& plan) {
                      {"predicted_memory", r.predicted_memory}});
     if (r.spec) ranks.back()["spec"] = specJson(*r.spec);
   }
-  return {{"version", 1},
-          {"model", plan.model},
-          {"devices", plan.ranks.size()},
-          {"global_batch", plan.global_batch},
-          {"micro_batches", plan.micro_batches},
-          {"seed", plan.seed},
-          {"schedule", toString(plan.schedule)},
-          {"zero_stage", plan.zero_stage},
-          {"zero_shards", plan.zero_shards},
-          {"replicas", replicas},
-          {"ranks", ranks},
-          {"comm",
-           {{"algorithm", planName(plan.comm.algorithm)},
-            {"intra_node_codec", toString(plan.comm.intra_node_codec)},
-            {"inter_node_codec", toString(plan.comm.inter_node_codec)},
-            {"sync_period", plan.comm.sync_period}}},
-          {"predicted", toJson(plan.predicted)},
-          {"reason", plan.reason}};
+  nlohmann::json json = {{"version", 1},
+                         {"model", plan.model},
+                         {"devices", plan.ranks.size()},
+                         {"global_batch", plan.global_batch},
+                         {"micro_batches", plan.micro_batches},
+                         {"seed", plan.seed},
+                         {"schedule", toString(plan.schedule)},
+                         {"zero_stage", plan.zero_stage},
+                         {"zero_shards", plan.zero_shards},
+                         {"replicas", replicas},
+                         {"ranks", ranks},
+                         {"comm",
+                          {{"algorithm", planName(plan.comm.algorithm)},
+                           {"intra_node_codec", toString(plan.comm.intra_node_codec)},
+                           {"inter_node_codec", toString(plan.comm.inter_node_codec)},
+                           {"sync_period", plan.comm.sync_period}}},
+                         {"predicted", toJson(plan.predicted)},
+                         {"reason", plan.reason}};
+  if (plan.memory_profile) json["memory_profile"] = modelProfileJson(*plan.memory_profile);
+  return json;
 }
 
 Plan parsePlanJson(const std::string& text, const std::string& source) {
   const JsonReader reader(text, source);
-  reader.object("",
-                {"version", "model", "devices", "global_batch", "micro_batches", "seed", "schedule",
-                 "zero_stage", "zero_shards", "replicas", "ranks", "comm", "predicted", "reason"});
+  reader.object("", {"version", "model", "devices", "global_batch", "micro_batches", "seed",
+                     "schedule", "zero_stage", "zero_shards", "replicas", "ranks", "comm",
+                     "predicted", "reason", "memory_profile"});
   if (reader.integer("/version", 1, 1, 1) != 1) reader.fail("/version", "must be 1");
   reader.require("/global_batch");
   Plan plan;
@@ -192,6 +195,8 @@ Plan parsePlanJson(const std::string& text, const std::string& source) {
         parseEnum(reader, "/comm/inter_node_codec", "none", parsePlanCodec);
     plan.comm.sync_period = static_cast<int>(reader.integer("/comm/sync_period", 1, 1, 1));
   }
+  if (reader.has("/memory_profile"))
+    plan.memory_profile = readModelProfile(reader, "/memory_profile");
   if (reader.has("/predicted")) {
     reader.object("/predicted",
                   {"step_seconds", "samples_per_second", "bubble_fraction", "compute_seconds",

@@ -173,6 +173,7 @@ plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& device
   plan.zero_stage = static_cast<int>(job.zero.stage);
   plan.zero_shards = zeroShardFractions(job, devices, rates);
   plan.reason = "as the job's [parallel] and balancer keys say";
+  attachMemoryProfile(plan, job, devices);
   return plan;
 }
 
@@ -215,7 +216,11 @@ std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
 
 void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
                      const std::vector<DeviceSpec>& devices) {
-  plan.validate(layerCount(job));
+  const int layers = layerCount(job);
+  plan.validate(layers);
+  CHORUS_CHECK_CONFIG(!plan.memory_profile || plan.memory_profile->layerCount() == layers,
+                      "plan: its memory profile has ", plan.memory_profile->layerCount(),
+                      " layers, the job's model ", layers);
   CHORUS_CHECK_CONFIG(plan.global_batch == job.train.global_batch, "plan: global batch ",
                       plan.global_batch, ", but the job's train.global_batch is ",
                       job.train.global_batch);
@@ -281,6 +286,7 @@ AdoptedPlan adoptPlan(const plan::Plan& plan, const JobConfig& job,
   }
   adopted.job = jobUnderPlan(job, adopted.plan);
   checkPlanForJob(adopted.plan, adopted.job, adopted.devices);
+  attachMemoryProfile(adopted.plan, adopted.job, adopted.devices);
   return adopted;
 }
 

@@ -222,7 +222,9 @@ void checkParallel(const JobConfig& job, const Config& config) {
 }
 
 void rejectKeysAPipelineIgnores(const JobConfig& job, const Config& config) {
-  if (job.parallel.pipeline_stages == 1) return;
+  // An elastic pipeline's survivors may go on as data parallelism (survivorStages,
+  // survivor_plan.h), where the balancer may leave a device out and the buckets are all-reduced.
+  if (job.parallel.pipeline_stages == 1 || job.elastic.enabled) return;
   // Replicas are never left out: each runs its micro-batches (pipeline_balancing.cc).
   require(!config.has("balancer.leave_out"), "balancer.leave_out",
           "is not supported with parallel.pipeline_stages > 1; every pipeline replica runs its "

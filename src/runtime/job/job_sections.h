@@ -3,9 +3,11 @@
 #pragma once
 
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "chorus/core/config.h"
+#include "chorus/plan/memory_model.h"
 #include "chorus/runtime/job/job_config.h"
 
 namespace chorus::runtime {
@@ -30,10 +32,12 @@ void checkZero(const JobConfig& job);
 // activations; the rest of a budget goes to micro-batches); for "speed", in proportion to the
 // devices' expected speeds (startSpeeds in job_plan.h over `rates`, empty: emulated speeds
 // alone), so that a slow device steps a small slice of the optimizer instead of all of it. Empty
-// without a ZeRO stage. Throws ConfigError when only some devices have budgets, or they cannot
-// hold the state.
+// without a ZeRO stage. `memory`: the memory model to size by (a running plan's,
+// planMemoryModel); null: the job's, measured now. Throws ConfigError when only some devices have
+// budgets, or they cannot hold the state.
 std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<DeviceSpec>& devices,
-                                       const std::vector<double>& rates = {});
+                                       const std::vector<double>& rates = {},
+                                       std::shared_ptr<const plan::MemoryModel> memory = nullptr);
 // The fraction of the sharded state rank `rank` of `ranks` holds as a replica of its successor's
 // slice under `zero`'s redundancy (`shards`: the plan's fractions, empty when even); 0 without.
 double replicaFraction(const ZeroSection& zero, const std::vector<double>& shards, int rank,

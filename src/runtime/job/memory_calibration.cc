@@ -131,16 +131,48 @@ double optimizerStateBytes(const OptimizerSection& optimizer) {
   return optimizer.momentum > 0 ? 4 : 0;    // the momentum buffer
 }
 
+namespace {
+
+bool anyBudget(const std::vector<DeviceSpec>& devices) {
+  for (const DeviceSpec& device : devices)
+    if (device.memory_budget) return true;
+  return false;
+}
+
+plan::ModelProfile jobMemoryProfile(const JobConfig& job) {
+  return calibratedProfile(trainedModelConfig(job), job.seed, job.model.kind);
+}
+
+plan::MemoryOptions jobMemoryOptions(const JobConfig& job) {
+  return plan::MemoryOptions{optimizerStateBytes(job.optimizer)};
+}
+
+}  // namespace
+
 plan::MemoryModel jobMemoryModel(const JobConfig& job) {
-  return plan::MemoryModel(calibratedProfile(trainedModelConfig(job), job.seed, job.model.kind),
-                           plan::MemoryOptions{optimizerStateBytes(job.optimizer)});
+  return plan::MemoryModel(jobMemoryProfile(job), jobMemoryOptions(job));
 }
 
 std::shared_ptr<const plan::MemoryModel> memoryModelForBudgets(
     const JobConfig& job, const std::vector<DeviceSpec>& devices) {
-  for (const DeviceSpec& device : devices)
-    if (device.memory_budget) return std::make_shared<const plan::MemoryModel>(jobMemoryModel(job));
-  return nullptr;
+  if (!anyBudget(devices)) return nullptr;
+  return std::make_shared<const plan::MemoryModel>(jobMemoryModel(job));
+}
+
+void attachMemoryProfile(plan::Plan& plan, const JobConfig& job,
+                         const std::vector<DeviceSpec>& devices) {
+  if (!plan.memory_profile && anyBudget(devices)) plan.memory_profile = jobMemoryProfile(job);
+}
+
+plan::MemoryModel planMemoryModel(const JobConfig& job, const plan::Plan& plan) {
+  if (plan.memory_profile) return plan::MemoryModel(*plan.memory_profile, jobMemoryOptions(job));
+  return jobMemoryModel(job);
+}
+
+std::shared_ptr<const plan::MemoryModel> planMemoryModelForBudgets(
+    const JobConfig& job, const plan::Plan& plan, const std::vector<DeviceSpec>& devices) {
+  if (!anyBudget(devices)) return nullptr;
+  return std::make_shared<const plan::MemoryModel>(planMemoryModel(job, plan));
 }
 
 }  // namespace chorus::runtime

@@ -14,9 +14,9 @@
 namespace chorus::runtime {
 namespace {
 
-std::vector<double> fractionsByMemory(const JobConfig& job,
-                                      const std::vector<DeviceSpec>& devices) {
-  const auto memory = memoryModelForBudgets(job, devices);
+std::vector<double> fractionsByMemory(const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                                      std::shared_ptr<const plan::MemoryModel> given) {
+  const auto memory = given ? given : memoryModelForBudgets(job, devices);
   const int layers = memory->model().layerCount();
   const int ranks = static_cast<int>(devices.size());
   std::vector<plan::StageMemoryRequest> requests;
@@ -38,7 +38,8 @@ std::vector<double> fractionsByMemory(const JobConfig& job,
 }  // namespace
 
 std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<DeviceSpec>& devices,
-                                       const std::vector<double>& rates) {
+                                       const std::vector<double>& rates,
+                                       std::shared_ptr<const plan::MemoryModel> memory) {
   const ZeroSection& zero = job.zero;
   if (zero.stage == 0 || zero.shards == "even") return {};
   if (zero.shards == "speed") {
@@ -61,7 +62,7 @@ std::vector<double> zeroShardFractions(const JobConfig& job, const std::vector<D
           "\"memory\" needs a memory budget on every device or on none (devices " +
               toString(devices) +
               "); give each one (e.g. cpu/2GiB), or set zero.shards = \"even\"");
-  return fractionsByMemory(job, devices);
+  return fractionsByMemory(job, devices, std::move(memory));
 }
 
 double replicaFraction(const ZeroSection& zero, const std::vector<double>& shards, int rank,

@@ -216,14 +216,14 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   speed_ = worker_->identity().device.speed;
   emulator_ = &worker_->emulator();
   const auto& budget = worker_->identity().device.memory_budget;
-  // The job's memory model, calibrated by measuring the model's layers (memory_calibration.h).
-  micro_limit_ = budget
-                     ? plan::maxMicroBatch(
-                           jobMemoryModel(job_), plan.ranks.at(world.rank()).precision, *budget,
-                           worker_->identity().device.toString(), plan.zero_stage, world.size(),
-                           plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()),
-                           replicaFraction(job_.zero, plan.zero_shards, world.rank(), world.size()))
-                     : 0;
+  // The plan's memory profile (measured once by the front end; memory_calibration.h).
+  micro_limit_ =
+      budget ? plan::maxMicroBatch(
+                   planMemoryModel(job_, plan), plan.ranks.at(world.rank()).precision, *budget,
+                   worker_->identity().device.toString(), plan.zero_stage, world.size(),
+                   plan.zero_shards.empty() ? 0 : plan.zero_shards.at(world.rank()),
+                   replicaFraction(job_.zero, plan.zero_shards, world.rank(), world.size()))
+             : 0;
   const std::int64_t planned_micro = planMicroBatch(plan, job_, world.rank());
   if (planned_micro > 0)
     micro_limit_ = micro_limit_ > 0 ? std::min(micro_limit_, planned_micro) : planned_micro;

@@ -26,6 +26,7 @@
 #include "chorus/parallel/storage_bytes.h"
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/survivors.h"
+#include "chorus/runtime/job/memory_calibration.h"
 #include "job/job_sections.h"
 #include "train/data_parallel_engine.h"
 #include "train/joined_device.h"
@@ -104,7 +105,9 @@ void resizeShardsByMemory(const JobConfig& job, plan::Plan& next) {
     if (!devices.back().memory_budget) return;
   }
   try {
-    next.zero_shards = zeroShardFractions(job, devices);
+    // Sized by the plan's memory profile, not a new measurement in the middle of a recovery.
+    next.zero_shards =
+        zeroShardFractions(job, devices, {}, planMemoryModelForBudgets(job, next, devices));
   } catch (const ConfigError& error) {
     logWarn("elastic: ZeRO shards keep their proportions: ", error.message());
   }

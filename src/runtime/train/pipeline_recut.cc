@@ -9,7 +9,6 @@
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
-#include "chorus/runtime/job/memory_calibration.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "train/pipeline_stage_engine.h"
 
@@ -35,13 +34,14 @@ void checkCuts(const std::vector<int>& cuts, int stages, int layers, const char*
 
 }  // namespace
 
-PipelineRecut::PipelineRecut(PipelineStageEngine& stage, const std::vector<DeviceSpec>& devices)
+PipelineRecut::PipelineRecut(PipelineStageEngine& stage, const std::vector<DeviceSpec>& devices,
+                             std::shared_ptr<const plan::MemoryModel> memory)
     : s_(stage) {
   const parallel::PipelineLayout layout(s_.options.replicas, s_.options.pipeline_stages);
   request_.profile = s_.model->profile();
   request_.options = s_.options;
   request_.devices = stageDevices(layout, devices);
-  request_.memory = memoryModelForBudgets(s_.job, devices);
+  request_.memory = std::move(memory);
   if (s_.job.parallel.recut != "adaptive") return;
   checkRecut(s_.job, devices);
   policy_.emplace(request_, s_.stage_cuts, recutOptions(s_.job.parallel));

@@ -40,10 +40,12 @@ void rebuildStage(PipelineStageEngine& s, const std::vector<int>& cuts, Received
 // after the same step.
 class PipelineRecut {
  public:
-  // `devices`: every rank's device as the plan names it (rank order). The policy runs when
+  // `devices`: every rank's device as the plan names it (rank order); `memory`: the plan's memory
+  // model when a device has a budget (planMemoryModelForBudgets), else null. The policy runs when
   // parallel.recut = "adaptive" (checkRecut, pipeline_job.h, first); otherwise only
   // TrainerHooks::cut_at moves the cut.
-  PipelineRecut(PipelineStageEngine& stage, const std::vector<DeviceSpec>& devices);
+  PipelineRecut(PipelineStageEngine& stage, const std::vector<DeviceSpec>& devices,
+                std::shared_ptr<const plan::MemoryModel> memory);
   PipelineRecut(const PipelineRecut&) = delete;
   PipelineRecut& operator=(const PipelineRecut&) = delete;
 

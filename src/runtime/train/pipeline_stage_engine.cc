@@ -165,10 +165,11 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
   for (const plan::ReplicaPlan& replica : plan.replicas)
     s.options.replica_shares.push_back(replica.share);
   const std::vector<DeviceSpec> devices = planDevices(plan);
+  // The plan's memory profile, not a new measurement: the caps and the adaptive cut share it.
+  const auto memory = planMemoryModelForBudgets(s.job, plan, devices);
   s.balancer = std::make_unique<ReplicaBalancer>(
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
-      pipelineShareCaps(s.options, memoryModelForBudgets(s.job, devices), s.stage_cuts,
-                        stageDevices(layout, devices)));
+      pipelineShareCaps(s.options, memory, s.stage_cuts, stageDevices(layout, devices)));
   s.speed = s.worker->identity().device.speed;
   s.codec = jobCodec(s.job);
   s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts,
@@ -182,7 +183,7 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
         device.kind == DeviceKind::kCuda ? cudaComputeCapability(device.index) : ""));
   }
   attachUnscaler();
-  s.recut = std::make_unique<PipelineRecut>(s, devices);
+  s.recut = std::make_unique<PipelineRecut>(s, devices, memory);
   if (world.rank() == 0) logInfo(describePlan(s, rankFormats(plan)));
   // Data and model are in place: from here on a budget counts what training allocates.
   if (s.worker->identity().device.memory_budget) {

@@ -64,6 +64,13 @@ TEST(PlanJson, AJobDeviceRoundTripsBitExactly) {
   EXPECT_EQ(*again.ranks[1].spec, gpu);
   EXPECT_EQ(jobDevice(again.ranks[1]), gpu);
   EXPECT_EQ(toJson(again), toJson(plan));
+  // The memory profile travels inside the plan's own JSON.
+  plan.memory_profile = uniformModel(6, 1e8, 1e12, 1e8, 1e6);
+  plan.memory_profile->layers[2].workspace_bytes = 12345.5;
+  const Plan profiled = parsePlanJson(toJson(plan).dump(), "plan.json");
+  ASSERT_TRUE(profiled.memory_profile.has_value());
+  EXPECT_EQ(modelToJson(*profiled.memory_profile), modelToJson(*plan.memory_profile));
+  EXPECT_EQ(toJson(profiled), toJson(plan));
   // A cluster's plan names no job device, and says so when one is asked for.
   const Plan described = plannedPlan(cluster);
   EXPECT_FALSE(parsePlanJson(toJson(described).dump(), "plan.json").ranks[0].spec);

@@ -1,6 +1,7 @@
 // The Plan a job runs: built from the job's keys, put in rank order, matched to devices, checked
 // against the job, and carried to the workers with the job (job_plan.h, job_package.h).
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/job/memory_calibration.h"
 
 #include <gtest/gtest.h>
 
@@ -199,6 +200,22 @@ TEST(JobPlan, TheJobRunsUnderThePlansZeroStage) {
               jobUnderPlan(jobWith({"comm.compression=int8"}), plan);
             }).find("comm.compression"),
             std::string::npos);
+}
+
+// A plan for devices with memory budgets carries the job's measured memory profile, which the
+// workers size against instead of measuring the model again; one without budgets carries none.
+TEST(JobPlan, APlanForBudgetsCarriesTheMemoryProfile) {
+  const JobConfig budgeted = jobWith({"devices=cpu/64MiB,cpu/64MiB"});
+  const plan::Plan plan = planOfJob(budgeted, budgeted.devices);
+  ASSERT_TRUE(plan.memory_profile.has_value());
+  const plan::ModelProfile measured = jobMemoryModel(budgeted).model();
+  EXPECT_EQ(plan.memory_profile->layerCount(), measured.layerCount());
+  const JobPackage package = decodeJobPackage(encodeJobPackage(budgeted, plan));
+  ASSERT_TRUE(package.plan.memory_profile.has_value());
+  EXPECT_EQ(plan::modelToJson(*package.plan.memory_profile), plan::modelToJson(measured));
+  EXPECT_EQ(planMemoryModel(package.job, package.plan).model().layers.back().activation_bytes,
+            measured.layers.back().activation_bytes);
+  EXPECT_FALSE(planOfJob(jobWith(), jobWith().devices).memory_profile.has_value());
 }
 
 TEST(JobPackage, CarriesTheJobAndThePlanExactly) {

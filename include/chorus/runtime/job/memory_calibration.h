@@ -44,4 +44,18 @@ plan::MemoryModel jobMemoryModel(const JobConfig& job);
 std::shared_ptr<const plan::MemoryModel> memoryModelForBudgets(
     const JobConfig& job, const std::vector<DeviceSpec>& devices);
 
+// Puts the job's measured memory profile into `plan` (Plan::memory_profile) when one of its
+// devices has a memory budget and the plan carries none yet, so that the workers read it rather
+// than measure the model again.
+void attachMemoryProfile(plan::Plan& plan, const JobConfig& job,
+                         const std::vector<DeviceSpec>& devices);
+
+// The memory model a worker sizes against for `job` running `plan`: the plan's profile with the
+// job's optimizer where the plan carries one, else jobMemoryModel(job) (measured now).
+plan::MemoryModel planMemoryModel(const JobConfig& job, const plan::Plan& plan);
+
+// planMemoryModel when one of `devices` has a memory budget, else null.
+std::shared_ptr<const plan::MemoryModel> planMemoryModelForBudgets(
+    const JobConfig& job, const plan::Plan& plan, const std::vector<DeviceSpec>& devices);
+
 }  // namespace chorus::runtime
