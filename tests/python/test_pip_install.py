@@ -21,7 +21,9 @@ A failing venv or pip fails the test; nothing here skips.
 Recording (docs/python.md cites the file):
   CHORUS_PIP_INSTALL_RESULTS=bench/results/python_install_<date>.json  writes the figures there;
   CHORUS_PIP_INSTALL_COLD=1  first removes build/pip and installs into a first venv (the cold
-  install), then installs again into the venv the examples run from (the warm install).
+  install), then installs again into the venv the examples run from (the warm install);
+  CHORUS_PIP_INSTALL_FULL=1  also runs the examples as long as the docs quote them.
+A file that exists already keeps what it held under "runs"; the new run's figures go on top.
 """
 
 import datetime
@@ -46,6 +48,12 @@ DEVICES = "cpu@1.0,cpu@0.5"
 EXAMPLES = [
     ("fashion_mnist_cnn.py", 150, 0.78),
     ("fashion_mnist_transformer.py", 150, 0.75),
+]
+# Recording only (CHORUS_PIP_INSTALL_FULL=1): the runs the README and docs/python.md quote, as
+# long as the examples' documented commands (the CNN's 2 epochs, the transformer's first epoch).
+FULL_LENGTH = [
+    ("fashion_mnist_cnn.py", ["--epochs", "2"]),
+    ("fashion_mnist_transformer.py", ["--epochs", "1"]),
 ]
 SEED = 0  # the examples' torch.manual_seed and ShardSampler seed
 INSTALL_TIMEOUT = 3600  # a cold build of ~190 files on 2 busy cores took 12-42 minutes
@@ -159,6 +167,31 @@ def test_example_reaches_its_accuracy_from_outside_the_tree(venv, script, steps,
     assert accuracy >= floor, f"{script}: test accuracy {accuracy} below {floor}\n{output[-3000:]}"
 
 
+def _full_length_run(venv, script, arguments):
+    rundir = tempfile.mkdtemp(prefix="chorus-example-")
+    shutil.copy(os.path.join(ROOT, "examples", "python", script), rundir)
+    command = [os.path.join(venv, "bin", "chorus"), "run", "--devices", DEVICES, "--",
+               os.path.join(venv, "bin", "python"), script, *arguments]
+    output, seconds = _run(command, 900, rundir, _environment(venv), script)
+    shutil.rmtree(rundir, ignore_errors=True)
+    done = re.search(r"done: (\d+) steps in ([0-9.]+) s", output)
+    accuracies = re.findall(r"test accuracy ([0-9.]+)", output)
+    assert done and accuracies, output[-3000:]
+    RESULTS.setdefault("full_length_examples", []).append({
+        "script": f"examples/python/{script}", "devices": DEVICES, "arguments": arguments,
+        "steps_run": int(done.group(1)), "global_batch": 128, "seed": SEED,
+        "test_accuracy": float(accuracies[-1]), "training_seconds": float(done.group(2)),
+        "wall_seconds": round(seconds, 1)})
+    print(f"{script} {' '.join(arguments)}: {done.group(1)} steps, "
+          f"test accuracy {accuracies[-1]}, {seconds:.1f} s")
+
+
+if os.environ.get("CHORUS_PIP_INSTALL_FULL") == "1":  # defined only when recording: no skips
+    @pytest.mark.parametrize("script,arguments", FULL_LENGTH, ids=[e[0] for e in FULL_LENGTH])
+    def test_recorded_full_length_run(venv, script, arguments):
+        _full_length_run(venv, script, arguments)
+
+
 def _git(*args):
     return subprocess.run(["git", "-C", ROOT, *args], stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True).stdout.strip()
@@ -175,11 +208,12 @@ def _write_results():
     cache_file = os.path.join(PIP_BUILD, "CMakeCache.txt")
     if os.path.exists(cache_file):
         with open(cache_file) as text:
-            cache = dict(re.findall(r"^(CMAKE_CXX_COMPILER|CMAKE_CXX_COMPILER_LAUNCHER|"
-                                    r"CHORUS_CCACHE)[^=]*=(.*)$", text.read(), re.M))
+            cache = dict(re.findall(r"^(CMAKE_CXX_COMPILER|CHORUS_CCACHE):[A-Z]+=(.*)$",
+                                    text.read(), re.M))
     compiler = cache.get("CMAKE_CXX_COMPILER")
-    changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no")
-               .splitlines()]
+    status = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                            stdout=subprocess.PIPE, text=True).stdout
+    changed = [line[3:] for line in status.splitlines()]
     RESULTS.update({
         "what": "tests/python/test_pip_install.py: pip install <source root> into a fresh venv "
                 "(--system-site-packages), then each example from a temporary folder through "
@@ -197,6 +231,13 @@ def _write_results():
         "jobs": "ninja's default",
     })
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    recorded = {}
+    if os.path.exists(path):  # a later run adds its figures to the file, keeping the others'
+        with open(path) as previous:
+            recorded = json.load(previous)
+        recorded.setdefault("runs", []).append(
+            {k: recorded.pop(k) for k in list(recorded) if k != "runs"})
+        RESULTS["runs"] = recorded["runs"]
     with open(path, "w") as out:
         json.dump(RESULTS, out, indent=2)
         out.write("\n")
