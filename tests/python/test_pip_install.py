@@ -65,6 +65,9 @@ RESULTS = {}
 def _environment(venv=None):
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "CHORUS_CLI", "VIRTUAL_ENV")}
+    # ccache keys on paths relative to the clone, so a clean clone elsewhere on this machine
+    # reuses what an earlier install compiled instead of paying the cold build again.
+    env.setdefault("CCACHE_BASEDIR", ROOT)
     if venv:
         env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env.get("PATH", "")
         env["VIRTUAL_ENV"] = venv
