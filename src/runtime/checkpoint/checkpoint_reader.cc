@@ -1,8 +1,11 @@
 // Reading checkpoints: manifests, checked files, and what `--resume` points at.
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "checkpoint/checkpoint_files.h"
 #include "chorus/core/error.h"
@@ -20,6 +23,27 @@ std::int64_t stepOfName(const std::string& name) {
   for (size_t i = 5; i < name.size(); ++i)
     if (name[i] < '0' || name[i] > '9') return -1;
   return std::stoll(name.substr(5));
+}
+
+// An integer field of a manifest, in Int's range. nlohmann reads a number past int64 as a
+// double and get<int>() casts it, undefined behaviour out of range (a fuzz finding: world_size =
+// 1111111111111111111111111112): such a field is damage, like any other.
+template <typename Int>
+Int integerField(const nlohmann::json& json, const char* key, const std::string& checkpoint_dir) {
+  const nlohmann::json& value = json.at(key);
+  const bool fits = value.is_number_unsigned()
+                        ? value.get<std::uint64_t>() <=
+                              static_cast<std::uint64_t>(std::numeric_limits<Int>::max())
+                        : value.is_number_integer() &&
+                              value.get<std::int64_t>() >=
+                                  static_cast<std::int64_t>(std::numeric_limits<Int>::min()) &&
+                              (std::is_unsigned_v<Int> ||
+                               value.get<std::int64_t>() <=
+                                   static_cast<std::int64_t>(std::numeric_limits<Int>::max()));
+  if (!fits)
+    CHORUS_THROW(CheckpointError, "checkpoint '", checkpoint_dir, "': MANIFEST.json is damaged: '",
+                 key, "' is ", value.dump(), ", not an integer in range");
+  return value.get<Int>();
 }
 
 std::string trimmed(std::string text) {
@@ -43,12 +67,12 @@ Manifest readManifest(const std::string& checkpoint_dir) {
   Manifest manifest;
   try {
     const auto json = nlohmann::json::parse(readWholeFile(path));
-    manifest.format = json.at("format").get<int>();
-    manifest.step = json.at("step").get<std::int64_t>();
-    manifest.world_size = json.at("world_size").get<int>();
+    manifest.format = integerField<int>(json, "format", checkpoint_dir);
+    manifest.step = integerField<std::int64_t>(json, "step", checkpoint_dir);
+    manifest.world_size = integerField<int>(json, "world_size", checkpoint_dir);
     for (const auto& item : json.at("files"))
       manifest.files.push_back({item.at("name").get<std::string>(),
-                                item.at("bytes").get<std::uint64_t>(),
+                                integerField<std::uint64_t>(item, "bytes", checkpoint_dir),
                                 item.at("sha256").get<std::string>()});
   } catch (const nlohmann::json::exception& error) {
     CHORUS_THROW(CheckpointError, "checkpoint '", checkpoint_dir,

@@ -2,12 +2,14 @@
 // the behaviour it must have now (docs/security.md, "Fuzzing": the findings and their fixes).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
 #include "../../src/runtime/checkpoint/checkpoint_archive.h"
 #include "chorus/core/error.h"
+#include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus_version.h"
 
 namespace chorus::runtime {
@@ -109,6 +111,36 @@ TEST(CheckpointFuzzRegression, RecordAnnouncingMoreThanItsBytesInflateToIsRefuse
                                    "more than its 176 compressed bytes inflate to"),
               std::string::npos)
         << error.message();
+  }
+}
+
+// fuzz/checkpoint_manifest_fuzzer.cc (UBSan, `scripts/fuzz ci` on 2026-12-05): a MANIFEST.json
+// whose world_size is 1111111111111111111111111112, more than an int64 holds, which nlohmann keeps
+// as a double and get<int>() cast: undefined behaviour. Every integer field is read in its range
+// now.
+TEST(CheckpointFuzzRegression, AManifestNumberPastItsRangeIsDamageNotACast) {
+  const std::string dir = ::testing::TempDir() + "/chorus_manifest_range/step-00000010";
+  std::filesystem::create_directories(dir);
+  struct Case {
+    const char* key;
+    const char* step;
+    const char* world_size;
+  };
+  for (const Case& bad : {Case{"world_size", "10", "1111111111111111111111111112"},
+                          Case{"world_size", "10", "4294967297"}, Case{"world_size", "10", "2.5"},
+                          Case{"step", "1e300", "1"}}) {
+    std::ofstream(dir + "/MANIFEST.json", std::ios::trunc)
+        << "{\"format\": 1, \"step\": " << bad.step << ", \"world_size\": " << bad.world_size
+        << ", \"files\": []}";
+    try {
+      readManifest(dir);
+      ADD_FAILURE() << "read a manifest with step " << bad.step << ", world_size "
+                    << bad.world_size;
+    } catch (const CheckpointError& error) {
+      EXPECT_NE(error.message().find(std::string("MANIFEST.json is damaged: '") + bad.key + "'"),
+                std::string::npos)
+          << error.message();
+    }
   }
 }
 
