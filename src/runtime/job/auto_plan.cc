@@ -261,6 +261,11 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
   PlannedJob planned;
   planned.plan = result.plans.front();
   takeJobPrecisions(planned.plan, job, devices);
+  // The profile the planner priced is the job's measured one: the workers size by it too
+  // (adoptPlan measures only a plan that carries none).
+  const bool budgets = std::any_of(devices.begin(), devices.end(),
+                                   [](const DeviceSpec& device) { return device.memory_budget; });
+  if (budgets) planned.plan.memory_profile = model;
   planned.summary = summaryOf(job, result, rankDevices(planned.plan, devices), left_out, zero_note);
   return planned;
 }

@@ -93,7 +93,8 @@ void planDataParallel(plan::Plan& plan, const JobConfig& job, int layers,
   }
 }
 
-void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<DeviceSpec>& devices) {
+void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<DeviceSpec>& devices,
+                  std::shared_ptr<const plan::MemoryModel> memory) {
   const parallel::PipelineOptions options = pipelineOptions(job);
   const parallel::PipelineLayout layout(options.replicas, options.pipeline_stages);
   CHORUS_CHECK_CONFIG(static_cast<int>(devices.size()) == layout.worldSize(),
@@ -105,7 +106,7 @@ void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<Devi
   request.profile = layerProfile(job);
   request.options = options;
   request.devices = stageDevices(layout, devices);
-  request.memory = memoryModelForBudgets(job, devices);
+  request.memory = std::move(memory);
   const std::vector<int> cuts = parallel::stageCuts(request);
   const std::vector<std::int64_t> shares =
       pipelineReplicaShares(options, request.profile, cuts, request.devices);
@@ -166,14 +167,16 @@ plan::Plan planOfJob(const JobConfig& job, const std::vector<DeviceSpec>& device
   plan.seed = job.seed;
   plan.ranks = rankPlans(job, devices, nodes);
   plan.comm = commOf(job);
+  // Measured once (null without budgets): the cut, ZeRO's slices and the workers size by it.
+  const auto memory = memoryModelForBudgets(job, devices);
   if (job.parallel.pipeline_stages > 1)
-    planPipeline(plan, job, devices);
+    planPipeline(plan, job, devices, memory);
   else
     planDataParallel(plan, job, layerCount(job), startSpeeds(devices, rates));
   plan.zero_stage = static_cast<int>(job.zero.stage);
-  plan.zero_shards = zeroShardFractions(job, devices, rates);
+  plan.zero_shards = zeroShardFractions(job, devices, rates, memory);
   plan.reason = "as the job's [parallel] and balancer keys say";
-  attachMemoryProfile(plan, job, devices);
+  if (memory) plan.memory_profile = memory->model();
   return plan;
 }
 

@@ -52,7 +52,7 @@ void validateJobOnDevices(const JobConfig& job, const std::vector<DeviceSpec>& d
                  " entries for ", devices.size(), " devices (", toString(devices), ")");
   checkDataFiles(job.data);
   const auto memory = memoryModelForBudgets(job, devices);
-  const std::vector<double> shards = zeroShardFractions(job, devices);
+  const std::vector<double> shards = zeroShardFractions(job, devices, {}, memory);
   const int ranks = static_cast<int>(devices.size());
   for (int rank = 0; rank < ranks; ++rank) {
     const DeviceSpec& device = devices[rank];

@@ -58,6 +58,12 @@ parallel::PipelineOptions pipelineOptions(const JobConfig& job) {
   return options;
 }
 
+parallel::Checkpointing plannedCheckpointing(const plan::Plan& plan,
+                                             parallel::Checkpointing job_mode) {
+  if (!plan.replicas.at(0).stages.at(0).checkpoint) return parallel::Checkpointing::kNone;
+  return job_mode == parallel::Checkpointing::kNone ? parallel::Checkpointing::kLayer : job_mode;
+}
+
 std::vector<std::int64_t> pipelineReplicaShares(
     const parallel::PipelineOptions& options, const std::vector<model::LayerProfile>& profile,
     const std::vector<int>& cuts, const std::vector<std::vector<parallel::StageDevice>>& devices) {

@@ -7,6 +7,7 @@
 
 #include "chorus/core/error.h"
 #include "chorus/runtime/job/job_plan.h"
+#include "chorus/runtime/job/pipeline_job.h"
 
 namespace chorus::runtime {
 namespace {
@@ -40,10 +41,8 @@ plan::Plan survivorPipelinePlan(const JobConfig& job, const plan::Plan& launch,
   next.parallel.replicas = stages > 1 ? devices / stages : 1;
   next.parallel.micro_batches = launch.micro_batches;
   next.parallel.schedule = plan::toString(launch.schedule);
-  if (!launch.replicas.at(0).stages.at(0).checkpoint)
-    next.parallel.activation_checkpointing = "none";
-  else if (next.parallel.activation_checkpointing == "none")
-    next.parallel.activation_checkpointing = "layer";
+  next.parallel.activation_checkpointing = plan::toString(plannedCheckpointing(
+      launch, plan::parseCheckpointing(job.parallel.activation_checkpointing)));
   if (listsLayerCounts(next.parallel.partition)) next.parallel.partition = "auto";
   const std::size_t replicas = stages > 1 ? next.parallel.replicas : devices;
   if (next.balancer.shares.size() != replicas) next.balancer.shares.clear();

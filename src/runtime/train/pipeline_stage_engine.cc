@@ -16,6 +16,7 @@
 #include "chorus/observe/trace_recorder.h"
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
+#include "chorus/runtime/job/pipeline_job.h"
 #include "chorus/runtime/train/step_figures.h"
 #include "job/balancer_settings.h"
 #include "train/engine_settings.h"
@@ -43,10 +44,7 @@ parallel::PipelineOptions pipelineOptionsOf(const JobConfig& job, const plan::Pl
   options.replicas = static_cast<int>(plan.replicas.size());
   options.micro_batches = plan.micro_batches;
   options.schedule = plan.schedule;
-  if (!plan.replicas[0].stages[0].checkpoint)
-    options.activation_checkpointing = parallel::Checkpointing::kNone;
-  else if (options.activation_checkpointing == parallel::Checkpointing::kNone)
-    options.activation_checkpointing = parallel::Checkpointing::kLayer;
+  options.activation_checkpointing = plannedCheckpointing(plan, options.activation_checkpointing);
   return options;
 }
 

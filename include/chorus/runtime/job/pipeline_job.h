@@ -21,6 +21,12 @@ namespace chorus::runtime {
 // Throws ConfigError on a bad schedule or checkpointing name.
 parallel::PipelineOptions pipelineOptions(const JobConfig& job);
 
+// The checkpointing a pipeline `plan` runs with, the job's mode being `job_mode`: none when the
+// plan does not checkpoint; else the job's mode, or keeping layer outputs (the planner's meaning)
+// when the job names none.
+parallel::Checkpointing plannedCheckpointing(const plan::Plan& plan,
+                                             parallel::Checkpointing job_mode);
+
 // The devices of a pipeline job's ranks (rank = replica · S + stage) as the cut sees them,
 // [replica][stage]: speed and memory budget (0: none). Throws ConfigError on a count that does not
 // fit the layout.
