@@ -11,8 +11,14 @@ rank (the file must be readable by every rank: one host, or a shared file system
 A checkpoint taken on another number of ranks restores the model, optimizer, step and sampler
 (the global batches do not depend on the world size) but not the balancer or the RNG states,
 which are per rank: the balancer then profiles the new devices afresh.
+
+Under ZeRO (``DataParallel(zero=...)``) the file is the same: the model whole (stage 3 gathers
+it for the save) and the optimizer's state consolidated from every rank's slice into the state
+dict it would have without ZeRO (python/chorus/zero.py), so a job of any stage, shards or world
+size loads it and cuts it into its own slices.
 """
 
+import contextlib
 import hashlib
 import io
 import os
@@ -20,6 +26,7 @@ import random
 
 import torch
 
+from . import zero as _zero
 from .context import current
 from .errors import CheckpointError
 
@@ -77,10 +84,18 @@ def load_state_dict(state, sampler=None, context=None):
 def save(path, model=None, optimizer=None, scaler=None, sampler=None, extra=None, context=None):
     """Writes a checkpoint (collective; rank 0 writes). ``extra``: anything torch.save takes."""
     ctx = current(context)
+    dp = ctx.data_parallel
     entries = {"chorus": state_dict(sampler, ctx), "extra": extra}
-    for name, obj in (("model", model), ("optimizer", optimizer), ("scaler", scaler)):
-        if obj is not None:
-            entries[name] = obj.state_dict()
+    if model is not None:
+        with _zero_gathered(dp):  # stage 3: the parameters' values exist only inside
+            entries["model"] = {key: value.clone() if dp is not None and dp.zero_stage == 3
+                                else value for key, value in model.state_dict().items()}
+    if optimizer is not None:
+        entries["optimizer"] = (_zero.full_state_dict(dp, optimizer, ctx)
+                                if dp is not None and dp.zero_stage > 0
+                                else optimizer.state_dict())
+    if scaler is not None:
+        entries["scaler"] = scaler.state_dict()
     if ctx.rank == 0:
         buffer = io.BytesIO()
         torch.save(entries, buffer)
@@ -105,12 +120,28 @@ def load(path, model=None, optimizer=None, scaler=None, sampler=None, context=No
                               f"{path}.sha256")
     entries = torch.load(io.BytesIO(data), weights_only=False)
     for name, obj in (("model", model), ("optimizer", optimizer), ("scaler", scaler)):
-        if obj is not None:
-            if name not in entries:
-                raise CheckpointError(f"checkpoint {path} holds no {name} state")
-            obj.load_state_dict(entries[name])
+        if obj is not None and name not in entries:
+            raise CheckpointError(f"checkpoint {path} holds no {name} state")
+    dp = ctx.data_parallel
+    zero = dp is not None and dp.zero_stage > 0
+    if model is not None:
+        with _zero_gathered(dp):
+            model.load_state_dict(entries["model"])
+            if zero:  # the slices the optimizer steps come from the loaded parameters
+                dp._zero.load_master_from_parameters()
+    if optimizer is not None:
+        if zero:
+            _zero.load_state_dict(dp, optimizer, entries["optimizer"])
+        else:
+            optimizer.load_state_dict(entries["optimizer"])
+    if scaler is not None:
+        scaler.load_state_dict(entries["scaler"])
     load_state_dict(entries["chorus"], sampler, ctx)
     return entries.get("extra")
+
+
+def _zero_gathered(dp):
+    return _zero.gathered(dp) if dp is not None else contextlib.nullcontext()
 
 
 def _write_atomically(path, data):

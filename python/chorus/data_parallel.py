@@ -14,6 +14,7 @@ import contextlib
 import torch
 
 from . import _C
+from . import zero as _zero
 from .context import current
 
 
@@ -36,6 +37,14 @@ class DataParallel(torch.nn.Module):
       shares: initial shares, one per rank, each >= 1, summing to B (default: equal split).
       bucket_cap_mb: cap of the gradient buckets after the first, MiB (default 25, DDP's).
       overlap: launch bucket all-reduces during backward (default True).
+      zero: ZeRO stage (default 0, everything replicated): 1 shards the optimizer state, 2 the
+        gradients too (each bucket reduce-scattered during backward), 3 the parameters too (the
+        module holds no values between steps and is all-gathered from the slices at the step's
+        first forward). ``chorus.step(optimizer)`` then steps this rank's slice only, with the
+        user's optimizer (see python/chorus/zero.py for which optimizers qualify).
+      shards: how big each rank's slice is: ``"memory"`` (default; by each device's memory budget,
+        ``chorus run --devices cpu/2GiB,...``, an even split when no device has one),
+        ``"even"``, or a list of fractions, one per rank, summing to 1. Only with ``zero >= 1``.
       context: a :class:`chorus.Context` (default: the one ``chorus.init()`` made).
 
     At construction every rank's parameters and buffers are overwritten with rank 0's (as DDP
@@ -46,16 +55,23 @@ class DataParallel(torch.nn.Module):
     """
 
     def __init__(self, module, global_batch, balance="adaptive", shares=None, bucket_cap_mb=25.0,
-                 overlap=True, context=None):
+                 overlap=True, zero=0, shards=None, context=None):
         super().__init__()
         self.module = module
         context = current(context)
+        if context.data_parallel is not None:  # before any collective of a second one
+            context._attach(self)
+        stage, kind, fractions = _zero.parse_options(zero, shards, context.world_size)
         parameters = [p for p in module.parameters() if p.requires_grad]
         self._core = _C.DataParallelCore(context.worker, parameters, int(global_batch), balance,
                                          [int(s) for s in (shares or [])], float(bucket_cap_mb),
-                                         bool(overlap))
+                                         bool(overlap), stage, kind, fractions)
         self._core.broadcast_from_rank_zero(
             [t.data for t in module.parameters()] + [b for b in module.buffers()])
+        self._trained = parameters  # the core's parameter list (its indices)
+        self._zero = self._core.zero  # None without ZeRO
+        if self._zero is not None:
+            self._zero.start()  # the slices from rank 0's values; stage 3 drops the parameters
         self._context = context
         self._no_sync = False
         context._attach(self)
@@ -63,7 +79,14 @@ class DataParallel(torch.nn.Module):
     def forward(self, *args, **kwargs):
         if self.training and torch.is_grad_enabled():
             self._core.begin_forward(not self._no_sync, _leading_size(args, kwargs))
-        return self.module(*args, **kwargs)
+            return self.module(*args, **kwargs)
+        with _zero.gathered(self):  # ZeRO-3 outside a step: gathered for this forward only
+            return self.module(*args, **kwargs)
+
+    def gathered(self):
+        """A context in which a ZeRO-3 module's parameters hold their values (for reading them,
+        e.g. ``state_dict()``); collective: every rank enters it. Nothing to do otherwise."""
+        return _zero.gathered(self)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -97,6 +120,22 @@ class DataParallel(torch.nn.Module):
     def step_count(self):
         """Steps finished by chorus.step."""
         return self._core.step
+
+    @property
+    def zero_stage(self):
+        """The ZeRO stage (0: none)."""
+        return self._zero.stage if self._zero is not None else 0
+
+    @property
+    def shard_fractions(self):
+        """Each rank's fraction of the flattened parameters under ZeRO (empty without)."""
+        return list(self._zero.fractions) if self._zero is not None else []
+
+    @property
+    def shard_bounds(self):
+        """Rank r's slice is [shard_bounds[r], shard_bounds[r + 1]) of the flattened parameters
+        (empty without ZeRO)."""
+        return list(self._zero.bounds) if self._zero is not None else []
 
     @property
     def num_buckets(self):

@@ -11,6 +11,7 @@ import dataclasses
 
 import torch
 
+from . import zero as _zero
 from .context import current
 from .errors import ConfigError
 
@@ -48,6 +49,8 @@ def step(optimizer, scaler=None, loss=None, context=None):
         raise ConfigError("chorus.step() needs a chorus.DataParallel in this process")
     core = dp._core
     core.synchronize()
+    if dp._zero is not None:  # the optimizer steps this rank's slice, with its gradient
+        _zero.attach_gradients(_zero.shard(dp, optimizer))
     overflow = False
     scaling = scaler is not None and scaler.is_enabled()
     if scaling:
@@ -68,6 +71,8 @@ def step(optimizer, scaler=None, loss=None, context=None):
         scaler.update()
     elif not figures["overflow"]:
         optimizer.step()
+    if dp._zero is not None and not figures["overflow"]:
+        dp._zero.gather_parameters()  # every rank's stepped slice into the parameters (1 and 2)
     optimizer.zero_grad(set_to_none=True)
     return StepInfo(step=figures["step"], loss=figures["loss"], skipped=figures["overflow"],
                     shares=figures["samples"], next_shares=figures["shares"],

@@ -20,5 +20,7 @@ void bindComm(py::module_& module);
 void bindData(py::module_& module);
 // DataParallelCore: reducer, compute phases, step figures, balancer (step_bindings.cc).
 void bindDataParallel(py::module_& module);
+// ZeroCore: ZeRO's slice of a DataParallelCore (step_bindings.cc). Before bindDataParallel.
+void bindZero(py::module_& module);
 
 }  // namespace chorus::python

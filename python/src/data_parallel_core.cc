@@ -28,6 +28,7 @@ void checkOptions(const DataParallelOptions& options, int world) {
                       " (every rank takes at least one sample of each global batch)");
   CHORUS_CHECK_CONFIG(options.bucket_cap_mb > 0, "bucket_cap_mb must be positive, got ",
                       options.bucket_cap_mb);
+  checkZeroOptions(options.zero, world);
   if (options.shares.empty()) return;
   CHORUS_CHECK_CONFIG(static_cast<int>(options.shares.size()) == world, "shares has ",
                       options.shares.size(), " entries for ", world, " ranks");
@@ -72,6 +73,8 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
     held_at_.push_back(phase_->computeSoFar());
     return true;
   };
+  if (options_.zero.stage >= 1)
+    zero_ = std::make_unique<ZeroCore>(*worker_, parameters, options_.zero, reducer);
   reducer_ = std::make_unique<parallel::GradientReducer>(std::move(parameters), worker_->world(),
                                                          std::move(reducer));
 }
@@ -103,6 +106,11 @@ void DataParallelCore::beginForward(bool arm, std::int64_t samples) {
     step_open_ = true;
     emulator_.beginStep();  // an emulated device sharing a core may wait for its turn here
   }
+  // ZeRO-3: the whole module from the slices, outside the compute phase (a wait for peers).
+  if (zero_ && !zero_->gathered()) {
+    endPhase();
+    zero_->gather();
+  }
   endPhase();
   if (arm) {
     CHORUS_CHECK_CONFIG(released_ == 0,
@@ -132,6 +140,10 @@ void DataParallelCore::synchronize() {
   endPhase();
   wait_seconds_ = reducer_->finish(options_.global_batch).wait_seconds;
   synchronized_ = true;
+  if (zero_) {
+    zero_->takeGradients();
+    zero_->release();
+  }
 }
 
 bool DataParallelCore::gradientsFinite() const {

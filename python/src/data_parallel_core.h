@@ -31,6 +31,7 @@
 #include "chorus/parallel/gradient_reducer.h"
 #include "chorus/plan/balancer.h"
 #include "chorus/runtime/launch/worker.h"
+#include "zero_core.h"
 
 namespace chorus::python {
 
@@ -47,6 +48,8 @@ struct DataParallelOptions {
   double bucket_cap_mb = 25;
   // Launch bucket all-reduces during backward. Default: true.
   bool overlap = true;
+  // ZeRO's stage and shards (zero_core.h). Default: stage 0, replicated.
+  ZeroOptions zero;
 };
 
 // What every rank learns at the end of a step. Value type.
@@ -63,8 +66,9 @@ struct StepFigures {
 
 class DataParallelCore {
  public:
-  // Broadcasts nothing: the Python side calls broadcastFromRankZero() first. Throws ConfigError on
-  // bad options; collective (the reducer is built on every rank in the same order).
+  // Broadcasts nothing: the Python side calls broadcastFromRankZero() next, then, under ZeRO,
+  // zero()->start(). Throws ConfigError on bad options; collective (the reducer is built on every
+  // rank in the same order).
   DataParallelCore(std::shared_ptr<runtime::Worker> worker, std::vector<at::Tensor> parameters,
                    const DataParallelOptions& options);
   ~DataParallelCore();
@@ -79,7 +83,9 @@ class DataParallelCore {
   // forward, ends the previous micro-batch's phase and opens a new one. `arm`: this micro-batch's
   // backward is the step's last (not under no_sync()); its hooks then launch the buckets.
   void beginForward(bool arm, std::int64_t samples);
-  // Completes the step's gradient reduction (once per step; later calls return at once).
+  // Completes the step's gradient reduction (once per step; later calls return at once). Under
+  // ZeRO the slice's gradient is then in zero()->gradientSlice() and the parameters have no .grad
+  // (stage 3: no bytes either, until the next forward gathers them).
   void synchronize();
   // Whether the reduced gradients are all finite. REQUIRES: synchronize() was called this step.
   bool gradientsFinite() const;
@@ -97,6 +103,8 @@ class DataParallelCore {
   int rank() const;
   int worldSize() const;
   int numBuckets() const { return reducer_->numBuckets(); }
+  // ZeRO's half of the step (null without ZeRO).
+  ZeroCore* zero() { return zero_.get(); }
 
   // For checkpoints: the balancer's state and the step counter.
   plan::BalancerState balancerState() const { return balancer_->exportState(); }
@@ -109,6 +117,7 @@ class DataParallelCore {
   std::shared_ptr<runtime::Worker> worker_;
   DataParallelOptions options_;
   std::unique_ptr<plan::LoadBalancer> balancer_;
+  std::unique_ptr<ZeroCore> zero_;  // before reducer_: its scatter writes into zero_'s slice
   std::unique_ptr<parallel::GradientReducer> reducer_;
   device::SpeedEmulator& emulator_;
   std::optional<device::SpeedEmulator::ComputeScope> phase_;

@@ -63,5 +63,6 @@ PYBIND11_MODULE(_C, module) {
   chorus::python::bindErrors(module);
   chorus::python::bindComm(module);
   chorus::python::bindData(module);
+  chorus::python::bindZero(module);
   chorus::python::bindDataParallel(module);
 }

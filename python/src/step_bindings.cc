@@ -1,10 +1,12 @@
-// DataParallelCore for Python (chorus.DataParallel and chorus.step call it), and the balancer's
-// state as a plain dict of lists for chorus's checkpoint helpers.
+// DataParallelCore for Python (chorus.DataParallel and chorus.step call it), its ZeroCore
+// (python/chorus/zero.py: the slice's layout, master copy and gradient for the user's optimizer),
+// and the balancer's state as a plain dict of lists for chorus's checkpoint helpers.
 #include <string>
 
 #include "bindings.h"
 #include "chorus/core/error.h"
 #include "data_parallel_core.h"
+#include "zero_core.h"
 
 namespace chorus::python {
 namespace {
@@ -75,24 +77,59 @@ py::dict figuresToDict(const StepFigures& figures) {
 
 }  // namespace
 
+void bindZero(py::module_& module) {
+  py::class_<ZeroCore>(module, "ZeroCore",
+                       "ZeRO's half of a DataParallelCore (DataParallelCore.zero); not made "
+                       "directly")
+      .def_property_readonly("stage", &ZeroCore::stage)
+      .def_property_readonly("fractions", &ZeroCore::fractions)
+      .def_property_readonly("bounds", &ZeroCore::bounds)
+      .def_property_readonly("order", &ZeroCore::order)
+      .def_property_readonly("gathered", &ZeroCore::gathered)
+      .def(
+          "pieces",
+          [](const ZeroCore& self) {
+            py::list pieces;
+            for (const SlicePiece& piece : self.pieces())
+              pieces.append(py::make_tuple(piece.parameter, piece.offset, piece.at, piece.count));
+            return pieces;
+          },
+          "(parameter index, offset in it, offset in the slice, elements) of each parameter "
+          "that overlaps this rank's slice, in the flat order")
+      .def("master_slice", &ZeroCore::masterSlice)
+      .def("gradient_slice", &ZeroCore::gradientSlice)
+      .def("start", &ZeroCore::start, py::call_guard<py::gil_scoped_release>())
+      .def("gather", &ZeroCore::gather, py::call_guard<py::gil_scoped_release>())
+      .def("release", &ZeroCore::release, py::call_guard<py::gil_scoped_release>())
+      .def("gather_parameters", &ZeroCore::gatherParameters,
+           py::call_guard<py::gil_scoped_release>())
+      .def("load_master_from_parameters", &ZeroCore::loadMasterFromParameters,
+           py::call_guard<py::gil_scoped_release>());
+}
+
 void bindDataParallel(py::module_& module) {
   py::class_<DataParallelCore>(module, "DataParallelCore")
       .def(py::init([](std::shared_ptr<runtime::Worker> worker, std::vector<at::Tensor> parameters,
                        std::int64_t global_batch, const std::string& balance,
-                       std::vector<std::int64_t> shares, double bucket_cap_mb, bool overlap) {
+                       std::vector<std::int64_t> shares, double bucket_cap_mb, bool overlap,
+                       int zero, const std::string& shards, std::vector<double> fractions) {
              DataParallelOptions options;
              options.global_batch = global_batch;
              options.balance = balance;
              options.shares = std::move(shares);
              options.bucket_cap_mb = bucket_cap_mb;
              options.overlap = overlap;
+             options.zero.stage = zero;
+             options.zero.shards = shards;
+             options.zero.fractions = std::move(fractions);
              py::gil_scoped_release release;
              return std::make_unique<DataParallelCore>(std::move(worker), std::move(parameters),
                                                        options);
            }),
            py::arg("worker"), py::arg("parameters"), py::arg("global_batch"),
            py::arg("balance") = "adaptive", py::arg("shares") = std::vector<std::int64_t>{},
-           py::arg("bucket_cap_mb") = 25.0, py::arg("overlap") = true)
+           py::arg("bucket_cap_mb") = 25.0, py::arg("overlap") = true, py::arg("zero") = 0,
+           py::arg("shards") = "memory", py::arg("fractions") = std::vector<double>{})
       .def("broadcast_from_rank_zero", &DataParallelCore::broadcastFromRankZero,
            py::call_guard<py::gil_scoped_release>())
       .def("begin_forward", &DataParallelCore::beginForward, py::arg("arm"), py::arg("samples"),
@@ -115,6 +152,8 @@ void bindDataParallel(py::module_& module) {
       .def_property_readonly("step", &DataParallelCore::step)
       .def_property_readonly("global_batch", &DataParallelCore::globalBatch)
       .def_property_readonly("num_buckets", &DataParallelCore::numBuckets)
+      .def_property_readonly("zero", &DataParallelCore::zero,
+                             py::return_value_policy::reference_internal)
       .def("balancer_state",
            [](const DataParallelCore& self) { return stateToDict(self.balancerState()); })
       .def(

@@ -169,6 +169,11 @@ void ZeroLayers::onParameterGradient(int l) {
   if (--layer.pending == 0) free(l);
 }
 
+void ZeroLayers::gatherAll() {
+  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) startGather(l);
+  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) awaitGather(l);
+}
+
 void ZeroLayers::release() {
   for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
     free(l);

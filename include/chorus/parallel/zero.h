@@ -49,7 +49,10 @@ class ZeroOptimizer {
       std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor>)>;
 
   // `bounds` as shardBounds gives them, over the flattened `parameters` in `order` (fp32, all of
-  // them); `make` builds the optimizer over the one slice tensor (and one more over the replica).
+  // them); `make` builds the optimizer over the one slice tensor (and one more over the replica);
+  // it may return null when the caller steps masterSlice() with an optimizer of its own (the
+  // Python front's torch.optim): step(), stepSlices(), optimizer() and the state functions are
+  // then not to be called.
   // `redundant`: keep a replica of the successor's slice (none in a world of one). Not collective.
   ZeroOptimizer(int stage, std::vector<at::Tensor> parameters, std::vector<int> order,
                 std::vector<std::int64_t> bounds, std::shared_ptr<comm::Communicator> communicator,

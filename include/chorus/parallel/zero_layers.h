@@ -57,6 +57,10 @@ class ZeroLayers {
   // one is kept when autograd records, for the backward that follows). Collective: every rank
   // calls it with its share, possibly empty, as often as the others.
   at::Tensor forward(model::ZooModel& model, at::Tensor x);
+  // Gathers every layer and waits for all: for a caller that runs the layers itself (the Python
+  // front's stage 3 gathers its whole module, one layer, before a step's first forward). Collective
+  // as forward() is; release() frees them.
+  void gatherAll();
   // Frees every layer still gathered (a layer none of whose gradients backward reached, the
   // last one after a forward without backward) and waits for gathers in flight. Call it after
   // each backward and after an evaluation.

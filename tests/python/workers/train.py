@@ -3,6 +3,7 @@
     python train.py OUT_DIR --steps N --global-batch B [--shares 5,17,42] [--balance fixed]
                     [--save-at S] [--resume] [--die-at S --die-rank R --die-how kill|stall]
                     [--overflow-at S --overflow-rank R] [--dropout P] [--model mlp|cnn]
+                    [--zero 0|1|2|3 --shards memory|even|0.2,0.3,0.5] [--optimizer sgd|adamw]
 
 Trains a small model on synthetic data (seeded) with chorus.DataParallel, ShardSampler and
 chorus.step, plain SGD, and writes OUT_DIR/rank<R>.pt with the final parameters, the shares and
@@ -44,6 +45,14 @@ def make_model(kind="mlp", dropout=0.0, features=20, classes=5, width=64):
     raise SystemExit(f"unknown model {kind}")
 
 
+def make_optimizer(kind, parameters, lr, momentum):
+    if kind == "sgd":
+        return torch.optim.SGD(parameters, lr=lr, momentum=momentum)
+    if kind == "adamw":
+        return torch.optim.AdamW(parameters, lr=lr, weight_decay=0.01)
+    raise SystemExit(f"unknown optimizer {kind}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -63,6 +72,9 @@ def main():
     parser.add_argument("--die-how", default="kill")
     parser.add_argument("--overflow-at", type=int, default=-1)
     parser.add_argument("--overflow-rank", type=int, default=0)
+    parser.add_argument("--zero", type=int, default=0)
+    parser.add_argument("--shards", default="")
+    parser.add_argument("--optimizer", default="sgd")
     args = parser.parse_args()
 
     # The launcher stops every worker (SIGTERM) when one dies; the failure tests want to see what
@@ -73,9 +85,14 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     data = make_data(args.samples, 784 if args.model == "conv" else 20)
     shares = [int(s) for s in args.shares.split(",")] if args.shares else None
+    zero_shards = None
+    if args.shards:
+        zero_shards = (args.shards if args.shards in ("memory", "even")
+                       else [float(f) for f in args.shards.split(",")])
     model = chorus.DataParallel(make_model(args.model, args.dropout), global_batch=args.global_batch,
-                                balance=args.balance, shares=shares)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+                                balance=args.balance, shares=shares, zero=args.zero,
+                                shards=zero_shards)
+    optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr, args.momentum)
     sampler = chorus.ShardSampler(data, global_batch=args.global_batch, seed=3)
     # Its own generator: a DataLoader draws a seed from the global RNG whenever an iterator starts
     # (each epoch, and at a resume), which would shift the dropout masks of a resumed job.
@@ -126,7 +143,15 @@ def main():
                 break
     record["start_step"] = start_step
     record["sampler_step"] = sampler.step
-    record["parameters"] = [p.detach().clone() for p in model.module.parameters()]
+    # ZeRO-3 keeps no parameter values between steps: bytes held now, then gathered to read.
+    record["parameter_bytes"] = sum(p.untyped_storage().nbytes() for p in model.parameters())
+    with model.gathered():
+        record["parameters"] = [p.detach().clone() for p in model.module.parameters()]
+    record["shard_bounds"] = model.shard_bounds
+    record["shard_fractions"] = model.shard_fractions
+    record["optimizer_elements"] = sum(t.numel() for state in optimizer.state.values()
+                                       for t in state.values()
+                                       if torch.is_tensor(t) and t.dim() > 0)
     record["speed"] = ctx.worker.speed
     torch.save(record, os.path.join(args.out, f"rank{ctx.rank}.pt"))
 
