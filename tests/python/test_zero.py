@@ -115,6 +115,22 @@ def test_a_zero_checkpoint_resumes_under_other_stages_shards_and_world_sizes(tmp
             assert max_relative_error(rank["parameters"], expected["parameters"]) < 1e-6, name
 
 
+@pytest.mark.multiproc
+def test_an_overflow_on_one_rank_skips_the_step_of_every_slice(tmp_path):
+    # A GradScaler's overflow on rank 1, whose ZeRO-2 slice is small: every rank skips and
+    # lowers its scale, exactly as a stage-0 job does.
+    args = [*common("sgd"), "--steps", 8, "--shares", SHARES, "--overflow-at", 3,
+            "--overflow-rank", 1]
+    (tmp_path / "zero").mkdir()
+    (tmp_path / "stage0").mkdir()
+    zero = run(tmp_path / "zero", "cpu,cpu,cpu", *args, "--zero", 2, "--shards", "0.45,0.1,0.45")
+    stage0 = run(tmp_path / "stage0", "cpu,cpu,cpu", *args)
+    for rank in zero:
+        assert rank["skipped"] == [False] * 3 + [True] + [False] * 4
+        assert rank["scales"] == stage0[0]["scales"]
+        assert max_relative_error(rank["parameters"], stage0[0]["parameters"]) < 1e-6
+
+
 # ---- a job of one ----
 
 @pytest.fixture
