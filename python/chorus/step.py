@@ -4,7 +4,8 @@ In order: the gradient reduction completes (an emulated device first releases it
 and pads its compute), a ``torch.amp.GradScaler`` unscales and looks for overflows, every rank's
 figures are all-gathered (compute time, wait, loss, overflow, samples), all ranks skip the
 optimizer step together when any overflowed, the balancer sets the next shares, and the
-gradients are cleared.
+gradients are cleared. Under ZeRO (``DataParallel(zero=...)``) the optimizer steps this rank's
+slice of the parameters (python/chorus/zero.py) and the slices are all-gathered after it.
 """
 
 import dataclasses
