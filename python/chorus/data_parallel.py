@@ -16,6 +16,7 @@ import torch
 from . import _C
 from . import zero as _zero
 from .context import current
+from .errors import ConfigError
 
 
 def _leading_size(args, kwargs):
@@ -59,8 +60,8 @@ class DataParallel(torch.nn.Module):
         super().__init__()
         self.module = module
         context = current(context)
-        if context.data_parallel is not None:  # before any collective of a second one
-            context._attach(self)
+        if context.data_parallel is not None:  # refused before any collective of a second one
+            raise ConfigError("this process has a chorus.DataParallel already (one per job)")
         stage, kind, fractions = _zero.parse_options(zero, shards, context.world_size)
         parameters = [p for p in module.parameters() if p.requires_grad]
         self._core = _C.DataParallelCore(context.worker, parameters, int(global_batch), balance,
