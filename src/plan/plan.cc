@@ -13,37 +13,44 @@ const char* toString(Schedule schedule) { return schedule == Schedule::kGpipe ? 
 
 namespace {
 
-// The plan's names of the priced algorithms and codecs: the tables define what `priced` accepts.
+// The plan's spelling of the algorithms: core's, but "ring" for kFlat (plan files always said so).
 constexpr NamedValue<AllReduceAlgorithm> kPlanAlgorithmNames[] = {
-    {AllReduceAlgorithm::kFlat, "ring"}, {AllReduceAlgorithm::kHierarchical, "hierarchical"}};
-constexpr NamedValue<CodecKind> kPlanCodecNames[] = {
-    {CodecKind::kNone, "none"}, {CodecKind::kFp16, "fp16"}, {CodecKind::kInt8, "int8"}};
+    {AllReduceAlgorithm::kAuto, "auto"},
+    {AllReduceAlgorithm::kFlat, "ring"},
+    {AllReduceAlgorithm::kHierarchical, "hierarchical"},
+    {AllReduceAlgorithm::kTwoD, "2d"}};
 
-// Refuses `name`, a value of `table`'s enum that the cost model cannot price, naming the ones it
-// can: a plan with it would be ranked on a cost that is not its own.
-template <typename Enum, std::size_t N>
-[[noreturn]] void refuseUnpriced(const NamedValue<Enum> (&table)[N], const char* what,
-                                 const std::string& name) {
-  CHORUS_THROW(ConfigError, what, " '", name, "' is not one the cost model prices (expected ",
-               namesOf(table, ", ", " or "), ")");
+void checkComm(const CommPlan& comm) {
+  const CodecOptions& codec = comm.codec;
+  CHORUS_CHECK_CONFIG(comm.sync_period >= 1, "plan: comm.sync_period must be >= 1");
+  CHORUS_CHECK_CONFIG(comm.bucket_mb > 0 && comm.first_bucket_mb > 0,
+                      "plan: comm.bucket_mb and first_bucket_mb must be positive");
+  CHORUS_CHECK_CONFIG(comm.min_buckets >= 1 && comm.min_buckets <= 1024,
+                      "plan: comm.min_buckets must be in [1, 1024]");
+  CHORUS_CHECK_CONFIG(codec.int8_chunk >= 1, "plan: comm.int8_chunk must be >= 1");
+  CHORUS_CHECK_CONFIG(codec.topk_ratio > 0 && codec.topk_ratio <= 1,
+                      "plan: comm.topk_ratio must be in (0, 1]");
+  CHORUS_CHECK_CONFIG(codec.powersgd_rank >= 1 && codec.powersgd_iterations >= 1 &&
+                          codec.powersgd_min_compression_rate >= 1 &&
+                          codec.powersgd_start_step >= 0 && codec.powersgd_min_elements >= 0,
+                      "plan: comm.powersgd_rank, powersgd_iterations and "
+                      "powersgd_min_compression_rate must be >= 1, powersgd_start_step and "
+                      "powersgd_min_elements >= 0");
 }
 
 }  // namespace
 
 bool priced(AllReduceAlgorithm algorithm) {
-  for (const auto& entry : kPlanAlgorithmNames)
-    if (entry.value == algorithm) return true;
-  return false;
+  return algorithm == AllReduceAlgorithm::kFlat || algorithm == AllReduceAlgorithm::kHierarchical;
 }
 
 bool priced(CodecKind codec) {
-  for (const auto& entry : kPlanCodecNames)
-    if (entry.value == codec) return true;
-  return false;
+  return codec == CodecKind::kNone || codec == CodecKind::kFp16 || codec == CodecKind::kBf16 ||
+         codec == CodecKind::kInt8;
 }
 
 const char* planName(AllReduceAlgorithm algorithm) {
-  return priced(algorithm) ? nameOf(kPlanAlgorithmNames, algorithm) : toString(algorithm);
+  return nameOf(kPlanAlgorithmNames, algorithm);
 }
 
 const DeviceSpec& jobDevice(const RankPlan& rank) {
@@ -59,13 +66,7 @@ Schedule parseSchedule(const std::string& text) {
 }
 
 AllReduceAlgorithm parsePlanAllReduceAlgorithm(const std::string& text) {
-  if (auto algorithm = valueNamed(kPlanAlgorithmNames, text)) return *algorithm;
-  refuseUnpriced(kPlanAlgorithmNames, "all-reduce algorithm", text);
-}
-
-CodecKind parsePlanCodec(const std::string& text) {
-  if (auto codec = valueNamed(kPlanCodecNames, text)) return *codec;
-  refuseUnpriced(kPlanCodecNames, "codec", text);
+  return parseNamed(kPlanAlgorithmNames, text, "all-reduce algorithm");
 }
 
 void Plan::validate(int layer_count) const {
@@ -73,11 +74,7 @@ void Plan::validate(int layer_count) const {
   CHORUS_CHECK_CONFIG(micro_batches >= 1, "plan: micro_batches must be >= 1");
   CHORUS_CHECK_CONFIG(zero_stage >= 0 && zero_stage <= 3, "plan: zero_stage must be 0..3");
   validateZeroShards();
-  CHORUS_CHECK_CONFIG(comm.sync_period == 1, "plan: only sync_period = 1 is supported");
-  if (!priced(comm.algorithm))
-    refuseUnpriced(kPlanAlgorithmNames, "plan: all-reduce algorithm", toString(comm.algorithm));
-  for (CodecKind codec : {comm.intra_node_codec, comm.inter_node_codec})
-    if (!priced(codec)) refuseUnpriced(kPlanCodecNames, "plan: codec", toString(codec));
+  checkComm(comm);
   CHORUS_CHECK_CONFIG(!replicas.empty(), "plan: no replicas");
   const int stages = stageCount();
   CHORUS_CHECK_CONFIG(stages >= 1, "plan: replica 0 has no stages");
@@ -167,8 +164,8 @@ std::string Plan::summary() const {
   int checkpointed = 0;
   for (const auto& stage : replicas[0].stages) checkpointed += stage.checkpoint;
   if (checkpointed) out << ", ckpt";
-  if (comm.inter_node_codec != CodecKind::kNone)
-    out << ", " << toString(comm.inter_node_codec) << " inter-node";
+  if (comm.codec.kind != CodecKind::kNone)
+    out << ", " << toString(comm.codec.kind) << " inter-node";
   return out.str();
 }
 

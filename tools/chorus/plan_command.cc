@@ -170,7 +170,7 @@ int runAllReducePrice(const PlanArgs& args, const plan::Cluster& cluster) {
   std::vector<int> group(static_cast<size_t>(cluster.size()));
   for (int d = 0; d < cluster.size(); ++d) group[d] = d;
   const AllReduceAlgorithm algorithm = plan::parsePlanAllReduceAlgorithm(args.algorithm);
-  const CodecKind codec = plan::parsePlanCodec(args.compression);
+  const CodecKind codec = parseCodecKind(args.compression);
   const plan::LinearCost cost = plan::gradientAllReduceCost(
       cluster, group, algorithm, codec, /*element_bytes=*/4, args.cost.codec_ns_per_byte * 1e-9);
   const double total = cost.seconds(static_cast<double>(bytes));
@@ -262,7 +262,7 @@ void addPlanCommand(CLI::App& app, Action& action) {
       ->capture_default_str();
   command
       ->add_option("--compression", args->compression,
-                   "With --allreduce: none, fp16 or int8 where it crosses nodes")
+                   "With --allreduce: none, fp16, bf16 or int8 where it crosses nodes")
       ->capture_default_str();
   command
       ->add_option("--shares", args->shares,

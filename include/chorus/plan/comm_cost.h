@@ -37,9 +37,9 @@ LinearCost p2pCost(const Cluster& cluster, int from, int to);
 LinearCost allReduceCost(const Cluster& cluster, const std::vector<int>& group,
                          AllReduceAlgorithm algorithm, double network_ratio = 1);
 
-// Size of a compressed gradient element over the uncompressed one: fp16 carries 2 bytes, int8 1
-// (plus a negligible scale per bucket); never more than 1. ConfigError for a codec that is not
-// priced (plan.h).
+// Size of a compressed gradient element over the uncompressed one: fp16 and bf16 carry 2 bytes,
+// int8 1 (plus a negligible scale per bucket); never more than 1. ConfigError for a codec that is
+// not priced (plan.h).
 double compressionRatio(CodecKind codec, int element_bytes);
 
 // A gradient all-reduce of `element_bytes`-byte elements over `group` with `codec` where it

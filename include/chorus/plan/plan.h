@@ -24,23 +24,18 @@ enum class Schedule { kGpipe, kOneFOneB };
 const char* toString(Schedule schedule);  // "gpipe", "1f1b"
 Schedule parseSchedule(const std::string& text);
 
-// A plan's gradient all-reduce uses core's vocabulary (core/collective_kinds.h), limited to what
-// the cost model prices: the algorithms kFlat and kHierarchical, the codecs kNone, kFp16 and
-// kInt8. Lossy codecs change the numerics, so the planner uses them only when allowed
+// A plan's gradient all-reduce uses core's vocabulary (core/collective_kinds.h). The cost model
+// prices part of it: the algorithms kFlat and kHierarchical, the codecs kNone, kFp16, kBf16 and
+// kInt8 (`priced`); it refuses to price the others rather than price them as something else. Lossy
+// codecs change the numerics, so the planner uses them only when allowed
 // (PlanOptions::allow_compression).
 bool priced(AllReduceAlgorithm algorithm);
 bool priced(CodecKind codec);
-// The plan's spelling of a priced algorithm, in plan JSON and `chorus plan --algorithm`: "ring"
-// (kFlat, which the cost model prices as one ring over all devices) or "hierarchical"; core's name
-// for the others ("auto", "2d"), so that a message or a written file names them and the reader
-// refuses them.
+// The plan's spelling of an algorithm, in plan JSON and `chorus plan --algorithm`: "ring" for
+// kFlat (which the cost model prices as one ring over all devices), core's name for the others.
 const char* planName(AllReduceAlgorithm algorithm);
-// The priced algorithm spelled `text` (planName); ConfigError naming `text` otherwise, also for
-// the names of algorithms the cost model cannot price ("auto", "2d").
+// The algorithm spelled `text` (planName); ConfigError listing the names otherwise.
 AllReduceAlgorithm parsePlanAllReduceAlgorithm(const std::string& text);
-// The priced codec named `text` (core's names: "none", "fp16", "int8"); ConfigError naming `text`
-// otherwise, also for the codecs the cost model cannot price ("bf16", "topk", "powersgd").
-CodecKind parsePlanCodec(const std::string& text);
 
 // One pipeline stage of one replica: layers [first_layer, last_layer) on plan rank `rank`.
 struct StagePlan {
@@ -85,16 +80,30 @@ struct RankPlan {
 // the rank's device type when the plan does not say (a cluster's plan, not adopted for a job).
 const DeviceSpec& jobDevice(const RankPlan& rank);
 
+// The gradient synchronization of the data-parallel groups, as the engines run it: the plan is
+// where they read it (the job's [comm] keys, or the planner's choice, end up here). Value type.
 struct CommPlan {
-  // Algorithm of every data-parallel group's all-reduce; a priced one. Default: kFlat ("ring").
+  // The all-reduce algorithm. The cost model prices kFlat (as one ring over all devices: the plan
+  // spells it "ring") and kHierarchical; a plan with kAuto or kTwoD runs, but is not priced.
+  // Default: kFlat.
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kFlat;
-  // Gradient compression inside nodes (the cost model ignores it: intra-node links are rarely
-  // the bottleneck) and across nodes; priced ones. Default: kNone.
-  CodecKind intra_node_codec = CodecKind::kNone;
-  CodecKind inter_node_codec = CodecKind::kNone;
-  // Steps between gradient synchronizations. Default: 1 (every step; the only value the cost model
-  // and runtime support today).
+  // The codec where gradients cross nodes (among node leaders; among all ranks under kFlat) and
+  // its knobs; `codec.seed` is the plan's seed. The cost model prices kNone, kFp16, kBf16 and
+  // kInt8. Default: none.
+  CodecOptions codec;
+  // Gradient buckets (parallel::ReducerOptions has the rule): the first bucket launched holds at
+  // most first_bucket_mb MiB, later ones bucket_mb, every one at most 1 / min_buckets of the
+  // gradients; `overlap` all-reduces them during backward. Defaults: DDP's 25 and 1 MiB, 4, true.
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  int min_buckets = 4;
+  bool overlap = true;
+  // Steps between gradient synchronizations: above 1, local SGD (each rank steps on its own
+  // gradients, then parameters are averaged weighted by samples). The cost model charges a
+  // synchronization every step. Default: 1.
   int sync_period = 1;
+
+  bool operator==(const CommPlan&) const = default;
 };
 
 // What the cost model predicts for one training step. Times in seconds.
@@ -146,8 +155,8 @@ struct Plan {
   }
   // Checks the structure against a model of `layer_count` layers: shares sum to global_batch,
   // stages of every replica cover [0, layer_count) in order with equal cuts across replicas,
-  // every rank is used exactly once, micro-batches fit the schedule, the all-reduce algorithm and
-  // codecs are priced ones. Throws ConfigError.
+  // every rank is used exactly once, micro-batches fit the schedule, the communication knobs are
+  // in range. Throws ConfigError.
   void validate(int layer_count) const;
   // zero_shards: empty, or one fraction in [0, 1] per rank summing to 1 with a ZeRO stage.
   void validateZeroShards() const;

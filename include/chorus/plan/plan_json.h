@@ -6,14 +6,16 @@
 //                                          "micro_batch": 1, "checkpoint": false}, ...]}, ...],
 //    "ranks": [{"device": 0, "device_type": "A100-80", "node": "n0", "precision": "bf16",
 //               "memory_budget": 0, "emulated_speed": 1, "predicted_memory": 123}, ...],
-//    "comm": {"algorithm": "hierarchical", "intra_node_codec": "none",
-//             "inter_node_codec": "none", "sync_period": 1},
+//    "comm": {"algorithm": "hierarchical", "inter_node_codec": "none", "topk_ratio": 0.01, ...
+//             "bucket_mb": 25, "first_bucket_mb": 1, "min_buckets": 4, "overlap": true,
+//             "sync_period": 1},
 //    "predicted": {"step_seconds": ..., "samples_per_second": ..., "bubble_fraction": ...,
 //                  "compute_seconds": ..., "p2p_seconds": ..., "exposed_comm_seconds": ...,
 //                  "optimizer_seconds": ...},
 //    "reason": "..."}
 //
-// `devices` is the number of ranks; `predicted` and `reason` are optional on input.
+// `devices` is the number of ranks; `predicted` and `reason` are optional on input, and so is
+// every key of `comm` (plan::CommPlan's fields; the codec's knobs are core's CodecOptions).
 #pragma once
 
 #include <nlohmann/json.hpp>

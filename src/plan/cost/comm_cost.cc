@@ -94,10 +94,10 @@ double compressionRatio(CodecKind codec, int element_bytes) {
     case CodecKind::kNone:
       return 1;
     case CodecKind::kFp16:
+    case CodecKind::kBf16:
       return std::min(1.0, 2.0 / element_bytes);
     case CodecKind::kInt8:
       return std::min(1.0, 1.0 / element_bytes);
-    case CodecKind::kBf16:
     case CodecKind::kTopK:
     case CodecKind::kPowerSgd:
       break;

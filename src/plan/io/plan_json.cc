@@ -32,6 +32,71 @@ std::uint64_t bytes(const JsonReader& reader, const std::string& pointer) {
   return static_cast<std::uint64_t>(value);
 }
 
+nlohmann::json commJson(const CommPlan& comm) {
+  const CodecOptions& codec = comm.codec;
+  return {{"algorithm", planName(comm.algorithm)},
+          {"inter_node_codec", toString(codec.kind)},
+          {"int8_chunk", codec.int8_chunk},
+          {"topk_ratio", codec.topk_ratio},
+          {"powersgd_rank", codec.powersgd_rank},
+          {"powersgd_min_elements", codec.powersgd_min_elements},
+          {"powersgd_iterations", codec.powersgd_iterations},
+          {"powersgd_bf16_factors", codec.powersgd_bf16_factors},
+          {"powersgd_min_compression_rate", codec.powersgd_min_compression_rate},
+          {"powersgd_start_step", codec.powersgd_start_step},
+          {"error_feedback", codec.error_feedback},
+          {"bucket_mb", comm.bucket_mb},
+          {"first_bucket_mb", comm.first_bucket_mb},
+          {"min_buckets", comm.min_buckets},
+          {"overlap", comm.overlap},
+          {"sync_period", comm.sync_period}};
+}
+
+// Every key but the algorithm is optional (plans written before the plan carried the runtime's
+// settings have four keys); what is absent takes CommPlan's default, which is the job's.
+CommPlan parseComm(const JsonReader& reader, std::uint64_t seed) {
+  reader.object("/comm", {"algorithm", "intra_node_codec", "inter_node_codec", "int8_chunk",
+                          "topk_ratio", "powersgd_rank", "powersgd_min_elements",
+                          "powersgd_iterations", "powersgd_bf16_factors",
+                          "powersgd_min_compression_rate", "powersgd_start_step", "error_feedback",
+                          "bucket_mb", "first_bucket_mb", "min_buckets", "overlap", "sync_period"});
+  // Nothing compresses inside a node (the engines' codec works where gradients cross nodes): an
+  // older file's "none" is read, anything else refused rather than dropped.
+  if (reader.text("/comm/intra_node_codec", "none") != "none")
+    reader.fail("/comm/intra_node_codec",
+                "must be \"none\": chorus compresses gradients only where they cross nodes");
+  CommPlan comm;
+  const CommPlan defaults;
+  const CodecOptions& knobs = defaults.codec;
+  CodecOptions& codec = comm.codec;
+  comm.algorithm = parseEnum(reader, "/comm/algorithm", "ring", parsePlanAllReduceAlgorithm);
+  codec.kind = parseEnum(reader, "/comm/inter_node_codec", "none", parseCodecKind);
+  codec.seed = seed;
+  codec.int8_chunk = reader.integer("/comm/int8_chunk", knobs.int8_chunk, 1, kMaxInt);
+  codec.topk_ratio = reader.number("/comm/topk_ratio", knobs.topk_ratio, 0);
+  codec.powersgd_rank =
+      static_cast<int>(reader.integer("/comm/powersgd_rank", knobs.powersgd_rank, 1, kMaxInt));
+  codec.powersgd_min_elements =
+      reader.integer("/comm/powersgd_min_elements", knobs.powersgd_min_elements, 0,
+                     std::numeric_limits<long long>::max());
+  codec.powersgd_iterations = static_cast<int>(
+      reader.integer("/comm/powersgd_iterations", knobs.powersgd_iterations, 1, kMaxInt));
+  codec.powersgd_bf16_factors =
+      reader.flag("/comm/powersgd_bf16_factors", knobs.powersgd_bf16_factors);
+  codec.powersgd_min_compression_rate =
+      reader.number("/comm/powersgd_min_compression_rate", knobs.powersgd_min_compression_rate, 1);
+  codec.powersgd_start_step = static_cast<int>(
+      reader.integer("/comm/powersgd_start_step", knobs.powersgd_start_step, 0, kMaxInt));
+  codec.error_feedback = reader.flag("/comm/error_feedback", knobs.error_feedback);
+  comm.bucket_mb = reader.number("/comm/bucket_mb", defaults.bucket_mb, 0);
+  comm.first_bucket_mb = reader.number("/comm/first_bucket_mb", defaults.first_bucket_mb, 0);
+  comm.min_buckets =
+      static_cast<int>(reader.integer("/comm/min_buckets", defaults.min_buckets, 1, 1024));
+  comm.overlap = reader.flag("/comm/overlap", defaults.overlap);
+  comm.sync_period = static_cast<int>(reader.integer("/comm/sync_period", 1, 1, kMaxInt));
+  return comm;
+}
+
 StagePlan parseStage(const JsonReader& reader, const std::string& at) {
   reader.object(at, {"first_layer", "last_layer", "rank", "micro_batch", "checkpoint"});
   for (const char* key : {"first_layer", "last_layer", "rank", "micro_batch"})
@@ -136,11 +201,7 @@ nlohmann::json toJson(const Plan& plan) {
                          {"zero_shards", plan.zero_shards},
                          {"replicas", replicas},
                          {"ranks", ranks},
-                         {"comm",
-                          {{"algorithm", planName(plan.comm.algorithm)},
-                           {"intra_node_codec", toString(plan.comm.intra_node_codec)},
-                           {"inter_node_codec", toString(plan.comm.inter_node_codec)},
-                           {"sync_period", plan.comm.sync_period}}},
+                         {"comm", commJson(plan.comm)},
                          {"predicted", toJson(plan.predicted)},
                          {"reason", plan.reason}};
   if (plan.memory_profile) json["memory_profile"] = modelProfileJson(*plan.memory_profile);
@@ -186,15 +247,7 @@ Plan parsePlanJson(const std::string& text, const std::string& source) {
       reader.integer("/devices", 0, 0, kMaxInt) != static_cast<long long>(plan.ranks.size()))
     reader.fail("/devices", "says " + std::to_string(reader.integer("/devices", 0, 0, kMaxInt)) +
                                 " but 'ranks' lists " + std::to_string(plan.ranks.size()));
-  if (reader.has("/comm")) {
-    reader.object("/comm", {"algorithm", "intra_node_codec", "inter_node_codec", "sync_period"});
-    plan.comm.algorithm = parseEnum(reader, "/comm/algorithm", "ring", parsePlanAllReduceAlgorithm);
-    plan.comm.intra_node_codec =
-        parseEnum(reader, "/comm/intra_node_codec", "none", parsePlanCodec);
-    plan.comm.inter_node_codec =
-        parseEnum(reader, "/comm/inter_node_codec", "none", parsePlanCodec);
-    plan.comm.sync_period = static_cast<int>(reader.integer("/comm/sync_period", 1, 1, 1));
-  }
+  if (reader.has("/comm")) plan.comm = parseComm(reader, plan.seed);
   if (reader.has("/memory_profile"))
     plan.memory_profile = readModelProfile(reader, "/memory_profile");
   if (reader.has("/predicted")) {

@@ -96,7 +96,7 @@ std::vector<CommPlan> commChoices(bool crosses_nodes, const PlanOptions& options
            {AllReduceAlgorithm::kFlat, AllReduceAlgorithm::kHierarchical}) {
         CommPlan compressed;
         compressed.algorithm = algo;
-        compressed.inter_node_codec = codec;
+        compressed.codec.kind = codec;
         choices.push_back(compressed);
       }
   }
@@ -192,6 +192,7 @@ Plan emptyPlan(const CostModel& model, const PlanOptions& options, int zero_stag
   plan.seed = options.seed;
   plan.zero_stage = zero_stage;
   plan.comm = comm;
+  plan.comm.codec.seed = plan.seed;
   return plan;
 }
 

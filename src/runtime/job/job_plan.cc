@@ -128,18 +128,6 @@ void planPipeline(plan::Plan& plan, const JobConfig& job, const std::vector<Devi
   }
 }
 
-// The job's [comm] in the plan's terms (what the cost model prices; the runtime reads [comm]).
-// An algorithm the cost model cannot price ("auto", "2d") is priced as hierarchical, the nearest
-// it prices, and a codec it cannot as none.
-plan::CommPlan commOf(const JobConfig& job) {
-  plan::CommPlan comm;
-  const AllReduceAlgorithm algorithm = parseAllReduceAlgorithm(job.comm.algorithm);
-  comm.algorithm = plan::priced(algorithm) ? algorithm : AllReduceAlgorithm::kHierarchical;
-  const CodecKind codec = parseCodecKind(job.comm.compression);
-  comm.inter_node_codec = plan::priced(codec) ? codec : CodecKind::kNone;
-  return comm;
-}
-
 }  // namespace
 
 std::vector<double> startSpeeds(const std::vector<DeviceSpec>& devices,
@@ -234,16 +222,15 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
   CHORUS_CHECK_CONFIG(plan.ranks.size() == devices.size(), "plan: ", plan.ranks.size(),
                       " ranks, but the job runs on ", devices.size(), " devices (",
                       toString(devices), ")");
-  const plan::CommPlan comm = commOf(job);
-  CHORUS_CHECK_CONFIG(plan.comm.algorithm == comm.algorithm &&
-                          plan.comm.inter_node_codec == comm.inter_node_codec &&
-                          plan.comm.intra_node_codec == comm.intra_node_codec,
-                      "plan: its gradient all-reduce (", plan::planName(plan.comm.algorithm), ", ",
-                      toString(plan.comm.inter_node_codec),
-                      " across nodes) is not the job's "
-                      "[comm] (algorithm '",
-                      job.comm.algorithm, "', compression '", job.comm.compression,
-                      "'); set [comm] to match");
+  // The plan's settings, which the engines run, are the job's (jobUnderPlan brought them in).
+  plan::CommPlan comm = commOf(job);
+  comm.codec.seed = plan.comm.codec.seed;
+  CHORUS_CHECK_CONFIG(plan.comm == comm, "plan: its gradient synchronization (",
+                      plan::planName(plan.comm.algorithm), ", ", toString(plan.comm.codec.kind),
+                      " across nodes, sync every ", plan.comm.sync_period,
+                      " steps) is not the job's [comm] (algorithm '", job.comm.algorithm,
+                      "', compression '", job.comm.compression, "', sync_every ",
+                      job.comm.sync_every, "); adopt the plan for the job (jobUnderPlan)");
   for (size_t r = 0; r < devices.size(); ++r) {
     const plan::RankPlan& rank = plan.ranks[r];
     CHORUS_CHECK_CONFIG(plan::jobDevice(rank) == devices[r], "plan: rank ", r, " was planned for '",
@@ -269,12 +256,18 @@ void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
 }
 
 JobConfig jobUnderPlan(JobConfig job, const plan::Plan& plan) {
-  if (job.zero.stage == plan.zero_stage) return job;
-  CHORUS_CHECK_CONFIG(!job.zero.stage_given, "config key 'zero.stage': the plan runs ZeRO stage ",
-                      plan.zero_stage, ", the job says ", job.zero.stage,
-                      "; remove the key or run another plan");
-  job.zero.stage = plan.zero_stage;
+  job.comm = commUnderPlan(job.comm, plan.comm);
+  if (job.zero.stage != plan.zero_stage) {
+    CHORUS_CHECK_CONFIG(!job.zero.stage_given, "config key 'zero.stage': the plan runs ZeRO stage ",
+                        plan.zero_stage, ", the job says ", job.zero.stage,
+                        "; remove the key or run another plan");
+    job.zero.stage = plan.zero_stage;
+  }
+  // What the plan brought in, judged with the rest of the job as a job that wrote it would be.
+  if (plan.stageCount() > 1)
+    checkPipelineComm(job.comm, static_cast<std::int64_t>(plan.replicas.size()));
   checkZero(job);
+  checkElastic(job);
   return job;
 }
 

@@ -213,12 +213,17 @@ void checkParallel(const JobConfig& job, const Config& config) {
           with + "; replica shares start from the devices' speeds and follow `balance`");
   require(job.balancer.initial_shares.empty(), "balancer.initial_shares",
           with + "; replica shares start from the devices' speeds");
-  require(job.comm.sync_every == 1, "comm.sync_every", with);
+  checkPipelineComm(job.comm, parallel.replicas);
+}
+
+void checkPipelineComm(const CommSection& comm, std::int64_t replicas) {
+  const std::string with = "is not supported with parallel.pipeline_stages > 1";
+  require(comm.sync_every == 1, "comm.sync_every", with);
   // Codecs compress each stage's all-reduce across the replicas; one replica has none.
-  require(job.comm.compression == "none" || parallel.replicas > 1, "comm.compression",
+  require(comm.compression == "none" || replicas > 1, "comm.compression",
           "needs parallel.replicas > 1 in a pipeline (a single pipeline all-reduces no "
           "gradients)");
-  require(job.comm.algorithm == "flat", "comm.algorithm", with);
+  require(comm.algorithm == "flat", "comm.algorithm", with);
 }
 
 void rejectKeysAPipelineIgnores(const JobConfig& job, const Config& config) {

@@ -8,6 +8,7 @@
 
 #include "chorus/core/config.h"
 #include "chorus/plan/memory_model.h"
+#include "chorus/plan/plan.h"
 #include "chorus/runtime/job/job_config.h"
 
 namespace chorus::runtime {
@@ -18,6 +19,17 @@ void require(bool ok, const std::string& key, const std::string& what);
 // one of `choices`.
 void requireChoice(const std::string& value, const std::string& key,
                    std::initializer_list<const char*> choices);
+
+// [comm] on its own (comm_section.cc): names, ranges, the combinations that cannot run, and the
+// codec knobs the job's codec does not read. Throws ConfigError naming the key.
+CommSection readComm(const Config& config);
+void checkComm(const CommSection& comm);
+// The job's [comm] in the plan's terms, the codec seeded with the job's seed.
+plan::CommPlan commOf(const JobConfig& job);
+// `comm` as `planned` runs it: every key the plan decides takes the plan's value, checked again
+// (checkComm). Throws ConfigError naming the key where the job wrote another value
+// (CommSection::given), or where the plan sets a codec knob that the job has no key for.
+CommSection commUnderPlan(CommSection comm, const plan::CommPlan& planned);
 
 PrecisionSection readPrecision(const Config& config);
 CheckpointSection readCheckpoint(const Config& config);
@@ -52,6 +64,8 @@ ParallelSection readParallel(const Config& config);
 // the features a pipeline does not combine with, and the pipeline keys that plain data
 // parallelism would ignore (when `config` sets them). Throws ConfigError naming the key.
 void checkParallel(const JobConfig& job, const Config& config);
+// The [comm] of a pipeline of `replicas` replicas: what its stage all-reduces do not combine with.
+void checkPipelineComm(const CommSection& comm, std::int64_t replicas);
 // Keys a pipeline would accept and not read (balancer.leave_out; the gradient buckets of a single
 // pipeline), checked after every other check so that a combination that cannot run is named
 // first. Throws ConfigError naming the key.

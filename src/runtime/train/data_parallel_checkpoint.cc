@@ -113,7 +113,7 @@ void DataParallelEngine::restoreRankState(const std::string& bytes) {
 // the plan's. Every rank holds its whole optimizer state, so neither ZeRO nor local SGD's own
 // models can take it.
 void DataParallelEngine::restorePipelineCheckpoint(const CheckpointSource& source) {
-  if (zero_ || job_.comm.sync_every > 1)
+  if (zero_ || comm_.sync_period > 1)
     source.mismatch("the layout", describeSavedLayout(source),
                     zero_ ? "ZeRO (a pipeline checkpoint resumes without it)"
                           : "local SGD (a pipeline checkpoint resumes with comm.sync_every = 1)");
@@ -143,7 +143,7 @@ CheckpointSnapshot DataParallelEngine::snapshot() {
   if (zero_layers_) return snapshot;
   // Model and optimizer: deep copies now (memory bandwidth), serialized later — in the
   // background in async mode. Replicas are identical except under local SGD.
-  const bool own = job_.comm.sync_every > 1;
+  const bool own = comm_.sync_period > 1;
   if (worker_->rank() != 0 && !own) return snapshot;
   auto copy = std::make_shared<StateCopy>(copyState(*model_, optimizer_.get(), job_.optimizer));
   // Names built with a stream: GCC 12 warns falsely on `"x" + string` here (stringop-overflow).
@@ -192,7 +192,7 @@ void DataParallelEngine::restore(const CheckpointSource& source) {
     balancer_->importState(balancerStateFromJson(source.saved.at("balancer")));
     restoreRankState(source.read(rankFile(worker_->rank())));
     const std::string own_model = "model-" + rankFile(worker_->rank());
-    if (job_.comm.sync_every > 1 && source.has(own_model)) {
+    if (comm_.sync_period > 1 && source.has(own_model)) {
       auto own = archiveOf(source.read(own_model));
       loadModel(*model_, own);
       auto own_optimizer = archiveOf(source.read("optimizer-" + rankFile(worker_->rank())));

@@ -193,7 +193,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   const bool inject = hooks.inject_overflow && hooks.inject_overflow(step);
   // Local SGD: no gradient all-reduce; each rank steps on its own mean gradient and parameters
   // are averaged every sync_every steps.
-  const bool local = job_.comm.sync_every > 1;
+  const bool local = comm_.sync_period > 1;
   if (hooks.at_point) hooks.at_point(step, "forward");
   const ShareResult share = runShare(mine, record.shares, inject, /*arm_reducer=*/!local);
   if (hooks.at_point) hooks.at_point(step, "reduce");
@@ -249,7 +249,7 @@ StepRecord DataParallelEngine::step(std::int64_t step, const TrainerHooks& hooks
   if (scaler_) scaler_->update(record.skipped);
   if (local) {
     samples_since_average_ += static_cast<std::int64_t>(mine.size());
-    if ((step + 1) % job_.comm.sync_every == 0) {
+    if ((step + 1) % comm_.sync_period == 0) {
       reducer_->averageParameters(static_cast<double>(samples_since_average_));
       samples_since_average_ = 0;
     }

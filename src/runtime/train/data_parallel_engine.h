@@ -132,6 +132,7 @@ class DataParallelEngine final : public StepEngine {
   std::shared_ptr<model::ZooModel>& model_;
 
   std::int64_t global_batch_ = 0;             // the plan's: samples per step, all ranks
+  plan::CommPlan comm_;                       // the plan's gradient synchronization
   std::vector<int> cuts_;                     // {0, layers}: one stage
   std::vector<at::Tensor> model_parameters_;  // the model's, in its order
   // The optimizer of the whole model; null under ZeRO, whose optimizer steps this rank's slice.

@@ -89,8 +89,7 @@ std::int64_t planMicroBatch(const plan::Plan& plan, const JobConfig& job, int ra
 // groups, which bridges them through host memory where the devices differ, and the buckets stay
 // on the device.
 parallel::ReducerOptions DataParallelEngine::reducerOptions() {
-  const CommSection& section = job_.comm;
-  parallel::ReducerOptions options = reducerBuckets(section);
+  parallel::ReducerOptions options = reducerBuckets(comm_);
   options.skip_alone = !job_.elastic.enabled;
   // Holds a bucket back when it is ready inside an emulated compute phase, noting how far the
   // phase had got (runShare launches it at the emulated moment); launches after the phase
@@ -102,22 +101,22 @@ parallel::ReducerOptions DataParallelEngine::reducerOptions() {
   };
   auto topology = comm::Topology::discover(*worker_->world(), rankDescriptor(worker_->identity()),
                                            comm::GroupBy::kHostAndVendor);
-  if (section.algorithm == "flat") {
+  if (comm_.algorithm == AllReduceAlgorithm::kFlat) {
     options.device_buckets = topology.native();
     if (!topology.native() && worker_->rank() == 0)
       logInfo("gradient all-reduce: flat, in host memory (", topology.describe(), ")");
   } else {
     options.device_buckets = true;
     comm::HierarchicalOptions hierarchical;
-    hierarchical.algorithm = comm::parseAllReduceAlgorithm(section.algorithm);
+    hierarchical.algorithm = comm_.algorithm;
     const std::string described = topology.describe();
     options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
         worker_->world(), std::move(topology), hierarchical);
     if (worker_->rank() == 0)
-      logInfo("gradient all-reduce: ", section.algorithm, " over ", described,
+      logInfo("gradient all-reduce: ", toString(comm_.algorithm), " over ", described,
               " (rank 0: ", options.hierarchical->describeTransports(), ")");
   }
-  codec_ = jobCodec(job_);
+  codec_ = planCodec(comm_);
   options.codec = codec_;
   return options;
 }
@@ -187,10 +186,11 @@ DataParallelEngine::DataParallelEngine(TrainingContext& context, const plan::Pla
   comm::Communicator& world = *worker_->world();
   const std::vector<std::int64_t> start_shares = planShares(plan, world.size());
   global_batch_ = plan.global_batch;
+  comm_ = plan.comm;
   cuts_ = {0, static_cast<int>(model_->numLayers())};
   model_parameters_ = model_->parameters();
   parallel::ReducerOptions reducing = reducerOptions();
-  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || job_.comm.sync_every == 1,
+  CHORUS_CHECK_CONFIG(plan.zero_stage == 0 || comm_.sync_period == 1,
                       "data parallelism: ZeRO does not combine with local SGD (comm.sync_every)");
   if (plan.zero_stage >= 1)
     setUpZero(plan, reducing);

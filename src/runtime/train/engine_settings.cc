@@ -11,33 +11,22 @@
 
 namespace chorus::runtime {
 
-parallel::ReducerOptions reducerBuckets(const CommSection& section) {
+parallel::ReducerOptions reducerBuckets(const plan::CommPlan& comm) {
   parallel::ReducerOptions options;
   // At least one byte: a positive bucket_mb below a byte still means "as small as it gets".
   const auto bytesOf = [](double mib) {
     return std::max<std::int64_t>(1, static_cast<std::int64_t>(mib * (1 << 20)));
   };
-  options.bucket_bytes = bytesOf(section.bucket_mb);
-  options.first_bucket_bytes = bytesOf(section.first_bucket_mb);
-  options.min_buckets = static_cast<int>(section.min_buckets);
-  options.overlap = section.overlap;
+  options.bucket_bytes = bytesOf(comm.bucket_mb);
+  options.first_bucket_bytes = bytesOf(comm.first_bucket_mb);
+  options.min_buckets = comm.min_buckets;
+  options.overlap = comm.overlap;
   return options;
 }
 
-std::shared_ptr<parallel::GradientCodec> jobCodec(const JobConfig& job) {
-  const CommSection& section = job.comm;
-  if (section.compression == "none") return nullptr;
-  parallel::CodecOptions codec;
-  codec.kind = parallel::parseCodecKind(section.compression);
-  codec.powersgd_rank = static_cast<int>(section.powersgd_rank);
-  codec.powersgd_iterations = static_cast<int>(section.powersgd_iterations);
-  codec.powersgd_bf16_factors = section.powersgd_bf16_factors;
-  codec.powersgd_min_compression_rate = section.powersgd_min_compression_rate;
-  codec.powersgd_start_step = static_cast<int>(section.powersgd_start_step);
-  codec.topk_ratio = section.topk_ratio;
-  codec.error_feedback = section.error_feedback;
-  codec.seed = job.seed;
-  return parallel::makeCodec(codec);
+std::shared_ptr<parallel::GradientCodec> planCodec(const plan::CommPlan& comm) {
+  if (comm.codec.kind == CodecKind::kNone) return nullptr;
+  return parallel::makeCodec(comm.codec);
 }
 
 parallel::LossScalerOptions lossScalerOptions(const PrecisionSection& section, DeviceKind kind,

@@ -1,7 +1,8 @@
-// Private to runtime: the gradient reducer's and the loss scaler's settings from the job, as both
-// engines use them: the data-parallel trainer for its all-reduce, the pipeline engine for each
-// stage's all-reduce across the replicas; each fp16 rank's scaler. One reading, so the same keys
-// mean the same thing; and their state in a rank's checkpoint archive, under the same names.
+// Private to runtime: the gradient reducer's settings from the plan and the loss scaler's from the
+// job, as both engines use them: the data-parallel trainer for its all-reduce, the pipeline engine
+// for each stage's all-reduce across the replicas; each fp16 rank's scaler. One reading, so the
+// same keys mean the same thing; and their state in a rank's checkpoint archive, under the same
+// names.
 #pragma once
 
 #include <memory>
@@ -12,17 +13,17 @@
 #include "chorus/parallel/compression.h"
 #include "chorus/parallel/gradient_reducer.h"
 #include "chorus/parallel/loss_scaler.h"
+#include "chorus/plan/plan.h"
 #include "chorus/runtime/job/job_config.h"
 
 namespace chorus::runtime {
 
-// Bucket sizes and overlap from `section` (bucket_mb, first_bucket_mb, min_buckets, overlap);
-// nothing else set.
-parallel::ReducerOptions reducerBuckets(const CommSection& section);
+// Bucket sizes and overlap from the plan's `comm` (bucket_mb, first_bucket_mb, min_buckets,
+// overlap); nothing else set.
+parallel::ReducerOptions reducerBuckets(const plan::CommPlan& comm);
 
-// The job's gradient codec (comm.compression and its keys, seeded with the job's seed), or null
-// for "none". Throws ConfigError on an unknown codec.
-std::shared_ptr<parallel::GradientCodec> jobCodec(const JobConfig& job);
+// The plan's gradient codec (CommPlan::codec), or null for none.
+std::shared_ptr<parallel::GradientCodec> planCodec(const plan::CommPlan& comm);
 
 // The loss scaler of an fp16 rank on a device of `kind`: precision.loss_scale.cuda for CUDA,
 // precision.loss_scale.cpu otherwise. A GPU of compute capability `compute_capability` ("7.0";

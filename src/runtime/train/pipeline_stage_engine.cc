@@ -169,7 +169,8 @@ PipelineStageEngine::PipelineStageEngine(TrainingContext& context, const plan::P
       balancerOptions(s.job.balancer), s.options.replica_shares, s.options.micro_batches,
       pipelineShareCaps(s.options, memory, s.stage_cuts, stageDevices(layout, devices)));
   s.speed = s.worker->identity().device.speed;
-  s.codec = jobCodec(s.job);
+  s.comm = plan.comm;
+  s.codec = planCodec(s.comm);
   s.engine = std::make_unique<parallel::PipelineEngine>(s.model, s.options, s.stage_cuts,
                                                         engineResources(nullptr));
   s.holdStageLayersOnly();
@@ -199,7 +200,7 @@ parallel::PipelineResources PipelineStageEngine::engineResources(
   parallel::PipelineResources resources;
   resources.world = worker->world();
   resources.emulator = speed_override ? speed_override.get() : &worker->emulator();
-  resources.replica_sync = reducerBuckets(job.comm);
+  resources.replica_sync = reducerBuckets(comm);
   resources.replica_sync.codec = codec;
   if (previous != nullptr) {
     resources.stage_group = previous->stageGroup();

@@ -14,6 +14,7 @@
 #include "chorus/model/zoo_model.h"
 #include "chorus/parallel/loss_scaler.h"
 #include "chorus/parallel/pipeline.h"
+#include "chorus/plan/plan.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "train/pipeline_balancing.h"
@@ -49,8 +50,8 @@ struct PipelineStageEngine final : StepEngine {
   std::int64_t skippedSteps() const override { return skipped_steps; }
 
   // The engine's resources: the worker's world and emulator (or the speed hook's), the replicas'
-  // all-reduce from [comm] with the job's codec, and after a new cut the previous engine's stage
-  // group and codec engine (`previous`; null for the first engine).
+  // all-reduce from the plan's `comm` with its codec, and after a new cut the previous engine's
+  // stage group and codec engine (`previous`; null for the first engine).
   parallel::PipelineResources engineResources(const parallel::PipelineEngine* previous) const;
   // Hooks an fp16 stage's unscaler onto the engine's parameters (again after a new cut).
   void attachUnscaler();
@@ -85,7 +86,9 @@ struct PipelineStageEngine final : StepEngine {
   // An fp16 stage's loss scale and the hooks that unscale its parameters' gradients.
   std::optional<parallel::DynamicLossScaler> scaler;
   std::unique_ptr<parallel::GradientUnscaler> unscaler;
-  // The codec of the replicas' gradient all-reduce (comm.compression), for checkpoints.
+  // The plan's gradient synchronization of the replicas (buckets, codec).
+  plan::CommPlan comm;
+  // The codec of the replicas' gradient all-reduce (comm.codec), for checkpoints.
   std::shared_ptr<parallel::GradientCodec> codec;
   // Steps every rank skipped on an overflow somewhere (overflow consensus).
   std::int64_t skipped_steps = 0;

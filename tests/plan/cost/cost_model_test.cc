@@ -41,6 +41,7 @@ TEST(CommCost, HierarchicalBeatsARingThroughASlowNetwork) {
       allReduceCost(cluster, all, AllReduceAlgorithm::kFlat, compressionRatio(CodecKind::kInt8, 4));
   EXPECT_DOUBLE_EQ(compressed.per_byte, 2.0 * 7 / 8 / 4 / network);
   EXPECT_DOUBLE_EQ(compressionRatio(CodecKind::kFp16, 2), 1);
+  EXPECT_DOUBLE_EQ(compressionRatio(CodecKind::kBf16, 4), 0.5);  // as many bytes as fp16
   // What the model has no formula for is refused, not priced as something else.
   EXPECT_THROW(allReduceCost(cluster, all, AllReduceAlgorithm::kTwoD), ConfigError);
   EXPECT_THROW(compressionRatio(CodecKind::kPowerSgd, 4), ConfigError);

@@ -151,6 +151,35 @@ TEST(JobPlanMultiproc, TrainRunsThePlansZeroStage) {
       << clash.output;
 }
 
+// The engines synchronize gradients as the plan says, not as the job's [comm] defaults would: a
+// plan file that compresses with bf16 trains another trajectory than the same plan without a
+// codec (bf16 rounds every gradient), and a job that writes another codec is told which decides.
+TEST(JobPlanMultiproc, TrainRunsThePlansCodec) {
+  const std::string job = writeFile("plan_comm_job.toml", kJob);
+  nlohmann::json plan = planFor(job, "cpu,cpu@0.5", "plan_comm");
+  ASSERT_EQ(plan["replicas"].size(), 2u) << plan.dump();
+  const std::string plain = writeFile("plan_plain.json", plan.dump(1));
+  plan["comm"]["inter_node_codec"] = "bf16";
+  plan["comm"]["bucket_mb"] = 0.01;
+  const std::string bf16 = writeFile("plan_bf16.json", plan.dump(1));
+  const TrainRun exact = chorusTrain(job + " --set balance=off --plan " + plain, "plan_plain");
+  const TrainRun rounded = chorusTrain(job + " --set balance=off --plan " + bf16, "plan_bf16");
+  ASSERT_EQ(exact.exit_code, 0) << exact.output;
+  ASSERT_EQ(rounded.exit_code, 0) << rounded.output;
+  ASSERT_EQ(exact.steps.size(), 4u) << exact.output;
+  ASSERT_EQ(rounded.steps.size(), 4u) << rounded.output;
+  // Step 1's loss comes before any update; the updates after it differ.
+  EXPECT_EQ(exact.steps[0]["loss"], rounded.steps[0]["loss"]);
+  EXPECT_NE(exact.steps[3]["loss"], rounded.steps[3]["loss"]) << rounded.output;
+  const TrainRun clash =
+      chorusTrain(job + " --set comm.compression=fp16 --plan " + bf16, "plan_comm_clash");
+  EXPECT_EQ(clash.exit_code, 2) << clash.output;
+  EXPECT_NE(
+      clash.output.find("config key 'comm.compression': the plan runs bf16, the job says fp16"),
+      std::string::npos)
+      << clash.output;
+}
+
 TEST(JobPlanMultiproc, APlanForOtherDevicesIsAConfigErrorNamingBoth) {
   const std::string job = writeFile("plan_mismatch_job.toml", kJob);
   const std::string path =

@@ -202,6 +202,50 @@ TEST(JobPlan, TheJobRunsUnderThePlansZeroStage) {
             std::string::npos);
 }
 
+// The plan decides the gradient synchronization as it decides ZeRO's stage: a job that leaves the
+// [comm] keys unset runs the plan's (and is checked with them); a key the job writes with another
+// value is a ConfigError naming it; a job's own keys travel into its plan losslessly.
+TEST(JobPlan, TheJobRunsUnderThePlansComm) {
+  const JobConfig written = jobWith({"comm.compression=powersgd", "comm.powersgd_rank=2",
+                                     "comm.bucket_mb=0.5", "comm.overlap=false"});
+  const plan::Plan own = planOfJob(written, written.devices);
+  EXPECT_EQ(own.comm.codec.kind, CodecKind::kPowerSgd);
+  EXPECT_EQ(own.comm.codec.powersgd_rank, 2);
+  EXPECT_EQ(own.comm.codec.seed, written.seed);
+  EXPECT_EQ(own.comm.bucket_mb, 0.5);
+  EXPECT_FALSE(own.comm.overlap);
+  EXPECT_TRUE(plan::parsePlanJson(plan::toJson(own).dump(), "plan.json").comm == own.comm);
+
+  plan::Plan plan = planOfJob(jobWith(), jobWith().devices);
+  plan.comm = own.comm;
+  plan.comm.algorithm = AllReduceAlgorithm::kTwoD;
+  plan.comm.codec.kind = CodecKind::kNone;
+  plan.comm.codec.powersgd_rank = 4;
+  plan.comm.sync_period = 1;
+  const JobConfig under = jobUnderPlan(jobWith(), plan);
+  EXPECT_EQ(under.comm.algorithm, "2d");
+  EXPECT_EQ(under.comm.bucket_mb, 0.5);
+  EXPECT_FALSE(under.comm.overlap);
+  EXPECT_NO_THROW(checkPlanForJob(plan, under, under.devices));
+  EXPECT_NE(configError([&] {
+              jobUnderPlan(jobWith({"comm.bucket_mb=25"}), plan);
+            }).find("config key 'comm.bucket_mb': the plan runs 0.5, the job says 25"),
+            std::string::npos);
+  // Writing the plan's own value is no clash.
+  EXPECT_EQ(jobUnderPlan(jobWith({"comm.algorithm=\"2d\""}), plan).comm.algorithm, "2d");
+  // What the plan brings in is checked as if the job had written it: a codec knob without its
+  // codec, local SGD with ZeRO.
+  plan::Plan knob = plan;
+  knob.comm.codec.topk_ratio = 0.5;
+  EXPECT_NE(configError([&] { jobUnderPlan(jobWith(), knob); }).find("comm.topk_ratio"),
+            std::string::npos);
+  plan::Plan local = planOfJob(jobWith(), jobWith().devices);
+  local.comm.sync_period = 2;
+  local.zero_stage = 1;
+  EXPECT_NE(configError([&] { jobUnderPlan(jobWith(), local); }).find("comm.sync_every"),
+            std::string::npos);
+}
+
 // A plan for devices with memory budgets carries the job's measured memory profile, which the
 // workers size against instead of measuring the model again; one without budgets carries none.
 TEST(JobPlan, APlanForBudgetsCarriesTheMemoryProfile) {

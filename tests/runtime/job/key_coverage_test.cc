@@ -324,7 +324,8 @@ class Fields {
 static_assert(sizeof(TrainSection) == 7 * 8, "a new [train] field: add it to runFingerprint");
 static_assert(sizeof(DataSection) == 3 * 32 + 2 * 8, "a new [data] field");
 static_assert(sizeof(OptimizerSection) == 2 * 32 + 7 * 8, "a new [optimizer] field");
-static_assert(sizeof(CommSection) == 3 * 32 + 13 * 8, "a new [comm] field");
+// (+ `given`, a std::set of 48 bytes: which keys the job wrote, not a setting of the run)
+static_assert(sizeof(CommSection) == 3 * 32 + 13 * 8 + 48, "a new [comm] field");
 static_assert(sizeof(BalancerSection) == 32 + 4 * 8 + 2 * 24 + 8, "a new [balancer] field");
 static_assert(sizeof(PrecisionSection) == 3 * 32 + 24 + 8 + 2 * 40, "a new [precision] field");
 static_assert(sizeof(CheckpointSection) == 32 + 2 * 8 + 8, "a new [checkpoint] field");

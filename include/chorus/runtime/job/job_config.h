@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,10 @@ struct CommSection {
   std::int64_t sync_every = 1;
   // CPU transport of the communicator: "auto" | "gloo" | "shm". Default: "auto".
   std::string cpu_transport = "auto";
+  // The keys above that a plan decides (all but timeout_s and cpu_transport) which the job wrote,
+  // without the "comm." prefix: a plan made elsewhere may replace only the others
+  // (commUnderPlan). Default: none.
+  std::set<std::string> given;
 };
 
 struct BalancerSection {

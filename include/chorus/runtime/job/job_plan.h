@@ -54,14 +54,17 @@ std::vector<DeviceSpec> devicesOfPlan(const plan::Plan& plan,
 // the structure (Plan::validate against the model's layers), the global batch, one rank per
 // device whose spec is the plan's device type (emulated speed and budget are part of the spec,
 // as in a local cluster file, so a rank's own emulated_speed and memory_budget must be 1 and 0),
-// the job's [comm], no ZeRO yet. Throws ConfigError naming both.
+// the job's [comm] as the plan's CommPlan (the job under the plan), ZeRO only without stages.
+// Throws ConfigError naming both.
 void checkPlanForJob(const plan::Plan& plan, const JobConfig& job,
                      const std::vector<DeviceSpec>& devices);
 
-// The job as `plan` runs it: ZeRO's stage is the plan's where the job leaves zero.stage unset
-// (ZeroSection::stage_given), and the job's [zero] is checked again with it. The engines read the
-// stage from the plan; this keeps the job's own checks and ZeRO's shard sizing (zeroShardFractions)
-// in step with it. Throws ConfigError when the job sets another stage than the plan runs.
+// The job as `plan` runs it: ZeRO's stage and the gradient synchronization ([comm]'s algorithm,
+// codec and knobs, buckets, sync_every) are the plan's where the job leaves the keys unset
+// (ZeroSection::stage_given, CommSection::given), and the job is checked again with them. The
+// engines read them from the plan; this keeps the job's own checks, ZeRO's shard sizing
+// (zeroShardFractions) and the plans of elastic survivors (planOfJob) in step with it. Throws
+// ConfigError naming the key when the job sets another value than the plan runs.
 JobConfig jobUnderPlan(JobConfig job, const plan::Plan& plan);
 
 // A plan made elsewhere (the planner's under plan = "auto", a plan file's) adopted as it is for
