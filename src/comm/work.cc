@@ -126,9 +126,14 @@ std::exception_ptr GroupContext::translate(const std::exception& error, const st
     }
     if (mentions(what, {"closed by peer", "reset by peer", "connection", "broken pipe",
                         "read error", "write error", "socket"})) {
+      // Only a transfer's own peer is named as the one lost. The ranks behind are suspects, not
+      // culprits: a live rank that had not entered the collective yet is behind too, and elastic
+      // recovery would leave it out (seen when a whole host was killed: the reset reached one
+      // survivor before its neighbour on the same host entered). The agents' exit reports and
+      // the heartbeat name the dead ones.
       throw PeerFailure(
           detail::concat(where, " lost a peer; ", absent, " (transport: ", shorten(what), ")"),
-          __FILE__, __LINE__, global_missing);
+          __FILE__, __LINE__, peer >= 0 ? global_missing : std::vector<int>{});
     }
     CHORUS_THROW(CommError, where, " failed: ", shorten(what));
   } catch (...) {

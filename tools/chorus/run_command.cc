@@ -47,6 +47,9 @@ int runOnHostList(const runtime::AgentOptions& agent, const HostListArgs& hosts)
   CHORUS_CHECK_CONFIG(!agent.join,
                       "-H starts a whole job and --join adds a node to a running "
                       "one: give one of them");
+  CHORUS_CHECK_CONFIG(agent.rdzv_backend == "tcp",
+                      "-H with --rdzv-backend etcd is not built: start each node's `chorus run "
+                      "--rdzv-backend etcd` yourself");
   runtime::HostLaunchOptions launch = hostLaunchOptions(hosts, agent.rdzv_endpoint);
   const auto devices = runtime::devicesPerHost(launch.hosts, agent.devices);
   const int nnodes = static_cast<int>(launch.hosts.size());
@@ -84,7 +87,13 @@ void addRunCommand(CLI::App& app, Action& action) {
   run->add_option("--nnodes", options->nnodes, "Number of nodes")->capture_default_str();
   run->add_option("--node-rank", options->node_rank, "This node's index")->capture_default_str();
   run->add_option("--rdzv-endpoint", options->rdzv_endpoint,
-                  "HOST:PORT where node 0 hosts the job's store (default: 127.0.0.1, free port)");
+                  "HOST:PORT where node 0 hosts the job's store (default: 127.0.0.1, free port); "
+                  "with --rdzv-backend etcd, etcd's HOST:PORT[,HOST:PORT...]");
+  run->add_option("--rdzv-backend", options->rdzv_backend,
+                  "Where the job's store lives: tcp (node 0's agent hosts it) or etcd (every node "
+                  "is a client of the etcd at --rdzv-endpoint, so an elastic job outlives node 0)")
+      ->check(CLI::IsMember({"tcp", "etcd"}))
+      ->capture_default_str();
   run->add_option("--secret-file", options->secret_file,
                   "File with the job secret, mode 600 (default: a fresh secret; required for "
                   "several nodes)");

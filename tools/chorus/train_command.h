@@ -38,6 +38,8 @@ struct TrainArgs {
   int nnodes = 1;
   int node_rank = 0;
   std::string rdzv_endpoint;
+  // Where the job's store lives: "tcp" or "etcd" (runtime::AgentOptions::rdzv_backend).
+  std::string rdzv_backend = "tcp";
   std::string secret_file;
   // The secret on standard input's first line, and stop when it ends (AgentOptions::secret_stdin).
   bool secret_stdin = false;

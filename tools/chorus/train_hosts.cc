@@ -36,6 +36,9 @@ std::vector<std::string> remoteTrain(const TrainArgs& args, const std::vector<De
 
 int trainOnHostList(const TrainArgs& args) {
   refuseWithHostList(args.nnodes, args.node_rank, args.secret_file, args.secret_stdin);
+  CHORUS_CHECK_CONFIG(args.rdzv_backend == "tcp",
+                      "-H with --rdzv-backend etcd is not built: start each node's `chorus train "
+                      "--rdzv-backend etcd` yourself");
   const runtime::JobConfig job = runtime::readJobConfig(loadConfig(args));
   runtime::HostLaunchOptions launch = hostLaunchOptions(args.host_list, args.rdzv_endpoint);
   const auto devices = runtime::devicesPerHost(launch.hosts, job.devices);

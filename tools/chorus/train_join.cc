@@ -57,6 +57,7 @@ int trainJoin(const TrainArgs& args) {
   agent.join = true;
   agent.elastic = true;
   agent.rdzv_endpoint = args.rdzv_endpoint;
+  agent.rdzv_backend = args.rdzv_backend;
   agent.secret_file = args.secret_file;
   agent.secret_stdin = args.secret_stdin;
   agent.log_level = args.log_level;

@@ -25,12 +25,14 @@ void refuseAgentOptions(const TrainArgs& args, const runtime::JobConfig& job,
                         const std::string& launcher) {
   const std::string under = " (this rank was started by " + launcher + ")";
   CHORUS_CHECK_CONFIG(args.nnodes == 1 && args.node_rank == 0 && args.rdzv_endpoint.empty() &&
-                          args.secret_file.empty() && !args.secret_stdin && !args.host_list.given(),
-                      "chorus train: --nnodes, --node-rank, --rdzv-endpoint, --secret-file, "
-                      "--secret-stdin and -H are for "
+                          args.rdzv_backend == "tcp" && args.secret_file.empty() &&
+                          !args.secret_stdin && !args.host_list.given(),
+                      "chorus train: --nnodes, --node-rank, --rdzv-endpoint, --rdzv-backend, "
+                      "--secret-file, --secret-stdin and -H are for "
                       "chorus's own agents; under ",
                       launcher, " the launcher numbers the ranks, ", runtime::env::kStoreEndpoint,
-                      " names the store and ", runtime::env::kSecretFile, " the secret");
+                      " names the store (", runtime::env::kStoreBackend, "=etcd: etcd's) and ",
+                      runtime::env::kSecretFile, " the secret");
   CHORUS_CHECK_CONFIG(args.metrics_port < 0,
                       "--metrics-port: the metrics are served by chorus's "
                       "node agent, which does not run here",

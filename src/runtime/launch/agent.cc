@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "chorus/comm/store/etcd_store.h"
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/tcp_store.h"
 #include "chorus/core/error.h"
@@ -42,6 +43,15 @@ void validateOptions(const AgentOptions& options) {
   CHORUS_CHECK_CONFIG(options.max_restarts == 0 || options.elastic,
                       "chorus run: --max-restarts needs --elastic (without it the first failure "
                       "stops every worker)");
+  CHORUS_CHECK_CONFIG(options.rdzv_backend == "tcp" || options.rdzv_backend == "etcd",
+                      "chorus run: --rdzv-backend '", options.rdzv_backend,
+                      "' is not tcp (node 0's agent hosts the store) or etcd");
+  if (options.rdzv_backend == "etcd") {
+    CHORUS_CHECK_CONFIG(!options.rdzv_endpoint.empty(),
+                        "chorus run: --rdzv-backend etcd needs --rdzv-endpoint HOST:PORT, where "
+                        "etcd serves clients (e.g. 10.0.0.5:2379; several, comma-separated)");
+    comm::parseEtcdEndpoints(options.rdzv_endpoint);
+  }
   CHORUS_CHECK_CONFIG(!options.secret_stdin || options.secret_file.empty(),
                       "chorus run: --secret-stdin and --secret-file both name the job secret; give "
                       "one");
@@ -111,11 +121,13 @@ comm::JobSecret jobSecret(const AgentOptions& options) {
                                      : comm::JobSecret::fromFile(options.secret_file);
 }
 
-// The job's store: hosted here on node 0, reached as a client everywhere.
+// The job's store: hosted here on node 0, reached as a client everywhere; or in etcd, where every
+// agent and worker is a client.
 struct StoreConnection {
   std::unique_ptr<comm::TcpStoreServer> server;
-  std::shared_ptr<comm::TcpStore> client;
+  std::shared_ptr<comm::Store> client;
   std::string endpoint;  // what workers connect to
+  bool etcd = false;
 };
 
 // The store server's connection limit: each worker's and each agent's connections, and room for
@@ -129,6 +141,16 @@ int storeConnectionLimit(int workers, int agents, long long replacements) {
 StoreConnection connectStore(const AgentOptions& options, const comm::JobSecret& secret,
                              int local_workers) {
   StoreConnection connection;
+  if (options.rdzv_backend == "etcd") {
+    comm::EtcdStoreOptions client;
+    client.endpoints = comm::parseEtcdEndpoints(options.rdzv_endpoint);
+    client.prefix = comm::etcdJobPrefix(secret);
+    client.connect_timeout = options.rdzv_timeout;
+    connection.client = std::make_shared<comm::EtcdStore>(client);
+    connection.endpoint = options.rdzv_endpoint;
+    connection.etcd = true;
+    return connection;
+  }
   std::string host = "127.0.0.1";
   int port = 0;
   if (!options.rdzv_endpoint.empty()) std::tie(host, port) = parseEndpoint(options.rdzv_endpoint);
@@ -206,6 +228,50 @@ void publishJob(const AgentOptions& options, const NodeSlot& slot, comm::Store& 
   }
 }
 
+// rdzv_backend etcd: the key under which the agent that deletes the job's keys claims it.
+constexpr const char* kCleanupKey = "agents/cleanup";
+
+// rdzv_backend etcd: a launch node meets the others under the key prefix of the job's secret, so a
+// job that ran before with the same secret and was not cleaned up (its node 0 killed, say) would
+// hand this one its state. Its package is there only once every launch node of that job met, and
+// this job's node 0 writes it only after this node met the others: so it can only be an older
+// job's (or one still running).
+void refuseStaleEtcdJob(comm::Store& store, const AgentOptions& options) {
+  if (!store.check({kJobPackageKey})) return;
+  const auto& etcd = static_cast<const comm::EtcdStore&>(store);
+  CHORUS_THROW(ConfigError, "chorus run: etcd at ", options.rdzv_endpoint,
+               " holds the keys of a job with the same secret (running, or ended without "
+               "cleaning up, e.g. after losing nodes) under ",
+               etcd.options().prefix,
+               "; start the new job with another secret, or delete them: "
+               "etcdctl --endpoints ",
+               options.rdzv_endpoint, " del --prefix ", etcd.options().prefix);
+}
+
+// rdzv_backend etcd: no agent keeps the store up, but the job's keys must not outlive the job.
+// In an elastic job every agent waits, as node 0's does for a TCP store, until every node is done
+// or gone (it admits joining nodes meanwhile), and the first to claim the clean-up deletes the
+// prefix; in a job that is not elastic node 0 waits until every node is done. `launch_nodes`:
+// the launch's node count (joined nodes are counted from the store).
+void finishEtcdJob(const AgentOptions& options, comm::Store& store, int launch_nodes,
+                   const std::function<void()>& admit) {
+  if (options.elastic) {
+    if (launch_nodes > 1 || options.join)
+      logInfo("chorus run: waiting until every node's workers are done, to delete the job's keys");
+    awaitNodesDoneOrGone(store, launch_nodes, kNodeLease, admit);
+  } else if (options.node_rank == 0) {
+    awaitNodesDone(store, launch_nodes, options.rdzv_timeout);
+  } else {
+    return;
+  }
+  auto& etcd = static_cast<comm::EtcdStore&>(store);
+  const std::string me = "node " + std::to_string(options.node_rank);
+  if (comm::toString(etcd.compareSet(kCleanupKey, {}, comm::toBytes(me))) != me) return;
+  const std::int64_t deleted = etcd.deleteAll();
+  logInfo("chorus run: every node is done or gone: deleted the job's ", deleted,
+          " keys from etcd (", etcd.options().prefix, ")");
+}
+
 }  // namespace
 
 std::string elasticExitKey(int rank) { return "elastic/exited/" + std::to_string(rank); }
@@ -214,9 +280,11 @@ namespace {
 
 // Starts this node's workers and supervises them to the end; returns runAgent's exit code.
 // `options.node_rank` is this node's (a joining node's own), `world_size` the launch world size,
-// and `admit` node 0's admission of joining nodes, run with every supervision check (else empty).
+// `launch_nodes` the launch's node count, and `admit` the admission of joining nodes (node 0's;
+// every agent's with etcd), run with every supervision check (else empty).
 int supervise(const AgentOptions& options, const std::vector<WorkerLaunch>& launches,
-              StoreConnection& store, int world_size, const std::function<void()>& admit) {
+              StoreConnection& store, int world_size, int launch_nodes,
+              const std::function<void()>& admit) {
   SupervisorOptions supervision;
   supervision.prefix_output = options.prefix_output;
   supervision.log_dir = options.log_dir;
@@ -241,7 +309,9 @@ int supervise(const AgentOptions& options, const std::vector<WorkerLaunch>& laun
   const SupervisorOutcome outcome = supervisor.run(remote_failure);
   const int code = report(options, outcome, *store.client, losses.replaced());
   reportNodeDone(*store.client, options.node_rank);
-  if (store.server && options.elastic) {
+  if (store.etcd) {
+    finishEtcdJob(options, *store.client, launch_nodes, admit);
+  } else if (store.server && options.elastic) {
     // The other nodes' survivors (and nodes that joined) may go on for days and still need the
     // store, but a node whose agent no longer beats (killed, cut off) will never say it is done.
     if (options.nnodes > 1)
@@ -280,7 +350,10 @@ int runJoiningNode(const AgentOptions& options, const std::vector<DeviceSpec>& d
   }
   logInfo("chorus run: node ", node.node_rank, " admitted: ranks ", joinInts(ranks), " on ",
           toString(devices), " ask the job's workers to take them in");
-  return supervise(node, launches, store, launch.world_size, {});
+  // With etcd a joined node admits later ones too: node 0 may be gone.
+  std::function<void()> admit;
+  if (store.etcd) admit = [&] { admitJoiningNodes(*store.client, launch, [](int) {}); };
+  return supervise(node, launches, store, launch.world_size, launch.nnodes, admit);
 }
 
 }  // namespace
@@ -293,6 +366,7 @@ int runAgent(const AgentOptions& options) {
   const comm::JobSecret secret = jobSecret(options);
   if (options.join) return runJoiningNode(options, devices, found.front().cores, secret);
   StoreConnection store = connectStore(options, secret, static_cast<int>(devices.size()));
+  if (store.etcd) refuseStaleEtcdJob(*store.client, options);
   const NodeSlot slot =
       joinNodes(*store.client, options.node_rank, options.nnodes, devices, options.rdzv_timeout);
   int store_limit = 0;
@@ -305,12 +379,13 @@ int runAgent(const AgentOptions& options) {
   if (options.prepare_job && options.node_rank == 0) publishJob(options, slot, *store.client);
   logInfo("chorus run: node ", options.node_rank, "/", options.nnodes, ": ranks ", slot.rank_offset,
           "..", slot.rank_offset + static_cast<int>(devices.size()) - 1, " of ", slot.world_size,
-          " on ", toString(devices), ", store ", store.endpoint);
+          " on ", toString(devices), ", store ", store.etcd ? "in etcd at " : "", store.endpoint);
   // Node 0 of an elastic job takes in nodes that join later (`chorus run --join`), making room
   // for their connections in the store first.
   std::function<void()> admit;
   const LaunchInfo launch{slot.world_size, options.nnodes, options.comm_timeout,
                           options.cpu_transport};
+  // In etcd every agent admits them (node 0 may be gone); the store needs no room made.
   if (store.server && options.elastic) {
     publishLaunchInfo(*store.client, launch);
     admit = [&] {
@@ -319,10 +394,13 @@ int runAgent(const AgentOptions& options) {
         store.server->setMaxConnections(store_limit);
       });
     };
+  } else if (store.etcd && options.elastic) {
+    if (options.node_rank == 0) publishLaunchInfo(*store.client, launch);
+    admit = [&] { admitJoiningNodes(*store.client, launch, [](int) {}); };
   }
   const std::vector<WorkerLaunch> launches =
       describeWorkers(options, devices, found.front().cores, slot, store.endpoint, secret);
-  return supervise(options, launches, store, slot.world_size, admit);
+  return supervise(options, launches, store, slot.world_size, options.nnodes, admit);
 }
 
 }  // namespace chorus::runtime

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "chorus/comm/store/etcd_store.h"
 #include "chorus/core/error.h"
 
 extern char** environ;
@@ -215,8 +216,18 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
     device = devices.at(identity.local_rank % devices.size()).toString();
   }
   if (!device.empty()) identity.device = parseDeviceSpec(device);
+  identity.store_backend = readString(environment, env::kStoreBackend, identity.store_backend);
+  if (identity.store_backend != "tcp" && identity.store_backend != "etcd")
+    CHORUS_THROW(ConfigError, "environment variable ", env::kStoreBackend, "='",
+                 identity.store_backend, "' is not tcp or etcd");
   if (const std::string* endpoint = find(environment, env::kStoreEndpoint)) {
-    std::tie(identity.store_host, identity.store_port) = parseEndpoint(*endpoint);
+    if (identity.store_backend == "etcd") {
+      identity.etcd_endpoints = comm::parseEtcdEndpoints(*endpoint);
+      std::tie(identity.store_host, identity.store_port) =
+          parseEndpoint(identity.etcd_endpoints.front());
+    } else {
+      std::tie(identity.store_host, identity.store_port) = parseEndpoint(*endpoint);
+    }
   }
   if (find(environment, env::kSecretInEnvironment))
     CHORUS_THROW(ConfigError, "worker identity: ", env::kSecretInEnvironment,

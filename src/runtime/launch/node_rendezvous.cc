@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "chorus/comm/store/job_secret.h"
 #include "chorus/core/clock.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
@@ -164,9 +165,10 @@ void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds t
   try {
     store.wait({admittedKey(node)}, timeout);
   } catch (const TimeoutError&) {
-    CHORUS_THROW(TimeoutError, "chorus run --join: node 0's agent did not admit this node (node ",
+    CHORUS_THROW(TimeoutError, "chorus run --join: no agent of the job admitted this node (node ",
                  node, ") within ", timeout.count() / 1000,
-                 " s; is the job still running, and is node 0's agent still supervising?");
+                 " s; is the job still running, and is node 0's agent (with --rdzv-backend etcd: "
+                 "any agent) still supervising?");
   }
 }
 
@@ -180,7 +182,10 @@ void admitJoiningNodes(comm::Store& store, const LaunchInfo& launch,
     int workers = 0, restarts = 0;
     text >> workers >> restarts;
     make_room(1 + kConnectionsPerWorker * workers * (1 + restarts));
-    store.setString(admittedKey(node), "1");
+    // With the store in etcd every agent admits (node 0 may be gone): the one whose mark is
+    // written logs it.
+    const comm::Bytes mark = comm::toBytes(comm::toHex(comm::randomBytes(8)));
+    if (store.compareSet(admittedKey(node), {}, mark) != mark) continue;
     logInfo("chorus run: node ", node, " joins the running job with ",
             store.getString(nodeKey(node), std::chrono::milliseconds(5000)));
   }

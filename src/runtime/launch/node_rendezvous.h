@@ -77,7 +77,8 @@ int announceJoiningNode(comm::Store& store, const LaunchInfo& launch,
 // Throws TimeoutError when node 0 did not admit `node` within `timeout`.
 void awaitNodeAdmitted(comm::Store& store, int node, std::chrono::milliseconds timeout);
 
-// Node 0's side: admits every node that announced itself and is not admitted yet, calling
+// Node 0's side (every agent's when the store is in etcd; the first to mark a node admitted logs
+// it): admits every node that announced itself and is not admitted yet, calling
 // `make_room(connections)` before each with the store connections it needs (its agent, and
 // kConnectionsPerWorker per worker and per replacement it may start). A node whose announcement
 // is not complete yet is admitted by a later call.

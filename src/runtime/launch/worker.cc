@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include "chorus/chorus.h"
+#include "chorus/comm/store/etcd_store.h"
 #include "chorus/comm/store/job_secret.h"
 #include "chorus/comm/store/memory_store.h"
 #include "chorus/comm/store/tcp_store.h"
@@ -52,6 +53,7 @@ comm::CommOptions Worker::worldOptions() const {
 }
 
 std::shared_ptr<comm::Store> Worker::openStoreConnection() const {
+  if (etcd_client_) return std::make_shared<comm::EtcdStore>(*etcd_client_);
   if (!store_client_) return store_;
   return std::make_shared<comm::TcpStore>(*store_client_);
 }
@@ -121,6 +123,13 @@ std::shared_ptr<Worker> init(const InitOptions& options) {
     worker->store_ = options.store;
   } else if (!identity.hasStore()) {
     worker->store_ = std::make_shared<comm::MemoryStore>();
+  } else if (identity.store_backend == "etcd") {
+    // No process of the job hosts it: every worker, on every node, is a client of etcd.
+    comm::EtcdStoreOptions client;
+    client.endpoints = identity.etcd_endpoints;
+    client.prefix = comm::etcdJobPrefix(secretOf(identity));
+    worker->store_ = std::make_shared<comm::EtcdStore>(client);
+    worker->etcd_client_ = std::make_shared<const comm::EtcdStoreOptions>(client);
   } else {
     const comm::JobSecret secret = secretOf(identity);
     // Under mpirun/srun no agent hosts the store: rank 0 does.

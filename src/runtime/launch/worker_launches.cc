@@ -1,6 +1,7 @@
 // The workers a node's agent starts: their environments (launch/worker_launches.h).
 #include "launch/worker_launches.h"
 
+#include "chorus/comm/store/etcd_store.h"
 #include "chorus/core/logging.h"
 #include "chorus/device/host_sharing.h"
 #include "chorus/runtime/launch/identity.h"
@@ -61,7 +62,10 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
                                           const std::vector<DeviceSpec>& devices, int cores,
                                           const NodeSlot& slot, const std::string& store_endpoint,
                                           const comm::JobSecret& secret) {
-  const auto [store_host, store_port] = parseEndpoint(store_endpoint);
+  // etcd's endpoints are a list: the route toward its first member picks the address to bind.
+  const bool etcd = options.rdzv_backend == "etcd";
+  const auto [store_host, store_port] =
+      parseEndpoint(etcd ? comm::parseEtcdEndpoints(store_endpoint).front() : store_endpoint);
   const std::string bind =
       options.nnodes > 1 ? localAddressToward(store_host, store_port) : "127.0.0.1";
   const std::string malloc_tunables = workerMallocTunables(options);
@@ -88,6 +92,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
         {env::kLogLevel, options.log_level},
     };
     worker.secret = secret;  // through an inherited pipe, never the environment
+    if (etcd) worker.env[env::kStoreBackend] = "etcd";
     if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
     if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
     if (threads[local] > 1) worker.env[env::kCpuThreads] = std::to_string(threads[local]);

@@ -1,5 +1,6 @@
 // The node agent behind `chorus run`: starts one worker per device, hands each its identity,
-// hosts the job's rendezvous store on node 0, and supervises the workers.
+// hosts the job's rendezvous store on node 0 (unless it is in etcd:
+// AgentOptions::rdzv_backend), and supervises the workers.
 //
 // Across nodes the agents meet at the rendezvous endpoint (torchrun style: --nnodes, --node-rank,
 // --rdzv-endpoint); node 0's agent hosts the store there. Ranks are numbered node by node, in
@@ -40,7 +41,19 @@ struct AgentOptions {
   // This node's index in [0, nnodes). Default: 0.
   int node_rank = 0;
   // HOST:PORT where node 0 hosts the store. Default: "" = 127.0.0.1 on a free port (one node only).
+  // With rdzv_backend "etcd": etcd's client endpoints, HOST:PORT[,HOST:PORT...] (required).
   std::string rdzv_endpoint;
+  // Where the job's store lives (`--rdzv-backend`, as torchrun names it):
+  //  - "tcp": node 0's agent hosts a TcpStoreServer at rdzv_endpoint, authenticated by the job
+  //    secret; the job cannot outlive node 0's agent.
+  //  - "etcd": every agent and worker is a client of the etcd at rdzv_endpoint (comm::EtcdStore),
+  //    under the key prefix of the job's secret (comm::etcdJobPrefix); no agent hosts anything, so
+  //    an elastic job survives the loss of node 0 (docs/elastic.md). Agents of launch nodes refuse
+  //    (ConfigError) a prefix that holds an earlier job's keys; when every node is done (elastic
+  //    jobs: done, or gone as below) the agents delete the prefix. etcd does not check the job
+  //    secret: only the job's hosts may reach it.
+  // Default: "tcp".
+  std::string rdzv_backend = "tcp";
   // File holding the job secret (mode 600). Default: "" = a fresh secret (one node only).
   std::string secret_file;
   // Read the job secret from the first line of standard input instead, and stop the job on this

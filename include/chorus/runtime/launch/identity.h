@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "chorus/core/device_spec.h"
 
@@ -31,6 +32,10 @@ constexpr const char* kNodes = "CHORUS_NNODES";
 constexpr const char* kDevice = "CHORUS_DEVICE";
 constexpr const char* kDevices = "CHORUS_DEVICES";  // mpirun/srun: list indexed by local rank
 constexpr const char* kStoreEndpoint = "CHORUS_RDZV_ENDPOINT";
+// Where the job's store lives: "tcp" (a TcpStoreServer at kStoreEndpoint, the default) or "etcd"
+// (kStoreEndpoint names etcd's client endpoints, comma-separated; the job's keys are under
+// comm::etcdJobPrefix of its secret).
+constexpr const char* kStoreBackend = "CHORUS_RDZV_BACKEND";
 constexpr const char* kSecretFd = "CHORUS_SECRET_FD";  // set by `chorus run`
 constexpr const char* kSecretFile = "CHORUS_SECRET_FILE";
 // No longer read: a secret in the environment is refused with a ConfigError that says why.
@@ -66,6 +71,10 @@ struct WorkerIdentity {
   DeviceSpec device;       // Default: cpu
   std::string store_host;  // empty: no store (a job of one uses an in-process store)
   int store_port = 0;
+  // "tcp" (store_host:store_port is a TcpStoreServer) or "etcd" (etcd_endpoints, of which
+  // store_host:store_port is the first). Default: "tcp".
+  std::string store_backend = "tcp";
+  std::vector<std::string> etcd_endpoints;
   int secret_fd = -1;       // an inherited descriptor to read the job secret from (-1: none)
   std::string secret_file;  // set when the secret must be read from a file
   std::string bind_address = "127.0.0.1";

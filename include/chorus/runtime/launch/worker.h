@@ -19,6 +19,7 @@
 namespace chorus::comm {
 class TcpStoreServer;
 struct TcpStoreOptions;
+struct EtcdStoreOptions;
 }  // namespace chorus::comm
 namespace chorus::device {
 class SpeedEmulator;
@@ -61,9 +62,9 @@ class Worker {
   // Elastic recovery: this worker is `rank` of `world_size` in a new world communicator (of the
   // surviving members, over the same store).
   void regroup(int rank, int world_size, std::shared_ptr<comm::Communicator> world);
-  // A store client of its own (a new connection to the job's TCP store), for a thread that must
-  // not queue behind the training thread's blocking store calls; the store itself when it is not
-  // a TCP one (an in-memory store serves threads concurrently).
+  // A store client of its own (a new connection to the job's TCP store or etcd), for a thread
+  // that must not queue behind the training thread's blocking store calls; the store itself when
+  // it is neither (an in-memory store serves threads concurrently).
   std::shared_ptr<comm::Store> openStoreConnection() const;
   // The options the world communicator was created with (deadline, transport, address, host).
   comm::CommOptions worldOptions() const;
@@ -96,6 +97,8 @@ class Worker {
   std::unique_ptr<comm::TcpStoreServer> hosted_store_;
   // How store_ was connected, when it is a TCP store client (openStoreConnection).
   std::shared_ptr<const comm::TcpStoreOptions> store_client_;
+  // How store_ was connected, when it is an etcd client (WorkerIdentity::store_backend).
+  std::shared_ptr<const comm::EtcdStoreOptions> etcd_client_;
   std::shared_ptr<comm::Store> store_;
   std::shared_ptr<comm::Communicator> world_;
   std::unique_ptr<device::SpeedEmulator> emulator_;
