@@ -230,6 +230,7 @@ int runFrontEnd(const TrainArgs& args) {
   agent.nnodes = args.nnodes;
   agent.node_rank = args.node_rank;
   agent.rdzv_endpoint = args.rdzv_endpoint;
+  agent.rdzv_backend = args.rdzv_backend;
   agent.secret_file = args.secret_file;
   agent.secret_stdin = args.secret_stdin;
   agent.comm_timeout = std::chrono::milliseconds(static_cast<long long>(job.comm.timeout_s * 1000));
@@ -370,7 +371,15 @@ void addTrainCommand(CLI::App& app, Action& action) {
   train->add_option("--nnodes", args->nnodes, "Number of nodes (each runs chorus train)");
   train->add_option("--node-rank", args->node_rank, "This node's index in [0, nnodes)");
   train->add_option("--rdzv-endpoint", args->rdzv_endpoint,
-                    "HOST:PORT where node 0 hosts the job's store (several nodes)");
+                    "HOST:PORT where node 0 hosts the job's store (several nodes); with "
+                    "--rdzv-backend etcd, etcd's HOST:PORT[,HOST:PORT...]");
+  train
+      ->add_option("--rdzv-backend", args->rdzv_backend,
+                   "Where the job's store lives: tcp (node 0's agent hosts it) or etcd (every "
+                   "node is a client of the etcd at --rdzv-endpoint, so an elastic job outlives "
+                   "node 0)")
+      ->check(CLI::IsMember({"tcp", "etcd"}))
+      ->capture_default_str();
   train->add_option("--secret-file", args->secret_file,
                     "File with the job secret, mode 600 (required for several nodes)");
   train->add_flag("--secret-stdin", args->secret_stdin,
