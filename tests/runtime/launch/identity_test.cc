@@ -224,6 +224,26 @@ TEST(Identity, RefusesASecretInTheEnvironmentAndSaysWhy) {
   }
 }
 
+TEST(Identity, AStoreInEtcdIsAListOfEndpointsTheFirstOfWhichIsRoutedTo) {
+  const Environment chorus_run = {{"CHORUS_RANK", "1"},
+                                  {"CHORUS_WORLD_SIZE", "2"},
+                                  {"CHORUS_SECRET_FD", "3"},
+                                  {"CHORUS_RDZV_BACKEND", "etcd"},
+                                  {"CHORUS_RDZV_ENDPOINT", "10.0.0.5:2379,10.0.0.6:2379"}};
+  const WorkerIdentity identity = identityFromEnvironment(chorus_run);
+  EXPECT_EQ(identity.store_backend, "etcd");
+  EXPECT_EQ(identity.etcd_endpoints, (std::vector<std::string>{"10.0.0.5:2379", "10.0.0.6:2379"}));
+  EXPECT_EQ(identity.store_host, "10.0.0.5");
+  EXPECT_EQ(identity.store_port, 2379);
+  EXPECT_EQ(identityFromEnvironment({}).store_backend, "tcp");
+  Environment unknown = chorus_run;
+  unknown["CHORUS_RDZV_BACKEND"] = "zookeeper";
+  EXPECT_THROW(identityFromEnvironment(unknown), ConfigError);
+  Environment malformed = chorus_run;
+  malformed["CHORUS_RDZV_ENDPOINT"] = "10.0.0.5:2379,";
+  EXPECT_THROW(identityFromEnvironment(malformed), ConfigError);
+}
+
 TEST(Identity, ParsesEndpointsAndRejectsBadOnes) {
   EXPECT_EQ(parseEndpoint("127.0.0.1:29500"), std::make_pair(std::string("127.0.0.1"), 29500));
   EXPECT_EQ(parseEndpoint("[fe80::1]:1"), std::make_pair(std::string("fe80::1"), 1));
