@@ -10,7 +10,8 @@
         loss.backward()
         chorus.step(optimizer, loss=loss)
 
-See docs/python.md.
+Under ``chorus run --elastic``, ``chorus.elastic_steps(loader, step_fn, optimizer, steps)`` runs
+the same step in a function and goes on when a worker is lost. See docs/python.md.
 """
 
 import torch  # noqa: F401  (first: chorus._C links the libtorch that torch loads)
@@ -19,6 +20,7 @@ from . import _C
 from .checkpoint import load, load_state_dict, save, state_dict
 from .context import Context, current, init
 from .data_parallel import DataParallel
+from .elastic import Recovery, elastic_steps
 from .errors import (AuthError, CheckpointError, CommError, ConfigError, DeviceError, Error,
                      LaunchError, OutOfMemoryError, PeerFailure, ProtocolError, TimeoutError)
 from .sampler import ShardSampler

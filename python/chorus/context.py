@@ -8,6 +8,7 @@ other call takes a ``context=`` argument and uses the default only when it is No
 run several contexts in one process. The environment is read once, by ``init()``.
 """
 
+import atexit
 import collections
 import os
 import weakref
@@ -27,18 +28,41 @@ def _keep_workers_in_child():
     # A forked child (a DataLoader worker) has none of the parent's threads: destroying a C++
     # worker there, when the garbage collector frees a context the parent had dropped, would wait
     # forever for the communicator's threads. The child keeps them all until it exits.
-    _kept_in_child.extend(context.worker for context in list(_live))
+    # The same for an elastic membership, whose monitor thread the child does not have either.
+    for context in list(_live):
+        _kept_in_child.append(context.worker)
+        if context._elastic is not None:
+            _kept_in_child.append(context._elastic)
 
 
 os.register_at_fork(after_in_child=_keep_workers_in_child)
+_parent_pid = os.getpid()
+
+
+def _close_elastic_sessions():
+    # The membership's monitor thread must end before the interpreter tears down what it uses; a
+    # forked child that runs atexit handlers (it has no monitor of its own) leaves the parent's.
+    if os.getpid() != _parent_pid:
+        return
+    for context in list(_live):
+        if context._elastic is not None:
+            context._elastic.close()
+
+
+atexit.register(_close_elastic_sessions)
 
 
 class Context:
     """One worker's view of the job. Made by :func:`init`; not copyable, not thread-safe."""
 
-    def __init__(self, worker):
+    def __init__(self, worker, elastic=None):
         self.worker = worker
         self.data_parallel = None
+        # Elastic recovery (python/chorus/elastic.py): the membership, the launch ranks of the
+        # world the DataParallel's reducer runs on, and what each recovery did.
+        self._elastic = elastic
+        self._engine_members = list(elastic.current().members) if elastic is not None else None
+        self.recoveries = []
         # (sampler, step, share) of each batch a ShardSampler cut and no chorus.step consumed
         # yet, oldest first (a DataLoader with workers reads its sampler ahead).
         self._pending = collections.deque()
@@ -51,6 +75,23 @@ class Context:
     @property
     def world_size(self):
         return self.worker.world_size
+
+    @property
+    def member(self):
+        """The rank this worker was launched as; ``rank`` is its place in the current world,
+        which changes when an elastic job loses a worker (``member`` never does)."""
+        return self.worker.member
+
+    @property
+    def elastic(self):
+        """Whether a lost worker is recovered from (:func:`chorus.elastic_steps`)."""
+        return self._elastic is not None
+
+    @property
+    def generation(self):
+        """The elastic generation: 0 as launched, one more after each recovery (0 when not
+        elastic)."""
+        return self._elastic.current().number if self._elastic is not None else 0
 
     @property
     def world(self):
@@ -90,7 +131,7 @@ class Context:
         self._pending = collections.deque(p for p in self._pending if p[0] is not sampler)
 
 
-def init(environment=None, single_thread=True):
+def init(environment=None, single_thread=True, elastic=None, heartbeat=1.0, heartbeat_misses=3):
     """Joins the job: identity from ``chorus run`` (or mpirun / srun; a job of one otherwise).
 
     Reads the environment once (or ``environment``, a dict, instead), connects to the job's
@@ -100,11 +141,25 @@ def init(environment=None, single_thread=True):
     node's spare cores for a CPU at full speed beside GPUs or alone (default True; False keeps
     PyTorch's setting). The first context made
     becomes the default that the rest of the API uses; calling ``init()`` again returns it.
+
+    ``elastic``: recover from a lost worker in :func:`chorus.elastic_steps` (docs/python.md,
+    "Elastic"). None (default): when the job was started by ``chorus run --elastic``; True
+    requires that (ConfigError otherwise); False never. An elastic worker's membership then
+    starts here, collectively: each worker beats every ``heartbeat`` seconds, and one that misses
+    ``heartbeat_misses`` beats (a hung or stopped process) is lost.
     """
     global _default
     if _default is not None and environment is None:
         return _default
-    context = Context(_C.init(environment, single_thread))
+    if elastic not in (None, True, False):
+        raise ConfigError(f"elastic must be None, True or False, got {elastic!r}")
+    worker = _C.init(environment, single_thread)
+    if elastic is None:
+        elastic = _C.launched_elastic(worker)
+    session = None
+    if elastic:
+        session = _C.ElasticSession(worker, float(heartbeat), int(heartbeat_misses))
+    context = Context(worker, session)
     if _default is None:
         _default = context
     return context

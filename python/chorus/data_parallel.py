@@ -63,6 +63,12 @@ class DataParallel(torch.nn.Module):
         if context.data_parallel is not None:  # refused before any collective of a second one
             raise ConfigError("this process has a chorus.DataParallel already (one per job)")
         stage, kind, fractions = _zero.parse_options(zero, shards, context.world_size)
+        if stage > 0 and context.elastic:
+            raise ConfigError(
+                f"DataParallel(zero={stage}) in an elastic job: a lost rank's slice of the "
+                "optimizer state is held nowhere else, and the Python front does not rebuild "
+                "slices (chorus train does, from replicas or checkpoints); use zero=0, or "
+                "chorus.init(elastic=False)")
         parameters = [p for p in module.parameters() if p.requires_grad]
         self._core = _C.DataParallelCore(context.worker, parameters, int(global_batch), balance,
                                          [int(s) for s in (shares or [])], float(bucket_cap_mb),

@@ -71,6 +71,12 @@ class ShardSampler(torch.utils.data.Sampler):
             self._next_step += 1
             yield ids
 
+    def _rewind(self, step):
+        """Elastic recovery: the next batch yielded is global step ``step``'s, cut by the shares
+        of then; the batches cut before (for the old world) are forgotten."""
+        self._context._drop_batches(self)
+        self._next_step = int(step)
+
     def _resume_step(self):
         """The first step no chorus.step has consumed (what a checkpoint must resume from)."""
         pending = [step for sampler, step, _ in self._context._pending if sampler is self]

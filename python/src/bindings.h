@@ -22,5 +22,7 @@ void bindData(py::module_& module);
 void bindDataParallel(py::module_& module);
 // ZeroCore: ZeRO's slice of a DataParallelCore (step_bindings.cc). Before bindDataParallel.
 void bindZero(py::module_& module);
+// ElasticSession and Generation: the elastic membership (elastic_bindings.cc).
+void bindElastic(py::module_& module);
 
 }  // namespace chorus::python

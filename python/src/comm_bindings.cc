@@ -136,6 +136,9 @@ void bindWorker(py::module_& module) {
       module, "Worker", "This process's identity, store, world communicator and device emulation")
       .def_property_readonly("rank", &Worker::rank)
       .def_property_readonly("world_size", &Worker::worldSize)
+      .def_property_readonly("member", &Worker::member,
+                             "the rank it was launched as (its rank changes in elastic recovery)")
+      .def_property_readonly("joins", [](const Worker& self) { return self.identity().joins(); })
       .def_property_readonly("local_rank",
                              [](const Worker& self) { return self.identity().local_rank; })
       .def_property_readonly("local_world_size",

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "chorus/core/error.h"
+#include "chorus/plan/survivors.h"
 #include "chorus/runtime/train/step_figures.h"
 
 namespace chorus::python {
@@ -60,6 +61,15 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
   balancer.leave_out = false;
   balancer_ = std::make_unique<plan::LoadBalancer>(balancer, worldSize(), options_.global_batch);
 
+  parallel::ReducerOptions reducer = reducerOptions();
+  if (options_.zero.stage >= 1)
+    zero_ = std::make_unique<ZeroCore>(*worker_, parameters, options_.zero, reducer);
+  parameters_ = parameters;
+  reducer_ = std::make_unique<parallel::GradientReducer>(std::move(parameters), worker_->world(),
+                                                         std::move(reducer));
+}
+
+parallel::ReducerOptions DataParallelCore::reducerOptions() {
   parallel::ReducerOptions reducer;
   reducer.bucket_bytes = static_cast<std::int64_t>(options_.bucket_cap_mb * (1 << 20));
   reducer.first_bucket_bytes = std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
@@ -73,10 +83,7 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
     held_at_.push_back(phase_->computeSoFar());
     return true;
   };
-  if (options_.zero.stage >= 1)
-    zero_ = std::make_unique<ZeroCore>(*worker_, parameters, options_.zero, reducer);
-  reducer_ = std::make_unique<parallel::GradientReducer>(std::move(parameters), worker_->world(),
-                                                         std::move(reducer));
+  return reducer;
 }
 
 DataParallelCore::~DataParallelCore() {
@@ -185,15 +192,42 @@ StepFigures DataParallelCore::finishStep(double loss_sum, bool overflow, std::in
   figures.next_shares = balancer_->shares();
 
   ++step_;
+  resetStep();
+  return figures;
+}
+
+void DataParallelCore::resetStep() {
+  held_at_.clear();
+  phase_.reset();
   step_open_ = armed_ = synchronized_ = false;
   released_ = 0;
   compute_seconds_ = wait_seconds_ = 0;
   forward_samples_ = 0;
-  return figures;
 }
 
 void DataParallelCore::restore(const plan::BalancerState& state, std::int64_t step) {
   CHORUS_CHECK_CONFIG(!step_open_, "restore() in the middle of a step");
+  balancer_->importState(state);
+  step_ = step;
+}
+
+plan::BalancerState DataParallelCore::survivorBalancerState(const std::vector<int>& kept) const {
+  const plan::BalancerState state = balancer_->exportState();
+  return plan::survivorBalancerState(state, kept, plan::survivorShares(state.shares, kept));
+}
+
+void DataParallelCore::regroup(const plan::BalancerState& state, std::int64_t step) {
+  CHORUS_CHECK_CONFIG(!zero_,
+                      "elastic recovery of a ZeRO DataParallel is not built: its slices would "
+                      "have to be cut anew");
+  // The interrupted step's phase ends without padding: its compute is redone.
+  resetStep();
+  reducer_.reset();  // its hooks go before the new reducer sets its own
+  reducer_ =
+      std::make_unique<parallel::GradientReducer>(parameters_, worker_->world(), reducerOptions());
+  plan::BalancerOptions balancer = balancer_->options();
+  balancer.initial_shares = state.shares;
+  balancer_ = std::make_unique<plan::LoadBalancer>(balancer, worldSize(), options_.global_batch);
   balancer_->importState(state);
   step_ = step;
 }

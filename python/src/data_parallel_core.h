@@ -110,12 +110,30 @@ class DataParallelCore {
   plan::BalancerState balancerState() const { return balancer_->exportState(); }
   void restore(const plan::BalancerState& state, std::int64_t step);
 
+  // Elastic recovery (python/chorus/elastic.py). The balancer's state for the next generation
+  // when only the ranks `kept` of this core's world (ascending) survive: the lost ranks' samples
+  // spread over the survivors in proportion to their shares, what the balancer learnt of the
+  // survivors kept (plan/survivors.h). Pure; the source of the next generation computes it and
+  // hands it to every member, so that all build the same balancer.
+  plan::BalancerState survivorBalancerState(const std::vector<int>& kept) const;
+  // After the worker regrouped onto the next generation's world: a new reducer on that world
+  // (the old one's hooks removed first), a balancer of the new world size from `state`, the step
+  // counter at `step`, and whatever the interrupted step had begun (phase, armed hooks, counts)
+  // dropped. Local: no collective. Throws ConfigError under ZeRO (its slices would have to be cut
+  // anew: not built) and CheckpointError when `state` does not fit the new world.
+  void regroup(const plan::BalancerState& state, std::int64_t step);
+
  private:
   // Ends the open compute phase: releases held buckets at their emulated moments, pads.
   void endPhase();
+  // The reducer's options: the bucket sizes asked for, and the emulated device's held launches.
+  parallel::ReducerOptions reducerOptions();
+  // Forgets the step in progress (its phase closed without padding).
+  void resetStep();
 
   std::shared_ptr<runtime::Worker> worker_;
   DataParallelOptions options_;
+  std::vector<at::Tensor> parameters_;  // the reducer's, kept to build another after a regroup
   std::unique_ptr<plan::LoadBalancer> balancer_;
   std::unique_ptr<ZeroCore> zero_;  // before reducer_: its scatter writes into zero_'s slice
   std::unique_ptr<parallel::GradientReducer> reducer_;

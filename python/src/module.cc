@@ -65,4 +65,5 @@ PYBIND11_MODULE(_C, module) {
   chorus::python::bindData(module);
   chorus::python::bindZero(module);
   chorus::python::bindDataParallel(module);
+  chorus::python::bindElastic(module);
 }

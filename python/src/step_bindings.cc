@@ -161,6 +161,18 @@ void bindDataParallel(py::module_& module) {
           [](DataParallelCore& self, const py::dict& state, std::int64_t step) {
             self.restore(stateFromDict(state), step);
           },
+          py::arg("balancer_state"), py::arg("step"))
+      .def(
+          "survivor_balancer_state",
+          [](const DataParallelCore& self, const std::vector<int>& kept) {
+            return stateToDict(self.survivorBalancerState(kept));
+          },
+          py::arg("kept"))
+      .def(
+          "regroup",
+          [](DataParallelCore& self, const py::dict& state, std::int64_t step) {
+            self.regroup(stateFromDict(state), step);
+          },
           py::arg("balancer_state"), py::arg("step"));
 }
 
