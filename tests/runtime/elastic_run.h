@@ -4,14 +4,20 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint_model.h"
@@ -84,6 +90,65 @@ inline const ElasticRun& reference(const std::string& devices, const std::string
                 .first;
   return found->second;
 }
+
+// Continues this test process's stopped descendants (the job's stopped worker), by pid: a
+// pattern would match any job's workers on the machine.
+inline void continueStoppedDescendants() {
+  std::map<pid_t, pid_t> parent;
+  std::set<pid_t> stopped;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // ended meanwhile
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses; it ends at the last ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    parent[pid] = ppid;
+    if (state == 'T') stopped.insert(pid);
+  }
+  for (pid_t pid : stopped) {
+    for (pid_t up = parent[pid]; up > 1; up = parent.count(up) ? parent[up] : 0) {
+      if (up != getpid()) continue;
+      ::kill(pid, SIGCONT);
+      break;
+    }
+  }
+}
+
+// Continues the stopped descendants from the moment the job's log (`log`) holds `event` (by
+// default a recovery's) or a minute has passed, so that a failed recovery cannot hang the test,
+// until the guard is destroyed: a worker that stops itself after the event (a replacement held at
+// its join) is continued too. In a thread of its own, which the destructor joins.
+class ContinueAfterRecovery {
+ public:
+  explicit ContinueAfterRecovery(const std::string& log, const std::string& event = "\"recovery\"")
+      : thread_([this, log, event] {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (!done_.load() && std::chrono::steady_clock::now() < until) {
+            std::ifstream in(log);
+            std::string text((std::istreambuf_iterator<char>(in)), {});
+            if (text.find(event) != std::string::npos) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+          do {
+            continueStoppedDescendants();
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          } while (!done_.load());
+        }) {}
+  ~ContinueAfterRecovery() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 inline void expectEveryStepOnce(const ElasticRun& run) {
   ASSERT_EQ(static_cast<int>(run.steps.size()), kSteps) << run.run.output;

@@ -266,6 +266,9 @@ int runFrontEnd(const TrainArgs& args) {
 int runTrainer(const TrainArgs& args, const runtime::JobPackage& package,
                std::shared_ptr<runtime::Worker> worker, const FaultInjection& fault) {
   const runtime::JobConfig& job = package.job;
+  // A replacement joins the running job while its Trainer is built: the "join" point is before.
+  if (worker->identity().joins())
+    if (auto at_point = fault.hook(worker->member())) at_point(0, "join");
   runtime::Trainer trainer(job, package.plan, worker);
   // A replacement worker took the members' state when it joined: the checkpoint the job started
   // from is long behind.

@@ -64,56 +64,18 @@ TEST(ElasticMultiproc, ASecondFailureDuringRecovery) {
   expectSameModel(run, reference("cpu,cpu,cpu,cpu", shares));
 }
 
-// Continues this test process's stopped descendants (the job's stopped worker), by pid: a
-// pattern would match any job's workers on the machine.
-void continueStoppedDescendants() {
-  std::map<pid_t, pid_t> parent;
-  std::set<pid_t> stopped;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;  // ended meanwhile
-    // pid (comm) state ppid ...: comm may hold spaces and parentheses; it ends at the last ')'.
-    std::istringstream rest(line.substr(line.rfind(')') + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    const auto pid = static_cast<pid_t>(std::stol(name));
-    parent[pid] = ppid;
-    if (state == 'T') stopped.insert(pid);
-  }
-  for (pid_t pid : stopped) {
-    for (pid_t up = parent[pid]; up > 1; up = parent.count(up) ? parent[up] : 0) {
-      if (up != getpid()) continue;
-      ::kill(pid, SIGCONT);
-      break;
-    }
-  }
-}
-
 // A worker stopped by `fault` (SIGSTOP) is continued once the survivors have recovered (or
 // after a minute, so that a failed recovery cannot hang the test): it is left out and stops,
 // without writing to the log its successors write.
 void expectHungWorkerLeftOut(const std::string& name, const std::string& fault,
                              const std::vector<int>& members, const std::vector<int>& lost) {
-  std::atomic<bool> done{false};
   const std::string log = ::testing::TempDir() + "/" + name + ".jsonl";
   std::remove(log.c_str());  // an earlier run's recovery must not count
-  std::thread resume([&] {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!done.load() && std::chrono::steady_clock::now() < until) {
-      std::ifstream in(log);
-      std::string text((std::istreambuf_iterator<char>(in)), {});
-      if (text.find("\"recovery\"") != std::string::npos) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    continueStoppedDescendants();
-  });
-  const ElasticRun run = runElastic(name, "cpu,cpu,cpu", fault);
-  done.store(true);
-  resume.join();
+  ElasticRun run;
+  {
+    const ContinueAfterRecovery resume(log);
+    run = runElastic(name, "cpu,cpu,cpu", fault);
+  }
   expectRecovered(run, members, lost);
   EXPECT_NE(run.recoveries.at(0).at("reason").get<std::string>().find("missed 3 heartbeats"),
             std::string::npos)
