@@ -89,14 +89,21 @@ def check_survivors(out, output, survivors, fault_step, shares_after, tmp_path_f
 @pytest.mark.parametrize("member,shares_after", [(1, [15, 49]), (0, [24, 40])])
 def test_a_killed_worker_leaves_the_survivors_to_finish_every_step_once(
         member, shares_after, tmp_path, tmp_path_factory):
-    # Member 0 is rank 0: the log's writer and, until then, the source of every generation.
-    code, output = run(tmp_path, *COMMON, "--fault-member", member, "--fault-step", 8)
+    # Member 0 is rank 0: the log's writer and, until then, the source of every generation. When
+    # member 1 dies, member 2 holds its backward until the loss aborted its world, so that its
+    # buckets' all-reduces fail inside autograd (torch's RuntimeError from backward()), while
+    # member 0 meets the loss at the end of the reduction (chorus.PeerFailure or CommError).
+    hold = 2 if member == 1 else -1
+    code, output = run(tmp_path, *COMMON, "--fault-member", member, "--fault-step", 8,
+                       "--hold-member", hold)
     assert code == 0, output
     survivors = [m for m in range(3) if m != member]
     records = check_survivors(tmp_path, output, survivors, 8, shares_after, tmp_path_factory)
     assert records[0]["recoveries"][0]["lost"] == [member]
     assert f"generation 1: lost rank {member} " in output
     assert not os.path.exists(tmp_path / f"member{member}.pt")
+    if hold >= 0:
+        assert f"HELD member {hold}: backward raised RuntimeError" in output, output
 
 
 def test_a_stopped_worker_is_left_out_after_its_missed_heartbeats(tmp_path, tmp_path_factory):

@@ -2,13 +2,14 @@
 
     python elastic_train.py OUT_DIR --steps N --global-batch B --shares 10,20,34
                             [--fault-member M --fault-step S --fault kill|stop]
-                            [--heartbeat SECONDS] [--scaler]
+                            [--heartbeat SECONDS] [--scaler] [--hold-member H]
 
 Trains train.py's MLP on its synthetic data with chorus.elastic_steps, SGD with momentum (so
 that the optimizer state a survivor takes over matters) and fixed shares. Member M injects its
 own fault at the start of step S, read from the command line at start-up: `kill` SIGKILLs
 itself, `stop` writes its pid to OUT_DIR/stopped.pid and SIGSTOPs itself (the test continues it
-once the survivors are done). Rank 0 of each generation prints one line per completed step,
+once the survivors are done). Member H (--hold-member) waits in step S, between its forward and
+its backward, until the loss has aborted its world. Rank 0 of each generation prints one line per completed step,
 "STEP <step> generation <g> loss <loss>"; each worker that finishes writes
 OUT_DIR/member<M>.pt: its final parameters, optimizer state, the shares of every step it
 completed, and the recoveries it took part in. A worker the others left out prints "LEFT OUT"
@@ -19,6 +20,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +44,7 @@ def main():
     parser.add_argument("--fault", default="kill", choices=("kill", "stop"))
     parser.add_argument("--heartbeat", type=float, default=1.0)
     parser.add_argument("--scaler", action="store_true")
+    parser.add_argument("--hold-member", type=int, default=-1)
     args = parser.parse_args()
 
     ctx = chorus.init(heartbeat=args.heartbeat)
@@ -65,11 +68,22 @@ def main():
                 f.write(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGSTOP)
         loss = F.cross_entropy(model(inputs), targets, reduction="sum")
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            return chorus.step(optimizer, scaler=scaler, loss=loss)
-        loss.backward()
-        return chorus.step(optimizer, loss=loss)
+        held = ctx.member == args.hold_member and model.step_count == args.fault_step and \
+            ctx.generation == 0
+        if held:
+            # Backward only once the loss aborted the world: its buckets' all-reduces then fail
+            # in their autograd hooks, and the failure reaches Python from backward().
+            deadline = time.monotonic() + 30
+            while not ctx.world.broken and time.monotonic() < deadline:
+                time.sleep(0.01)
+        try:
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        except Exception as error:
+            if held:
+                print(f"HELD member {ctx.member}: backward raised {type(error).__name__}",
+                      flush=True)
+            raise
+        return chorus.step(optimizer, scaler=scaler, loss=loss)
 
     record = {"steps": [], "shares": []}
     try:
