@@ -65,8 +65,9 @@ def elastic_steps(loader, step_fn, optimizer, steps, scaler=None, state=None, co
     The loop's body runs once for every completed step, on every member, after the step's
     ``chorus.step``: what it does there (a log line, ``scheduler.step()``) is not redone. Without
     an elastic context (``chorus.init(elastic=...)``) it is a plain loop and a lost worker's error
-    propagates. Raises ConfigError on arguments that do not fit; a CommError that is not a loss's
-    (the worker itself left out, below ``min``), and every other error, propagate.
+    propagates. Raises ConfigError on arguments that do not fit; the CommError of a worker that the
+    others left out (declared lost, e.g. stopped too long), and every error that is not a lost
+    worker's, propagate.
     """
     ctx = current(context)
     dp = ctx.data_parallel
@@ -94,11 +95,15 @@ def elastic_steps(loader, step_fn, optimizer, steps, scaler=None, state=None, co
 def _steps(ctx, dp, loader, sampler, step_fn, steps, holders):
     iterator = None
     while dp.step_count < steps:
-        if iterator is None:
+        fresh = iterator is None
+        if fresh:
             iterator = iter(loader)
         try:
             batch = next(iterator)
         except StopIteration:  # the epoch ended: the sampler's next iteration is the next epoch
+            if fresh:
+                raise ConfigError("chorus.elastic_steps: the loader yields no batch (a dataset "
+                                  "smaller than the global batch?)") from None
             iterator = None
             continue
         before = dp.step_count
