@@ -27,7 +27,8 @@ One run:
   4. asks the cost model (`chorus plan --shares ... --json`) and the simulator (`chorus simulate`)
      for the same plan's step time, uncalibrated (the measured rates as they are) and calibrated
      (step 2's efficiency and host work), and contended (plus step 2b's contention and latency
-     written into the cluster file);
+     written into the cluster file); and the cost model as plan = "auto" prices it ("auto":
+     `chorus plan --calibrate`, the job's model timed on this host, none of the runs above);
   5. the 2-stage pipeline: runs bench/pipeline_bench's heterogeneous case (cuts auto and even,
      1F1B, M = 8, B = 32) when the binary is built, else reads bench/results/pipeline.json, and
      predicts it with `chorus plan --cuts`.
@@ -158,6 +159,16 @@ def predict(args, cluster, job, batch, fixed, calibration):
             "exposed_comm_s": predicted["exposed_comm_seconds"],
             "optimizer_s": predicted["optimizer_seconds"],
             "simulated_s": simulated["simulated_step_seconds"]}
+
+
+def predict_auto(args, cluster, job, batch, fixed):
+    """The cost model's step time as plan = "auto" prices it: the job's model timed on this host
+    (`chorus plan --calibrate`, runtime/job/compute_calibration.h), nothing from the runs above."""
+    answer = json.loads(run([args.chorus, "plan", "--cluster", cluster, "--model", job,
+                             "--global-batch", str(batch), "--precision", "fp32", "--json",
+                             "--calibrate", "--threads", "1"] + fixed))
+    return {"cost_model_s": answer["plans"][0]["predicted"]["step_seconds"],
+            "compute_s": answer["plans"][0]["predicted"]["compute_seconds"]}
 
 
 def describe(args, workdir, speeds):
@@ -340,6 +351,7 @@ def pipeline_case(args, workdir, gpt):
                                    host_per_sample_s=0.0))
         rows.append(row(f"pipeline {cut} cuts {cuts}", "gpt (8 layers)", speeds,
                         measured[cut]["step_seconds"], raw, cal, source, contended))
+        add_auto(rows[-1], predict_auto(args, cluster, job, 32, fixed))
     return rows
 
 
@@ -438,6 +450,13 @@ def row(case, model, speeds, measured, raw, cal, source, contended):
             "within_target": abs(error(cal["cost_model_s"], measured)) <= 100 * TARGET}
 
 
+def add_auto(line, auto):
+    """plan = "auto"'s own prediction (predict_auto) and its error, into a row."""
+    line["auto"] = auto
+    line["error_auto_pct"] = error(auto["cost_model_s"], line["measured_s"])
+    line["within_target_auto"] = abs(line["error_auto_pct"]) <= 100 * TARGET
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chorus", default=os.path.join(REPO, "build", "chorus"))
@@ -491,6 +510,7 @@ def main():
                     contended["compute_s"], measured["max_compute_s"])
                 rows[-1]["error_compute_pct"] = error(cal["compute_s"], measured["max_compute_s"])
                 rows[-1]["measured_host_s"] = measured["host_s"]
+                add_auto(rows[-1], predict_auto(args, cluster, job, batch, fixed))
                 print_row(rows[-1])
         if "gpt" in calibrations:
             for line in pipeline_case(args, workdir, calibrations["gpt"]):
@@ -531,7 +551,9 @@ def print_row(line):
           f"sim {line['calibrated']['simulated_s']:.4f} s  "
           f"uncalibrated {line['uncalibrated']['cost_model_s']:.4f} s "
           f"({line['error_uncalibrated_pct']:+.1f}%)  "
-          f"contended {line['contended']['cost_model_s']:.4f} s "
+          + (f"auto {line['auto']['cost_model_s']:.4f} s ({line['error_auto_pct']:+.1f}%)  "
+             if "auto" in line else "")
+          + f"contended {line['contended']['cost_model_s']:.4f} s "
           f"({line['error_contended_pct']:+.1f}%; compute "
           f"{line.get('error_contended_compute_pct', float('nan')):+.1f}%)", flush=True)
 

@@ -19,6 +19,8 @@
 #include "chorus/plan/plan_json.h"
 #include "chorus/plan/planner.h"
 #include "chorus/plan/transformer_shapes.h"
+#include "chorus/runtime/job/compute_calibration.h"
+#include "chorus/runtime/job/job_config.h"
 #include "commands.h"
 #include "plan_inputs.h"
 
@@ -38,6 +40,10 @@ struct PlanArgs {
   bool gpipe = false;
   std::string zero_shards = "memory";
   CostFlags cost;
+  // Time the job's model on this host and price the CPU types with it (plan = "auto"'s
+  // calibration), at this many intra-op threads.
+  bool calibrate = false;
+  int threads = 1;
   // One all-reduce priced alone: its size ("" = plan a model), algorithm and codec.
   std::string allreduce;
   std::string algorithm = "hierarchical";
@@ -192,6 +198,32 @@ int runAllReducePrice(const PlanArgs& args, const plan::Cluster& cluster) {
   return kExitOk;
 }
 
+// --calibrate: what plan = "auto" prices CPU workers with (runtime/job/compute_calibration.h),
+// for the job file's model, applied to the cluster's CPU types.
+void calibrateOnThisHost(const PlanArgs& args, const plan::Cluster& cluster,
+                         const plan::ModelProfile& model, plan::CostOptions& cost) {
+  CHORUS_CHECK_CONFIG(args.model.size() > 5 && args.model.rfind(".toml") == args.model.size() - 5,
+                      "chorus plan: --calibrate times the model of a job file (--model JOB.toml), "
+                      "not '",
+                      args.model, "'");
+  CHORUS_CHECK_CONFIG(args.cost.calibrations.empty() && args.cost.layer_overhead_us == 30,
+                      "chorus plan: --calibrate measures what --calibration and "
+                      "--layer-overhead-us set; give one or the other");
+  std::vector<std::string> cpu_types;
+  for (const auto& type : cluster.types())
+    if (type.device_class == plan::DeviceClass::kCpu) cpu_types.push_back(type.name);
+  CHORUS_CHECK_CONFIG(!cpu_types.empty(), "chorus plan: --calibrate prices CPU types, and ",
+                      args.cluster, " has none");
+  runtime::ComputeCalibrationOptions options;
+  options.threads = args.threads;
+  options.batch = std::max(4, args.global_batch / static_cast<int>(cluster.size()));
+  const runtime::JobConfig job = runtime::readJobConfig(Config::parseFile(args.model));
+  const runtime::ComputeCalibration calibration = runtime::calibrateJobCompute(job, options);
+  runtime::applyComputeCalibration(cost, calibration, model, cpu_types,
+                                   cpu_types.size() == cluster.types().size());
+  std::cerr << "chorus plan: " << runtime::describeCalibration(calibration, model) << std::endl;
+}
+
 int runPlan(const PlanArgs& args) {
   const plan::Cluster cluster = plan::loadClusterFile(args.cluster);
   if (!args.allreduce.empty()) return runAllReducePrice(args, cluster);
@@ -209,6 +241,7 @@ int runPlan(const PlanArgs& args) {
   options.zero_shards =
       args.zero_shards == "even" ? plan::ZeroShards::kEven : plan::ZeroShards::kMemory;
   options.cost = costOptions(args.cost, cluster);
+  if (args.calibrate) calibrateOnThisHost(args, cluster, model, options.cost);
   const bool fixed = !args.shares.empty() || !args.cuts.empty();
   const plan::PlanResult result = fixed ? fixedResult(args, cluster, model, options)
                                         : plan::planCluster(cluster, model, options);
@@ -255,6 +288,12 @@ void addPlanCommand(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"memory", "even"}))
       ->capture_default_str();
   addCostFlags(*command, args->cost);
+  command->add_flag("--calibrate", args->calibrate,
+                    "Time the job file's model on this host and price the CPU types with it, as "
+                    "plan = \"auto\" does (instead of --calibration and --layer-overhead-us)");
+  command->add_option("--threads", args->threads, "With --calibrate: intra-op threads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_option("--allreduce", args->allreduce,
                       "Price one fp32 all-reduce of SIZE bytes per device (e.g. 64M) over the "
                       "whole cluster instead of planning a model");

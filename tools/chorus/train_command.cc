@@ -101,10 +101,11 @@ void applyAutoPlan(const TrainArgs& args, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1,
                       "config key 'plan': plan = \"auto\" plans one node's devices; with --nnodes "
                       "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
-  const runtime::PlannedJob planned = runtime::planJob(
-      settled.job, settled.devices,
-      runtime::measureJobDevices(settled.devices, settled.found,
-                                 runtime::jobThreads(settled.job, settled.devices, settled.found)));
+  const std::vector<int> threads = runtime::jobThreads(settled.job, settled.devices, settled.found);
+  const runtime::PlannedJob planned =
+      runtime::planJob(settled.job, settled.devices,
+                       runtime::measureJobDevices(settled.devices, settled.found, threads),
+                       runtime::calibrateForPlanning(settled.job, settled.devices, threads));
   std::cout << "chorus train: " << planned.summary << std::endl;
   adoptPlan(planned.plan, settled);
 }

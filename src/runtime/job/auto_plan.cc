@@ -4,11 +4,13 @@
 // front end adopts as it is (job_plan.h, adoptPlan) and hands to every worker.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "chorus/core/error.h"
 #include "chorus/plan/planner.h"
 #include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/compute_calibration.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "chorus/runtime/job/pipeline_job.h"
 #include "job/trained_model.h"
@@ -76,11 +78,20 @@ plan::CostOptions costOptions(const JobConfig& job) {
   return cost;
 }
 
+// The CPU device types of `devices` (a local cluster names each by its spec).
+std::vector<std::string> cpuTypes(const std::vector<DeviceSpec>& devices) {
+  std::vector<std::string> types;
+  for (const DeviceSpec& device : devices)
+    if (device.kind == DeviceKind::kCpu) types.push_back(device.toString());
+  return types;
+}
+
 // What the trainers run: every device (one worker each), no ZeRO (planJob tries it when nothing
 // else fits), no compression, fp32 unless the job computes in 16 bits, and no activation
 // checkpointing, which the data-parallel trainer lacks and the planner would place per stage where
 // the pipeline trainer takes one mode for all.
-plan::PlanOptions planOptions(const JobConfig& job, bool pipelines, bool fp32) {
+plan::PlanOptions planOptions(const JobConfig& job, const plan::CostOptions& cost, bool pipelines,
+                              bool fp32) {
   plan::PlanOptions options;
   options.global_batch = static_cast<int>(job.train.global_batch);
   options.top_k = 2;
@@ -92,7 +103,7 @@ plan::PlanOptions planOptions(const JobConfig& job, bool pipelines, bool fp32) {
   options.allow_pipelines = pipelines;
   options.allow_dropping_devices = false;
   options.seed = job.seed;
-  options.cost = costOptions(job);
+  options.cost = cost;
   return options;
 }
 
@@ -227,22 +238,28 @@ ZeroChoice weighZero(const plan::PlanResult& replicated, const plan::PlanResult&
 }  // namespace
 
 PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
-                   const std::vector<plan::MeasuredDevice>& measured) {
+                   const std::vector<plan::MeasuredDevice>& measured,
+                   const std::optional<ComputeCalibration>& calibration) {
   const plan::Cluster cluster = localCluster(devices, measured);
   const plan::ModelProfile model = jobModelProfile(job, "job model " + job.model.kind);
   const std::string blocker = pipelineBlocker(job);
   const bool fp32 = computesInFp32(job, devices);
   const std::string left_out = blocker.empty() ? "" : blocker + " is set";
+  plan::CostOptions cost = costOptions(job);
+  const std::vector<std::string> cpu_types = cpuTypes(devices);
+  if (calibration)
+    applyComputeCalibration(cost, *calibration, model, cpu_types,
+                            cpu_types.size() == devices.size());
   // The planner's memory model is the one the pipeline cut and the micro-batch sizing use (the
   // job's calibrated profile and optimizer), so what it plans fits by their reckoning too.
   plan::PlanResult result =
-      plan::planCluster(cluster, model, planOptions(job, blocker.empty(), fp32));
+      plan::planCluster(cluster, model, planOptions(job, cost, blocker.empty(), fp32));
   // ZeRO, where the job leaves [zero] to the plan and runs what ZeRO combines with: data
   // parallelism with ZeRO-1 to 3, shards sized as the run sizes them (by memory with budgets).
   const std::string zero_blocker = zeroBlocker(job, devices);
   std::string zero_note;
   if (zero_blocker.empty()) {
-    plan::PlanOptions options = planOptions(job, /*pipelines=*/false, fp32);
+    plan::PlanOptions options = planOptions(job, cost, /*pipelines=*/false, fp32);
     options.max_zero_stage = 3;
     options.zero_in_pipelines = false;
     options.zero_shards =
@@ -267,7 +284,25 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                                    [](const DeviceSpec& device) { return device.memory_budget; });
   if (budgets) planned.plan.memory_profile = model;
   planned.summary = summaryOf(job, result, rankDevices(planned.plan, devices), left_out, zero_note);
+  if (calibration) planned.summary += "; " + describeCalibration(*calibration, model);
   return planned;
+}
+
+std::optional<ComputeCalibration> calibrateForPlanning(const JobConfig& job,
+                                                       const std::vector<DeviceSpec>& devices,
+                                                       const std::vector<int>& threads) {
+  if (!computesInFp32(job, devices)) return std::nullopt;
+  std::int64_t cpus = 0;
+  ComputeCalibrationOptions options;
+  for (size_t r = devices.size(); r-- > 0;)
+    if (devices[r].kind == DeviceKind::kCpu) {
+      ++cpus;
+      if (r < threads.size()) options.threads = threads[r];
+    }
+  if (cpus == 0) return std::nullopt;
+  // The share a CPU worker takes, about: where its time per sample is read.
+  options.batch = std::max<std::int64_t>(4, job.train.global_batch / cpus);
+  return calibrateJobCompute(job, options);
 }
 
 }  // namespace chorus::runtime

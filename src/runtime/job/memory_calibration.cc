@@ -19,21 +19,6 @@ namespace {
 constexpr std::int64_t kSmall = 2;
 constexpr std::int64_t kLarge = 6;
 
-// Synthetic inputs and targets of the model's shape (all zeros: the allocations of these models
-// do not depend on the values).
-struct Sample {
-  at::Tensor inputs, targets;
-};
-
-Sample sampleOf(const model::ModelConfig& config, std::int64_t samples) {
-  if (config.kind == "gpt")
-    return {at::zeros({samples, config.context}, at::kLong),
-            at::zeros({samples, config.context}, at::kLong)};
-  std::vector<std::int64_t> shape{samples};
-  shape.insert(shape.end(), config.input_shape.begin(), config.input_shape.end());
-  return {at::zeros(shape, at::kFloat), at::zeros({samples}, at::kLong)};
-}
-
 // What layer `l` holds after its forward pass, and the peak of its backward pass above that, on
 // `samples` samples.
 struct LayerBytes {
@@ -41,7 +26,7 @@ struct LayerBytes {
   double backward = 0;
 };
 
-LayerBytes measureLayer(model::ZooModel& model, std::int64_t l, const Sample& sample) {
+LayerBytes measureLayer(model::ZooModel& model, std::int64_t l, const SyntheticBatch& sample) {
   const bool last = l + 1 == model.numLayers();
   at::Tensor input = sample.inputs;  // the batch's: ModelProfile::input_bytes counts it
   if (l > 0) {
@@ -67,26 +52,6 @@ LayerBytes measureLayer(model::ZooModel& model, std::int64_t l, const Sample& sa
   return bytes;
 }
 
-// Restores the default CPU generator at the end of its scope: dropout draws from it, and a
-// measurement must not shift the job's random stream (invariant 1).
-class GeneratorGuard {
- public:
-  GeneratorGuard() : generator_(at::detail::getDefaultCPUGenerator()) {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    state_ = generator_.get_state();
-  }
-  ~GeneratorGuard() {
-    std::lock_guard<std::mutex> lock(generator_.mutex());
-    generator_.set_state(state_);
-  }
-  GeneratorGuard(const GeneratorGuard&) = delete;
-  GeneratorGuard& operator=(const GeneratorGuard&) = delete;
-
- private:
-  at::Generator generator_;
-  at::Tensor state_;
-};
-
 }  // namespace
 
 plan::ModelProfile calibratedProfile(const model::ModelConfig& config, std::uint64_t seed,
@@ -103,7 +68,8 @@ plan::ModelProfile calibratedProfile(const model::ModelConfig& config, std::uint
   const GeneratorGuard generator;
   const auto model = model::makeModel(config, seed);
   model->train();
-  const Sample small = sampleOf(config, kSmall), large = sampleOf(config, kLarge);
+  const SyntheticBatch small = syntheticBatch(config, kSmall),
+                       large = syntheticBatch(config, kLarge);
   const std::vector<model::LayerProfile> layers = model->profile();
   plan::ModelProfile profile;
   profile.name = name;
@@ -124,6 +90,25 @@ plan::ModelProfile calibratedProfile(const model::ModelConfig& config, std::uint
   }
   profile.validate();
   return profile;
+}
+
+SyntheticBatch syntheticBatch(const model::ModelConfig& config, std::int64_t samples) {
+  if (config.kind == "gpt")
+    return {at::zeros({samples, config.context}, at::kLong),
+            at::zeros({samples, config.context}, at::kLong)};
+  std::vector<std::int64_t> shape{samples};
+  shape.insert(shape.end(), config.input_shape.begin(), config.input_shape.end());
+  return {at::zeros(shape, at::kFloat), at::zeros({samples}, at::kLong)};
+}
+
+GeneratorGuard::GeneratorGuard() : generator_(at::detail::getDefaultCPUGenerator()) {
+  std::lock_guard<std::mutex> lock(generator_.mutex());
+  state_ = generator_.get_state();
+}
+
+GeneratorGuard::~GeneratorGuard() {
+  std::lock_guard<std::mutex> lock(generator_.mutex());
+  generator_.set_state(state_);
 }
 
 double optimizerStateBytes(const OptimizerSection& optimizer) {

@@ -2,6 +2,7 @@
 // model on its measured devices and returns the Plan the job then runs as it is.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "chorus/plan/local_cluster.h"
 #include "chorus/plan/model_profile.h"
 #include "chorus/plan/plan.h"
+#include "chorus/runtime/job/compute_calibration.h"
 #include "chorus/runtime/job/job_config.h"
 
 namespace chorus::device {
@@ -68,8 +70,19 @@ plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name
 // becomes one device of a local cluster (plan/local_cluster.h; rates times the emulated speed),
 // the model jobModelProfile(job), the batch train.global_batch; the search covers what the
 // trainers run: data parallelism with uneven shares, and pipelines or replicas x pipelines when
-// nothing in the job rules them out (see docs/planner.md). Throws ConfigError when nothing fits.
+// nothing in the job rules them out (see docs/planner.md). CPU workers are priced with
+// `calibration` (calibrateForPlanning; the cost model's defaults without one), and the summary
+// says so. Throws ConfigError when nothing fits.
+// The job's model timed on this host's CPU for planning (compute_calibration.h): at the
+// intra-op threads of the job's CPU workers (`threads`, jobThreads), on about a CPU worker's share
+// of the batch. None when no device is a CPU or a CPU rank computes in 16 bits (the timing is
+// fp32's). Throws ConfigError when the host is too busy to measure.
+std::optional<ComputeCalibration> calibrateForPlanning(const JobConfig& job,
+                                                       const std::vector<DeviceSpec>& devices,
+                                                       const std::vector<int>& threads);
+
 PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
-                   const std::vector<plan::MeasuredDevice>& measured);
+                   const std::vector<plan::MeasuredDevice>& measured,
+                   const std::optional<ComputeCalibration>& calibration = std::nullopt);
 
 }  // namespace chorus::runtime
