@@ -216,7 +216,7 @@ void calibrateOnThisHost(const PlanArgs& args, const plan::Cluster& cluster,
                       args.cluster, " has none");
   runtime::ComputeCalibrationOptions options;
   options.threads = args.threads;
-  options.batch = std::max(4, args.global_batch / static_cast<int>(cluster.size()));
+  options.batch = std::max(4, args.global_batch);
   const runtime::JobConfig job = runtime::readJobConfig(Config::parseFile(args.model));
   const runtime::ComputeCalibration calibration = runtime::calibrateJobCompute(job, options);
   runtime::applyComputeCalibration(cost, calibration, model, cpu_types,

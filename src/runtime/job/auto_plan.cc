@@ -300,8 +300,9 @@ std::optional<ComputeCalibration> calibrateForPlanning(const JobConfig& job,
       if (r < threads.size()) options.threads = threads[r];
     }
   if (cpus == 0) return std::nullopt;
-  // The share a CPU worker takes, about: where its time per sample is read.
-  options.batch = std::max<std::int64_t>(4, job.train.global_batch / cpus);
+  // The whole batch and a quarter of it, as bench/plan_validation.py's calibration runs: a
+  // worker's share lies between them, and the line is not quite straight (caches).
+  options.batch = std::max<std::int64_t>(4, job.train.global_batch);
   return calibrateJobCompute(job, options);
 }
 

@@ -74,8 +74,8 @@ plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name
 // `calibration` (calibrateForPlanning; the cost model's defaults without one), and the summary
 // says so. Throws ConfigError when nothing fits.
 // The job's model timed on this host's CPU for planning (compute_calibration.h): at the
-// intra-op threads of the job's CPU workers (`threads`, jobThreads), on about a CPU worker's share
-// of the batch. None when no device is a CPU or a CPU rank computes in 16 bits (the timing is
+// intra-op threads of the job's CPU workers (`threads`, jobThreads), on the global batch and a
+// quarter of it. None when no device is a CPU or a CPU rank computes in 16 bits (the timing is
 // fp32's). Throws ConfigError when the host is too busy to measure.
 std::optional<ComputeCalibration> calibrateForPlanning(const JobConfig& job,
                                                        const std::vector<DeviceSpec>& devices,
