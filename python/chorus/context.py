@@ -55,9 +55,12 @@ atexit.register(_close_elastic_sessions)
 class Context:
     """One worker's view of the job. Made by :func:`init`; not copyable, not thread-safe."""
 
-    def __init__(self, worker, elastic=None):
+    def __init__(self, worker, elastic=None, observe=None):
         self.worker = worker
         self.data_parallel = None
+        # What `chorus run --metrics-port/--trace` asks of this worker (its DataParallel reports
+        # each step to the agent and records the timeline: python/src/step_observer.h).
+        self._observe = observe if observe is not None else _C.ObserveRequest()
         # Elastic recovery (python/chorus/elastic.py): the membership, the launch ranks of the
         # world the DataParallel's reducer runs on, and what each recovery did.
         self._elastic = elastic
@@ -153,13 +156,15 @@ def init(environment=None, single_thread=True, elastic=None, heartbeat=1.0, hear
         return _default
     if elastic not in (None, True, False):
         raise ConfigError(f"elastic must be None, True or False, got {elastic!r}")
+    # Before joining: metrics or a trace that no agent would take are refused at once.
+    observe = _C.observe_request(environment)
     worker = _C.init(environment, single_thread)
     if elastic is None:
         elastic = _C.launched_elastic(worker)
     session = None
     if elastic:
         session = _C.ElasticSession(worker, float(heartbeat), int(heartbeat_misses))
-    context = Context(worker, session)
+    context = Context(worker, session, observe)
     if _default is None:
         _default = context
     return context

@@ -9,7 +9,9 @@ of the step's backward is the rank's compute; an emulated device (``cpu@0.5``) i
 and every rank's compute feeds the load balancer that sets the next step's shares.
 """
 
+import atexit
 import contextlib
+import os
 
 import torch
 
@@ -25,6 +27,11 @@ def _leading_size(args, kwargs):
         if isinstance(value, torch.Tensor):
             return int(value.shape[0]) if value.dim() > 0 else 0
     return 0
+
+
+def _flush_observation(core, pid):
+    if os.getpid() == pid:  # not in a forked DataLoader worker
+        core.flush_observation()
 
 
 class DataParallel(torch.nn.Module):
@@ -72,7 +79,8 @@ class DataParallel(torch.nn.Module):
         parameters = [p for p in module.parameters() if p.requires_grad]
         self._core = _C.DataParallelCore(context.worker, parameters, int(global_batch), balance,
                                          [int(s) for s in (shares or [])], float(bucket_cap_mb),
-                                         bool(overlap), stage, kind, fractions)
+                                         bool(overlap), stage, kind, fractions,
+                                         context._observe)
         self._core.broadcast_from_rank_zero(
             [t.data for t in module.parameters()] + [b for b in module.buffers()])
         self._trained = parameters  # the core's parameter list (its indices)
@@ -82,11 +90,15 @@ class DataParallel(torch.nn.Module):
         self._context = context
         self._no_sync = False
         context._attach(self)
+        if self._core.observing:  # a trace cut short by the program's end is still written
+            atexit.register(_flush_observation, self._core, os.getpid())
 
     def forward(self, *args, **kwargs):
         if self.training and torch.is_grad_enabled():
             self._core.begin_forward(not self._no_sync, _leading_size(args, kwargs))
-            return self.module(*args, **kwargs)
+            output = self.module(*args, **kwargs)
+            self._core.end_forward()
+            return output
         with _zero.gathered(self):  # ZeRO-3 outside a step: gathered for this forward only
             return self.module(*args, **kwargs)
 

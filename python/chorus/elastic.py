@@ -226,6 +226,8 @@ def _recover(ctx, dp, error, holders):
                       step=dp.step_count, source=generation.source, shares=dp.shares,
                       agree_seconds=agreed - start, rebuild_seconds=time.monotonic() - agreed)
     ctx.recoveries.append(record)
+    dp._core.note_recovery(record.generation, record.agree_seconds, record.rebuild_seconds,
+                           record.lost)
     if ctx.rank == 0:
         print(f"chorus: elastic: generation {record.generation}: lost rank "
               f"{','.join(map(str, record.lost))} ({record.reason}); ranks "

@@ -35,6 +35,11 @@ def _found_inf(scaler, optimizer):
     return scaler._found_inf_per_device(optimizer)  # set by unscale_(); GradScaler's own helper
 
 
+def _learning_rate(optimizer):
+    groups = optimizer.param_groups
+    return float(groups[0]["lr"]) if groups and "lr" in groups[0] else 0.0
+
+
 def step(optimizer, scaler=None, loss=None, context=None):
     """Ends the step: reduce, agree on overflows, step the optimizer, feed the balancer.
 
@@ -61,6 +66,7 @@ def step(optimizer, scaler=None, loss=None, context=None):
     if loss is not None:
         loss_sum = float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) \
             else float(loss)
+    scale = float(scaler.get_scale()) if scaling and core.observing else 0.0  # before update()
     batch = ctx._take_batch()
     samples = batch[2] if batch is not None else -1
     figures = core.finish_step(loss_sum, overflow, samples)
@@ -75,6 +81,8 @@ def step(optimizer, scaler=None, loss=None, context=None):
     if dp._zero is not None and not figures["overflow"]:
         dp._zero.gather_parameters()  # every rank's stepped slice into the parameters (1 and 2)
     optimizer.zero_grad(set_to_none=True)
+    if core.observing:  # `chorus run --metrics-port/--trace`: the step's report and timeline
+        core.end_step(_learning_rate(optimizer), scale, loss is not None)
     return StepInfo(step=figures["step"], loss=figures["loss"], skipped=figures["overflow"],
                     shares=figures["samples"], next_shares=figures["shares"],
                     compute_seconds=figures["compute_seconds"],

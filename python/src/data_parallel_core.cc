@@ -10,9 +10,12 @@
 #include "chorus/core/error.h"
 #include "chorus/plan/survivors.h"
 #include "chorus/runtime/train/step_figures.h"
+#include "step_observer.h"
 
 namespace chorus::python {
 namespace {
+
+using TraceClock = observe::TraceRecorder::Clock;
 
 plan::BalancerMode parseBalance(const std::string& text) {
   if (text == "adaptive") return plan::BalancerMode::kAdaptive;
@@ -67,6 +70,8 @@ DataParallelCore::DataParallelCore(std::shared_ptr<runtime::Worker> worker,
   parameters_ = parameters;
   reducer_ = std::make_unique<parallel::GradientReducer>(std::move(parameters), worker_->world(),
                                                          std::move(reducer));
+  if (options_.observe.any())
+    observer_ = std::make_unique<StepObserver>(worker_, options_.observe, options_.global_batch);
 }
 
 parallel::ReducerOptions DataParallelCore::reducerOptions() {
@@ -111,7 +116,11 @@ void DataParallelCore::beginForward(bool arm, std::int64_t samples) {
                       "call chorus.step(optimizer) first");
   if (!step_open_) {
     step_open_ = true;
+    if (observer_) observer_->beginStep(step_);
+    const auto turn_start = TraceClock::now();
     emulator_.beginStep();  // an emulated device sharing a core may wait for its turn here
+    if (TraceClock::now() - turn_start > std::chrono::microseconds(50))
+      traceSpan(observe::Track::kCompute, "wait for turn", "pad", turn_start);
   }
   // ZeRO-3: the whole module from the slices, outside the compute phase (a wait for peers).
   if (zero_ && !zero_->gathered()) {
@@ -128,16 +137,41 @@ void DataParallelCore::beginForward(bool arm, std::int64_t samples) {
   }
   forward_samples_ += samples;
   phase_.emplace(emulator_.compute());
+  forward_start_ = TraceClock::now();
+  backward_start_.reset();
+}
+
+void DataParallelCore::endForward() {
+  if (!phase_ || backward_start_) return;
+  traceSpan(observe::Track::kCompute, "forward", "compute", forward_start_);
+  backward_start_ = TraceClock::now();
+}
+
+void DataParallelCore::traceSpan(observe::Track track, const char* name, const char* category,
+                                 TraceClock::time_point start) {
+  if (!observer_) return;
+  if (observe::TraceRecorder* trace = observer_->trace())
+    trace->span(track, name, category, start, TraceClock::now());
 }
 
 void DataParallelCore::endPhase() {
   if (!phase_) return;
+  // The phase's compute ends here: from the forward's end (or its start, when it was not told) on
+  // it is the backward and whatever the program did before the step went on.
+  if (backward_start_)
+    traceSpan(observe::Track::kCompute, "backward", "compute", *backward_start_);
+  else
+    traceSpan(observe::Track::kCompute, "forward", "compute", forward_start_);
+  const auto pad_start = TraceClock::now();
+  double padded = 0;
   for (const double compute : held_at_) {
-    phase_->padTo(compute);
+    padded += phase_->padTo(compute);
     reducer_->launchNextHeld();
   }
   held_at_.clear();
-  phase_->end();
+  padded += phase_->end();
+  if (padded > 0) traceSpan(observe::Track::kCompute, "pad", "pad", pad_start);
+  backward_start_.reset();
   compute_seconds_ += phase_->deviceSeconds();
   phase_.reset();
 }
@@ -147,6 +181,11 @@ void DataParallelCore::synchronize() {
   endPhase();
   wait_seconds_ = reducer_->finish(options_.global_batch).wait_seconds;
   synchronized_ = true;
+  if (observer_ != nullptr && observer_->trace() != nullptr)
+    for (const parallel::BucketTiming& timing : reducer_->lastTimings())
+      observer_->trace()->span(observe::Track::kComm,
+                               "all_reduce bucket " + std::to_string(timing.bucket), "allreduce",
+                               timing.launched, timing.completed);
   if (zero_) {
     zero_->takeGradients();
     zero_->release();
@@ -167,8 +206,10 @@ StepFigures DataParallelCore::finishStep(double loss_sum, bool overflow, std::in
   reported.loss_sum = loss_sum;
   reported.overflow = overflow;
   reported.samples = samples;
+  const auto figures_start = TraceClock::now();
   const runtime::StepFigures all =
       runtime::StepFigures::exchange(*worker_->world(), reported, /*always=*/true);
+  traceSpan(observe::Track::kComm, "step figures", "sync", figures_start);
 
   StepFigures figures;
   figures.step = step_;
@@ -190,16 +231,36 @@ StepFigures DataParallelCore::finishStep(double loss_sum, bool overflow, std::in
   if (step_ > 0 && balancer_->update(step_, figures.compute_seconds, figures.samples))
     figures.rebalance = balancer_->lastChange();
   figures.next_shares = balancer_->shares();
+  if (observer_) observer_->figuresExchanged(figures);
 
   ++step_;
   resetStep();
   return figures;
 }
 
+void DataParallelCore::endStep(double lr, double loss_scale, bool loss_known) {
+  if (!observer_) return;
+  StepExtras extras;
+  extras.lr = lr;
+  extras.loss_scale = loss_scale;
+  extras.loss_known = loss_known;
+  observer_->endStep(extras);
+}
+
+void DataParallelCore::noteRecovery(int generation, double agree_seconds, double rebuild_seconds,
+                                    const std::vector<int>& lost) {
+  if (observer_) observer_->recovery(generation, agree_seconds, rebuild_seconds, lost);
+}
+
+void DataParallelCore::flushObservation() {
+  if (observer_) observer_->flush();
+}
+
 void DataParallelCore::resetStep() {
   held_at_.clear();
   phase_.reset();
   step_open_ = armed_ = synchronized_ = false;
+  backward_start_.reset();
   released_ = 0;
   compute_seconds_ = wait_seconds_ = 0;
   forward_samples_ = 0;

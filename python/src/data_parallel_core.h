@@ -6,12 +6,15 @@
 //
 //   beginForward(arm)      at each forward of the wrapped module (arm: its backward is the last
 //                          of the step, so the reducer's hooks launch the buckets)
+//   endForward()           when the module's forward returned (the trace's forward span)
 //   ... backward: the reducer's hooks launch bucket all-reduces while backward runs ...
 //   synchronize()          ends the compute phase (an emulated device releases each held bucket
 //                          at its emulated moment, then pads), waits for the reduction and writes
 //                          sum / global_batch into every .grad
 //   finishStep(...)        all-gathers compute, wait, loss, overflow and samples of every rank;
 //                          all ranks feed the same figures to identical balancers
+//   endStep(extras)        after the optimizer: under `chorus run --metrics-port/--trace`, the
+//                          step's report to the agent and its timeline (step_observer.h)
 //
 // It mirrors the C++ trainer's step (src/runtime/train/data_parallel_engine.cc) minus what the
 // Python side owns (the data, the optimizer, the loss scaler). Training thread only: the thread
@@ -28,6 +31,8 @@
 #include <vector>
 
 #include "chorus/device/speed_emulator.h"
+#include "chorus/observe/run_observe.h"
+#include "chorus/observe/trace_recorder.h"
 #include "chorus/parallel/gradient_reducer.h"
 #include "chorus/plan/balancer.h"
 #include "chorus/runtime/launch/worker.h"
@@ -50,7 +55,12 @@ struct DataParallelOptions {
   bool overlap = true;
   // ZeRO's stage and shards (zero_core.h). Default: stage 0, replicated.
   ZeroOptions zero;
+  // What `chorus run --metrics-port/--trace` asks of this rank (read by chorus.init from the
+  // environment). Default: nothing.
+  observe::ObserveRequest observe;
 };
+
+class StepObserver;
 
 // What every rank learns at the end of a step. Value type.
 struct StepFigures {
@@ -94,6 +104,18 @@ class DataParallelCore {
   // this rank's share when they counted nothing. Throws ConfigError when the ranks' samples do
   // not add up to the global batch. Calls synchronize() first if needed.
   StepFigures finishStep(double loss_sum, bool overflow, std::int64_t samples);
+  // The module's forward returned: the trace's forward span ends here, the backward's begins.
+  void endForward();
+  // The step ended, after the optimizer: sends its report and records the optimizer's span when
+  // observed (observing()); nothing otherwise.
+  void endStep(double lr, double loss_scale, bool loss_known);
+  // Whether `chorus run` asked for metrics or a trace (DataParallelOptions::observe).
+  bool observing() const { return observer_ != nullptr; }
+  // Elastic recovery's figures for the reports after it (python/chorus/elastic.py).
+  void noteRecovery(int generation, double agree_seconds, double rebuild_seconds,
+                    const std::vector<int>& lost);
+  // Writes the trace's part if it holds spans not written yet (at the process's exit).
+  void flushObservation();
 
   // The shares of the coming step (Σ = global batch) and this rank's.
   const std::vector<std::int64_t>& shares() const { return balancer_->shares(); }
@@ -130,6 +152,9 @@ class DataParallelCore {
   parallel::ReducerOptions reducerOptions();
   // Forgets the step in progress (its phase closed without padding).
   void resetStep();
+  // Records a span that ends now on the step's timeline, when the step is traced.
+  void traceSpan(observe::Track track, const char* name, const char* category,
+                 observe::TraceRecorder::Clock::time_point start);
 
   std::shared_ptr<runtime::Worker> worker_;
   DataParallelOptions options_;
@@ -148,6 +173,9 @@ class DataParallelCore {
   double wait_seconds_ = 0;      // this step's wait in the reducer's finish()
   std::int64_t forward_samples_ = 0;
   std::int64_t step_ = 0;
+  std::unique_ptr<StepObserver> observer_;  // null unless `chorus run` asked for it
+  observe::TraceRecorder::Clock::time_point forward_start_;
+  std::optional<observe::TraceRecorder::Clock::time_point> backward_start_;
 };
 
 }  // namespace chorus::python

@@ -1,10 +1,14 @@
 // DataParallelCore for Python (chorus.DataParallel and chorus.step call it), its ZeroCore
 // (python/chorus/zero.py: the slice's layout, master copy and gradient for the user's optimizer),
 // and the balancer's state as a plain dict of lists for chorus's checkpoint helpers.
+#include <map>
+#include <optional>
 #include <string>
 
 #include "bindings.h"
 #include "chorus/core/error.h"
+#include "chorus/observe/run_observe.h"
+#include "chorus/runtime/launch/identity.h"
 #include "data_parallel_core.h"
 #include "zero_core.h"
 
@@ -108,11 +112,30 @@ void bindZero(py::module_& module) {
 }
 
 void bindDataParallel(py::module_& module) {
+  py::class_<observe::ObserveRequest>(module, "ObserveRequest",
+                                      "What `chorus run --metrics-port/--trace` asks of this "
+                                      "worker (observe_request())")
+      .def(py::init<>())
+      .def_readonly("metrics_socket", &observe::ObserveRequest::metrics_socket)
+      .def_readonly("trace", &observe::ObserveRequest::trace)
+      .def_property_readonly("any", &observe::ObserveRequest::any);
+  module.def(
+      "observe_request",
+      [](std::optional<std::map<std::string, std::string>> environment) {
+        // chorus.init's one reading of the environment (or the given one, for tests).
+        const runtime::Environment values =
+            environment ? *environment : runtime::processEnvironment();
+        return observe::observeRequestFromEnvironment(values, runtime::launcherOf(values));
+      },
+      py::arg("environment") = py::none(),
+      "What chorus run's agent asks this worker to report (CHORUS_METRICS_SOCKET) and trace "
+      "(CHORUS_TRACE, CHORUS_TRACE_STEPS); ConfigError when another launcher started it");
   py::class_<DataParallelCore>(module, "DataParallelCore")
       .def(py::init([](std::shared_ptr<runtime::Worker> worker, std::vector<at::Tensor> parameters,
                        std::int64_t global_batch, const std::string& balance,
                        std::vector<std::int64_t> shares, double bucket_cap_mb, bool overlap,
-                       int zero, const std::string& shards, std::vector<double> fractions) {
+                       int zero, const std::string& shards, std::vector<double> fractions,
+                       const observe::ObserveRequest& observe) {
              DataParallelOptions options;
              options.global_batch = global_batch;
              options.balance = balance;
@@ -122,6 +145,7 @@ void bindDataParallel(py::module_& module) {
              options.zero.stage = zero;
              options.zero.shards = shards;
              options.zero.fractions = std::move(fractions);
+             options.observe = observe;
              py::gil_scoped_release release;
              return std::make_unique<DataParallelCore>(std::move(worker), std::move(parameters),
                                                        options);
@@ -129,7 +153,8 @@ void bindDataParallel(py::module_& module) {
            py::arg("worker"), py::arg("parameters"), py::arg("global_batch"),
            py::arg("balance") = "adaptive", py::arg("shares") = std::vector<std::int64_t>{},
            py::arg("bucket_cap_mb") = 25.0, py::arg("overlap") = true, py::arg("zero") = 0,
-           py::arg("shards") = "memory", py::arg("fractions") = std::vector<double>{})
+           py::arg("shards") = "memory", py::arg("fractions") = std::vector<double>{},
+           py::arg("observe") = observe::ObserveRequest{})
       .def("broadcast_from_rank_zero", &DataParallelCore::broadcastFromRankZero,
            py::call_guard<py::gil_scoped_release>())
       .def("begin_forward", &DataParallelCore::beginForward, py::arg("arm"), py::arg("samples"),
@@ -147,6 +172,13 @@ void bindDataParallel(py::module_& module) {
             return figuresToDict(figures);
           },
           py::arg("loss_sum") = 0.0, py::arg("overflow") = false, py::arg("samples") = -1)
+      .def("end_forward", &DataParallelCore::endForward)
+      .def("end_step", &DataParallelCore::endStep, py::arg("lr") = 0.0, py::arg("loss_scale") = 0.0,
+           py::arg("loss_known") = false)
+      .def("note_recovery", &DataParallelCore::noteRecovery, py::arg("generation"),
+           py::arg("agree_seconds"), py::arg("rebuild_seconds"), py::arg("lost"))
+      .def("flush_observation", &DataParallelCore::flushObservation)
+      .def_property_readonly("observing", &DataParallelCore::observing)
       .def_property_readonly("shares", &DataParallelCore::shares)
       .def_property_readonly("local_share", &DataParallelCore::localShare)
       .def_property_readonly("step", &DataParallelCore::step)

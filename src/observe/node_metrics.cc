@@ -235,7 +235,7 @@ void NodeMetrics::update(const RankReport& report) {
   if (report.member == lowest) {
     f.samples_per_second.Add(job).Set(report.samples_per_second);
     f.global_batch.Add(job).Set(static_cast<double>(report.global_batch));
-    f.loss.Add(job).Set(report.loss);
+    if (report.loss_known) f.loss.Add(job).Set(report.loss);
     f.learning_rate.Add(job).Set(report.lr);
     if (report.test_accuracy) f.test_accuracy.Add(job).Set(*report.test_accuracy);
     f.skipped.Add(job).Increment(growth(static_cast<double>(report.skipped_steps_total),

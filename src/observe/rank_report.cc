@@ -48,6 +48,7 @@ std::string toJson(const RankReport& report) {
                          {"rebuild_s", report.last_rebuild_seconds},
                          {"lost", report.lost}};
   if (report.test_accuracy) json["test_accuracy"] = *report.test_accuracy;
+  if (!report.loss_known) json["loss_known"] = false;
   return json.dump();
 }
 
@@ -85,6 +86,7 @@ RankReport rankReportFromJson(const std::string& text) {
     report.unix_time = json.at("time").get<double>();
     if (json.contains("test_accuracy")) report.test_accuracy = json["test_accuracy"].get<double>();
     report.member = json.value("member", report.rank);
+    report.loss_known = json.value("loss_known", true);
     report.generation = json.value("generation", 0);
     report.recoveries_total = json.value("recoveries_total", std::uint64_t{0});
     report.last_agree_seconds = json.value("agree_s", 0.0);

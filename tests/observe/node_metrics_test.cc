@@ -184,6 +184,21 @@ TEST(NodeMetrics, JobFiguresComeFromTheLowestSurvivorOnceRankZeroIsLost) {
   EXPECT_EQ(text.find("rank=\"0\""), std::string::npos) << text;
 }
 
+// A user's program under `chorus run` need not give chorus.step its loss: no chorus_loss then,
+// rather than a loss of 0.
+TEST(NodeMetrics, AnUnknownLossHasNoSeriesAndSurvivesTheJsonForm) {
+  RankReport unknown = report(0, 1, 0.05, 0.01);
+  unknown.loss_known = false;
+  const RankReport back = rankReportFromJson(toJson(unknown));
+  EXPECT_FALSE(back.loss_known);
+  EXPECT_TRUE(rankReportFromJson(toJson(report(0, 1, 0.05, 0.01))).loss_known);
+  NodeMetrics metrics(0);
+  metrics.update(back);
+  const std::string text = metrics.exposition();
+  EXPECT_EQ(text.find("chorus_loss{"), std::string::npos) << text;
+  EXPECT_EQ(sample(text, "chorus_learning_rate", "node=\"0\""), 0.1);
+}
+
 TEST(LiveState, KeepsABoundedHistoryPerRankAndThePlan) {
   LiveState state(0, 4);
   for (int step = 1; step <= 10; ++step) {

@@ -39,6 +39,9 @@ struct RankReport {
   double wait_seconds = 0;        // blocked on the gradient all-reduce
   double pad_seconds_total = 0;   // slept to emulate a slower device, since start
   double loss = 0;
+  // Whether `loss` is the step's: a user's program under `chorus run` need not give one
+  // (chorus.step without loss=); then there is no chorus_loss series. Default: true.
+  bool loss_known = true;
   double lr = 0;
   double loss_scale = 0;  // 0: this rank does not scale its loss
   std::uint64_t skipped_steps_total = 0;

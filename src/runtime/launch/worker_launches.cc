@@ -96,6 +96,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
     if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
     if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
     if (threads[local] > 1) worker.env[env::kCpuThreads] = std::to_string(threads[local]);
+    worker.env.insert(options.worker_environment.begin(), options.worker_environment.end());
     workers.push_back(std::move(worker));
   }
   return workers;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,11 @@ struct AgentOptions {
   bool secret_stdin = false;
   // The worker program and its arguments. Required.
   std::vector<std::string> command;
+  // More variables for every worker's environment, for what the caller asks of the workers beyond
+  // their identity: `chorus run --metrics-port`'s channel and `--trace`'s file
+  // (observe/run_observe.h). The agent's own CHORUS_* identity variables win over a key of the same
+  // name. Default: none.
+  std::map<std::string, std::string> worker_environment;
   // Directory for one log file per rank. Default: "" (none).
   std::string log_dir;
   // Prefix every output line with "[rank N]". Default: true.

@@ -1,0 +1,66 @@
+"""A worker whose steps `chorus run --metrics-port/--trace` observes (test_observe.py,
+prometheus_run_test.py).
+
+    python observed.py --steps N [--global-batch B] [--lr LR] [--hold FILE] [--no-loss]
+
+Trains a small MLP on seeded synthetic data with chorus.DataParallel, ShardSampler and
+chorus.step for N steps (with loss=, unless --no-loss), then, with --hold, stays until FILE
+exists (at most 120 s), so that the test can read the agent's metrics of a finished job while the
+agent still serves them. Rank 0 prints "observed: N steps done" when its steps are done.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import chorus
+
+HOLD_DEADLINE_S = 120
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--global-batch", type=int, default=48)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--hold")
+    parser.add_argument("--no-loss", action="store_true")
+    args = parser.parse_args()
+
+    ctx = chorus.init()
+    generator = torch.Generator().manual_seed(1234)
+    inputs = torch.randn(1024, 20, generator=generator)
+    targets = torch.randint(0, 5, (1024,), generator=generator)
+    data = torch.utils.data.TensorDataset(inputs, targets)
+    torch.manual_seed(7)
+    module = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.Tanh(),
+                                 torch.nn.Linear(64, 5))
+    model = chorus.DataParallel(module, global_batch=args.global_batch, balance="fixed")
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    sampler = chorus.ShardSampler(data, global_batch=args.global_batch, seed=0)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
+    done = 0
+    while done < args.steps:
+        for batch_inputs, batch_targets in loader:
+            loss = F.cross_entropy(model(batch_inputs), batch_targets, reduction="sum")
+            loss.backward()
+            chorus.step(optimizer, loss=None if args.no_loss else loss)
+            done += 1
+            if done == args.steps:
+                break
+    if ctx.rank == 0:
+        print(f"observed: {done} steps done", flush=True)
+    if args.hold:
+        deadline = time.monotonic() + HOLD_DEADLINE_S
+        while not os.path.exists(args.hold):
+            if time.monotonic() > deadline:
+                sys.exit(f"rank {ctx.rank}: {args.hold} did not appear within {HOLD_DEADLINE_S} s")
+            time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
