@@ -5,8 +5,9 @@ observed.py): its agent's /metrics, read in Prometheus's text format while the f
 hold, has chorus train's series for both ranks with the values of the job (steps, shares, device,
 loss, learning rate, memory, collective bytes); its merged trace has each rank's forward,
 backward, bucket all-reduce, step figures and optimizer spans for the traced steps, and padding
-only on the emulated rank. Bad requests are refused before any worker starts, and the variables
-the agent sets are refused in a process another launcher started.
+only on the emulated rank; each rank's part is written once its last traced step ended, or at
+its exit when the job ends within the range. Bad requests are refused before any worker starts,
+and the variables the agent sets are refused in a process another launcher started.
 """
 
 import json
@@ -130,6 +131,9 @@ def test_metrics_and_trace_of_a_python_job(tmp_path):
                    in series(samples, "chorus_collective_bytes_total").items()
                    if dict(labels)["op"] == "all_reduce"}
         assert set(reduced) == {"0", "1"} and min(reduced.values()) > 0
+        # Each rank wrote its part as soon as its last traced step ended, not at its exit.
+        assert sorted(p.name for p in tmp_path.glob("trace.json.rank*")) == [
+            "trace.json.rank0", "trace.json.rank1"]
         hold.touch()
         job.wait(timeout=DEADLINE_S)
     finally:
@@ -153,6 +157,19 @@ def test_metrics_and_trace_of_a_python_job(tmp_path):
         assert all(e["dur"] >= 0 for e in mine)
     assert {e["args"]["name"] for e in events if e["ph"] == "M"
             and e["name"] == "process_name"} == {"node 0"}
+
+
+def test_a_trace_the_job_ends_within_is_written_at_exit(tmp_path):
+    trace = tmp_path / "trace.json"
+    job = subprocess.run(
+        [cli(), "run", "--devices", "cpu,cpu", "--trace", str(trace), "--trace-steps", "5:100",
+         "--", sys.executable, WORKER, "--steps", "8", "--no-loss"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=DEADLINE_S)
+    assert job.returncode == 0, job.stdout
+    assert f"wrote the timeline of 2 ranks to {trace}" in job.stdout, job.stdout
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    for rank in (0, 1):
+        assert {e["args"]["step"] for e in spans if e["args"]["rank"] == rank} == {5, 6, 7}
 
 
 def run_refused(marker, *options):
