@@ -14,20 +14,6 @@
 namespace chorus::device {
 namespace {
 
-// Sets libtorch's process-wide intra-op thread count for one measurement and restores it.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int threads) : previous_(at::get_num_threads()) {
-    at::set_num_threads(threads);
-  }
-  ~ThreadsGuard() { at::set_num_threads(previous_); }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int previous_;
-};
-
 void synchronize(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
@@ -133,6 +119,12 @@ MeasureOptions MeasureOptions::quick() {
   return options;
 }
 
+ScopedIntraOpThreads::ScopedIntraOpThreads(int threads) : previous_(at::get_num_threads()) {
+  at::set_num_threads(threads);
+}
+
+ScopedIntraOpThreads::~ScopedIntraOpThreads() { at::set_num_threads(previous_); }
+
 DeviceMeasurement measureDevice(const DeviceInfo& device, const MeasureOptions& options) {
   checkOptions(options);
   try {
@@ -140,7 +132,7 @@ DeviceMeasurement measureDevice(const DeviceInfo& device, const MeasureOptions& 
       const at::Device where(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
       return measureOn(device, where, options);
     }
-    ThreadsGuard threads(options.threads);
+    ScopedIntraOpThreads threads(options.threads);
     DeviceMeasurement result = measureOn(device, at::Device(at::kCPU), options);
     result.threads = options.threads;
     return result;

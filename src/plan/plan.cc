@@ -5,20 +5,12 @@
 #include <sstream>
 
 #include "chorus/core/error.h"
-#include "chorus/core/name_table.h"
 
 namespace chorus::plan {
 
 const char* toString(Schedule schedule) { return schedule == Schedule::kGpipe ? "gpipe" : "1f1b"; }
 
 namespace {
-
-// The plan's spelling of the algorithms: core's, but "ring" for kFlat (plan files always said so).
-constexpr NamedValue<AllReduceAlgorithm> kPlanAlgorithmNames[] = {
-    {AllReduceAlgorithm::kAuto, "auto"},
-    {AllReduceAlgorithm::kFlat, "ring"},
-    {AllReduceAlgorithm::kHierarchical, "hierarchical"},
-    {AllReduceAlgorithm::kTwoD, "2d"}};
 
 void checkComm(const CommPlan& comm) {
   const CodecOptions& codec = comm.codec;
@@ -49,8 +41,9 @@ bool priced(CodecKind codec) {
          codec == CodecKind::kInt8;
 }
 
+// Core's names, but "ring" for kFlat: plan files always said so.
 const char* planName(AllReduceAlgorithm algorithm) {
-  return nameOf(kPlanAlgorithmNames, algorithm);
+  return algorithm == AllReduceAlgorithm::kFlat ? "ring" : toString(algorithm);
 }
 
 const DeviceSpec& jobDevice(const RankPlan& rank) {
@@ -66,7 +59,9 @@ Schedule parseSchedule(const std::string& text) {
 }
 
 AllReduceAlgorithm parsePlanAllReduceAlgorithm(const std::string& text) {
-  return parseNamed(kPlanAlgorithmNames, text, "all-reduce algorithm");
+  if (text == "ring") return AllReduceAlgorithm::kFlat;
+  CHORUS_CHECK_CONFIG(text != "flat", "all-reduce algorithm 'flat' is spelled 'ring' in a plan");
+  return parseAllReduceAlgorithm(text);
 }
 
 void Plan::validate(int layer_count) const {

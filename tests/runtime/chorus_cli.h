@@ -43,6 +43,17 @@ struct TrainRun : CommandResult {
   std::vector<nlohmann::json> steps;  // the --log-json lines, in order
 };
 
+// `run` printed `text` somewhere in its output.
+inline void expectSays(const CommandResult& run, const std::string& text) {
+  EXPECT_NE(run.output.find(text), std::string::npos) << run.output;
+}
+
+// `run` stopped before any step with a ConfigError (exit code 2) whose message holds `message`.
+inline void expectRefused(const CommandResult& run, const std::string& message) {
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  expectSays(run, message);
+}
+
 // Runs `chorus train <args> --log-json <temp>/<name>.jsonl` and reads the log back.
 inline TrainRun chorusTrain(const std::string& args, const std::string& name) {
   const std::string log = ::testing::TempDir() + "/" + name + ".jsonl";

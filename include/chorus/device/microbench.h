@@ -52,6 +52,19 @@ struct DeviceMeasurement {
   int threads = 0;
 };
 
+// Sets libtorch's process-wide intra-op thread count for its scope and restores it after: a
+// measurement runs at a worker's threads. Not copyable.
+class ScopedIntraOpThreads {
+ public:
+  explicit ScopedIntraOpThreads(int threads);
+  ~ScopedIntraOpThreads();
+  ScopedIntraOpThreads(const ScopedIntraOpThreads&) = delete;
+  ScopedIntraOpThreads& operator=(const ScopedIntraOpThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Measures `device`. Takes roughly (2 + dtypes) x trials x min_seconds. Throws DeviceError when the
 // device cannot run the measurement (e.g. a GPU index that does not exist, or out of memory), and
 // ConfigError for options out of range.

@@ -1,4 +1,5 @@
-// [comm]: the job's keys on their own, and as the plan's CommPlan, which the engines read.
+// [comm]: the job's keys checked, and as the plan's CommPlan, which the engines read (job_config.cc
+// reads them).
 //
 // A job without a plan file becomes a plan with its [comm] (commOf); a plan made elsewhere (a
 // plan file, the planner's under plan = "auto") brings its settings into the job (commUnderPlan),
@@ -6,28 +7,30 @@
 // error, never silently dropped (ZeroSection::stage_given is the same rule for zero.stage).
 #include <sstream>
 
-#include "chorus/core/config_section.h"
 #include "chorus/core/error.h"
 #include "job/job_sections.h"
 
 namespace chorus::runtime {
-namespace {
 
-// The [comm] keys a plan decides, as the job spells them.
-constexpr const char* kPlannedKeys[] = {"bucket_mb",
-                                        "first_bucket_mb",
-                                        "min_buckets",
-                                        "overlap",
-                                        "algorithm",
-                                        "compression",
-                                        "powersgd_rank",
-                                        "powersgd_iterations",
-                                        "powersgd_bf16_factors",
-                                        "powersgd_min_compression_rate",
-                                        "powersgd_start_step",
-                                        "topk_ratio",
-                                        "error_feedback",
-                                        "sync_every"};
+const std::vector<std::string>& commKeysThePlanDecides() {
+  static const std::vector<std::string> keys = {"bucket_mb",
+                                                "first_bucket_mb",
+                                                "min_buckets",
+                                                "overlap",
+                                                "algorithm",
+                                                "compression",
+                                                "powersgd_rank",
+                                                "powersgd_iterations",
+                                                "powersgd_bf16_factors",
+                                                "powersgd_min_compression_rate",
+                                                "powersgd_start_step",
+                                                "topk_ratio",
+                                                "error_feedback",
+                                                "sync_every"};
+  return keys;
+}
+
+namespace {
 
 template <typename T>
 std::string shown(const T& value) {
@@ -48,31 +51,6 @@ void take(const CommSection& comm, const char* key, T& value, const P& planned) 
 }
 
 }  // namespace
-
-CommSection readComm(const Config& config) {
-  CommSection comm;
-  readSection(config, "comm",
-              {{"bucket_mb", comm.bucket_mb},
-               {"first_bucket_mb", comm.first_bucket_mb},
-               {"min_buckets", comm.min_buckets},
-               {"overlap", comm.overlap},
-               {"timeout_s", comm.timeout_s},
-               {"algorithm", comm.algorithm},
-               {"compression", comm.compression},
-               {"powersgd_rank", comm.powersgd_rank},
-               {"powersgd_iterations", comm.powersgd_iterations},
-               {"powersgd_bf16_factors", comm.powersgd_bf16_factors},
-               {"powersgd_min_compression_rate", comm.powersgd_min_compression_rate},
-               {"powersgd_start_step", comm.powersgd_start_step},
-               {"topk_ratio", comm.topk_ratio},
-               {"error_feedback", comm.error_feedback},
-               {"sync_every", comm.sync_every},
-               {"cpu_transport", comm.cpu_transport}});
-  for (const char* key : kPlannedKeys)
-    if (config.has(std::string("comm.") + key)) comm.given.insert(key);
-  checkComm(comm);
-  return comm;
-}
 
 void checkComm(const CommSection& comm) {
   requireChoice(comm.algorithm, "comm.algorithm", {"flat", "auto", "hierarchical", "2d"});

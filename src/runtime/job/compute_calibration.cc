@@ -17,20 +17,6 @@
 namespace chorus::runtime {
 namespace {
 
-// Sets libtorch's intra-op threads for its scope and restores them after.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int threads) : saved_(at::get_num_threads()) {
-    at::set_num_threads(threads);
-  }
-  ~ThreadsGuard() { at::set_num_threads(saved_); }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int saved_;
-};
-
 // The fastest of `repeats` forward + backward passes over `batch`, after one warm-up.
 double fastestStep(model::ZooModel& model, const SyntheticBatch& batch, int repeats) {
   double fastest = std::numeric_limits<double>::infinity();
@@ -82,7 +68,7 @@ ComputeCalibration calibrateCompute(const model::ModelConfig& config, std::uint6
   ComputeCalibration result;
   result.large_batch = options.batch;
   result.small_batch = std::max<std::int64_t>(1, options.batch / 4);
-  const ThreadsGuard threads(options.threads);
+  const device::ScopedIntraOpThreads threads(options.threads);
   // The model's initialization and the matmul benchmark's operands draw from it.
   const GeneratorGuard generator;
   {

@@ -178,6 +178,31 @@ OptimizerSection readOptimizer(const Config& config) {
   return opt;
 }
 
+CommSection readComm(const Config& config) {
+  CommSection comm;
+  readSection(config, "comm",
+              {{"bucket_mb", comm.bucket_mb},
+               {"first_bucket_mb", comm.first_bucket_mb},
+               {"min_buckets", comm.min_buckets},
+               {"overlap", comm.overlap},
+               {"timeout_s", comm.timeout_s},
+               {"algorithm", comm.algorithm},
+               {"compression", comm.compression},
+               {"powersgd_rank", comm.powersgd_rank},
+               {"powersgd_iterations", comm.powersgd_iterations},
+               {"powersgd_bf16_factors", comm.powersgd_bf16_factors},
+               {"powersgd_min_compression_rate", comm.powersgd_min_compression_rate},
+               {"powersgd_start_step", comm.powersgd_start_step},
+               {"topk_ratio", comm.topk_ratio},
+               {"error_feedback", comm.error_feedback},
+               {"sync_every", comm.sync_every},
+               {"cpu_transport", comm.cpu_transport}});
+  for (const std::string& key : commKeysThePlanDecides())
+    if (config.has("comm." + key)) comm.given.insert(key);
+  checkComm(comm);
+  return comm;
+}
+
 // Shares (when given) must cover the global batch exactly.
 void requireSumsToBatch(const std::vector<std::int64_t>& shares, const char* key,
                         std::int64_t global_batch) {

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chorus/core/config.h"
 #include "chorus/plan/memory_model.h"
@@ -22,8 +23,9 @@ void requireChoice(const std::string& value, const std::string& key,
 
 // [comm] on its own (comm_section.cc): names, ranges, the combinations that cannot run, and the
 // codec knobs the job's codec does not read. Throws ConfigError naming the key.
-CommSection readComm(const Config& config);
 void checkComm(const CommSection& comm);
+// The [comm] keys a plan decides (all but timeout_s and cpu_transport), without "comm.".
+const std::vector<std::string>& commKeysThePlanDecides();
 // The job's [comm] in the plan's terms, the codec seeded with the job's seed.
 plan::CommPlan commOf(const JobConfig& job);
 // `comm` as `planned` runs it: every key the plan decides takes the plan's value, checked again

@@ -17,6 +17,8 @@
 
 namespace {
 
+using chorus::testing::expectSays;
+
 using RunResult = chorus::testing::CommandResult;
 
 // Runs `chorus run <run_args> -- test_worker <worker_args>` and captures everything it prints.
@@ -39,12 +41,8 @@ TEST(LauncherMultiproc, HandsEachWorkerItsIdentityAndPrefixesOutput) {
       run.output.find("[rank 0] identity rank=0 world=3 local=0 node=0 device=cpu launcher=chorus"),
       std::string::npos)
       << run.output;
-  EXPECT_NE(run.output.find("[rank 1] identity rank=1 world=3 local=1 node=0 device=cpu@0.5"),
-            std::string::npos)
-      << run.output;
-  EXPECT_NE(run.output.find("[rank 2] identity rank=2 world=3 local=2 node=0 device=cpu/256M"),
-            std::string::npos)
-      << run.output;
+  expectSays(run, "[rank 1] identity rank=1 world=3 local=1 node=0 device=cpu@0.5");
+  expectSays(run, "[rank 2] identity rank=2 world=3 local=2 node=0 device=cpu/256M");
 }
 
 class CollectivesMultiproc : public testing::TestWithParam<int> {};
@@ -64,7 +62,7 @@ TEST(LauncherMultiproc, AbsentRankIsNamedWithinTheDeadline) {
   const RunResult run = chorusRun("--devices cpu,cpu,cpu --timeout 2", "absent 1");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(countOf(run.output, "ranks not arrived: 1"), 2) << run.output;
-  EXPECT_NE(run.output.find("all_reduce #1"), std::string::npos) << run.output;
+  expectSays(run, "all_reduce #1");
 }
 
 TEST(LauncherMultiproc, CrashingWorkerStopsTheJobAndIsNamed) {
@@ -80,7 +78,7 @@ TEST(LauncherMultiproc, CrashingWorkerStopsTheJobAndIsNamed) {
 TEST(LauncherMultiproc, WrongSecretIsRefusedFast) {
   const RunResult run = chorusRun("--devices cpu,cpu", "intruder");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("REFUSED"), std::string::npos) << run.output;
+  expectSays(run, "REFUSED");
 }
 
 // Two agents on this host play two nodes of 2 workers each, meeting at one endpoint with a shared
@@ -108,7 +106,7 @@ TEST(LauncherMultiproc, SeveralNodesNeedASecretFile) {
   const RunResult run =
       chorusRun("--nnodes 2 --rdzv-endpoint 127.0.0.1:1 --devices cpu", "identity");
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("--secret-file"), std::string::npos) << run.output;
+  expectSays(run, "--secret-file");
 }
 
 // SIGTERM to the agent stops every worker (none is left behind) and the agent exits 128 + 15.
@@ -154,7 +152,7 @@ TEST(LauncherMultiproc, UnknownFlagAndBadSpecAreUsageErrors) {
   EXPECT_EQ(chorusRun("--bogus", "identity").exit_code, 2);
   const RunResult run = chorusRun("--devices gpu:0", "identity");
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.output.find("invalid device spec 'gpu:0'"), std::string::npos) << run.output;
+  expectSays(run, "invalid device spec 'gpu:0'");
 }
 
 }  // namespace

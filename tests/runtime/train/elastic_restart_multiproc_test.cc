@@ -149,11 +149,12 @@ TEST(ElasticRestart, MaxRestartsNeedsElasticAndMustNotBeNegative) {
   const auto run = chorus::testing::runCommand(std::string(CHORUS_BINARY) +
                                                " run --max-restarts 1 --devices cpu -- true");
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_NE(run.output.find("--max-restarts needs --elastic"), std::string::npos) << run.output;
+  expectSays(run, "--max-restarts needs --elastic");
 }
 
 using RunResult = chorus::testing::CommandResult;
 using chorus::testing::chorusRun;
+using chorus::testing::expectSays;
 using chorus::testing::killedPid;
 using chorus::testing::testWorker;
 
@@ -193,12 +194,8 @@ TEST(ElasticRestart, RestartsStopAfterMaxRestarts) {
   const RunResult run =
       chorusRun("--elastic --max-restarts 2 --devices cpu,cpu", testWorker("restart 0 3"));
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("chorus run: restarting rank 0 as rank 2 (restart 1 of 2)"),
-            std::string::npos)
-      << run.output;
-  EXPECT_NE(run.output.find("chorus run: restarting rank 2 as rank 3 (restart 2 of 2)"),
-            std::string::npos)
-      << run.output;
+  expectSays(run, "chorus run: restarting rank 0 as rank 2 (restart 1 of 2)");
+  expectSays(run, "chorus run: restarting rank 2 as rank 3 (restart 2 of 2)");
   EXPECT_EQ(count(run.output, "chorus run: restarting"), 2u) << run.output;
   const std::string first = killedPid(run.output, "chorus run: lost ", 0);
   const std::string second = killedPid(run.output, "chorus run: lost ", 2);
@@ -217,9 +214,7 @@ TEST(ElasticRestart, RestartsStopAfterMaxRestarts) {
             std::string::npos)
       << run.output;
   EXPECT_EQ(run.output.find("[rank 4]"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("1 of 2 workers on this node were lost; the others finished"),
-            std::string::npos)
-      << run.output;
+  expectSays(run, "1 of 2 workers on this node were lost; the others finished");
 }
 
 // The node's result counts a replaced worker by its replacement: one worker that failed and was

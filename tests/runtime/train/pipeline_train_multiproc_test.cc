@@ -14,6 +14,7 @@
 namespace {
 
 using chorus::testing::chorusTrain;
+using chorus::testing::expectSays;
 using chorus::testing::TrainRun;
 
 const std::string kExample = std::string(CHORUS_SOURCE_DIR) + "/examples/gpt-pipeline.toml";
@@ -31,14 +32,10 @@ TEST(PipelineTrainMultiproc, ExampleTrainsOnUnlikeDevicesAndLogsEveryRank) {
                                    "pipeline_example");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   ASSERT_EQ(run.steps.size(), static_cast<size_t>(kSteps)) << run.output;
-  EXPECT_NE(run.output.find("pipeline 2 stages x 1 replica (1f1b, 8 micro-batches, layers "),
-            std::string::npos)
-      << run.output;
+  expectSays(run, "pipeline 2 stages x 1 replica (1f1b, 8 micro-batches, layers ");
   // The front end's plan, logged before the workers start, is the one they run.
-  EXPECT_NE(run.output.find("chorus train: plan: 1 pipeline x 2 stages on cpu, cpu@0.4: "),
-            std::string::npos)
-      << run.output;
-  EXPECT_NE(run.output.find("pipeline: 2 stages x 1 replica(s)"), std::string::npos) << run.output;
+  expectSays(run, "chorus train: plan: 1 pipeline x 2 stages on cpu, cpu@0.4: ");
+  expectSays(run, "pipeline: 2 stages x 1 replica(s)");
   for (size_t i = 0; i < run.steps.size(); ++i) {
     const auto& step = run.steps[i];
     EXPECT_EQ(step["step"].get<int>(), static_cast<int>(i) + 1);
@@ -53,7 +50,7 @@ TEST(PipelineTrainMultiproc, ExampleTrainsOnUnlikeDevicesAndLogsEveryRank) {
   EXPECT_FALSE(run.steps[10].contains("test_accuracy"));
   // Character-level loss starts near ln(vocab) and falls within a few dozen steps.
   EXPECT_LT(meanLoss(run.steps, kSteps - 4, 4), meanLoss(run.steps, 0, 4) - 0.1) << run.output;
-  EXPECT_NE(run.output.find("done: 24 steps"), std::string::npos) << run.output;
+  expectSays(run, "done: 24 steps");
 }
 
 // Activation checkpointing recomputes each range's forward in the backward; with dropout the
@@ -93,15 +90,14 @@ TEST(PipelineTrainMultiproc, EvaluatesTheWholeTestSplitWithinATightBudget) {
       " --set parallel.partition=[2,2,2] --set devices=cpu/16MiB,cpu/64MiB,cpu/64MiB --steps 2",
       "pipeline_eval_budget");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("done: 2 steps"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("(whole test split)"), std::string::npos) << run.output;
+  expectSays(run, "done: 2 steps");
+  expectSays(run, "(whole test split)");
 }
 
 TEST(PipelineTrainMultiproc, BadParallelConfigIsRefusedBeforeAnythingStarts) {
   const TrainRun run = chorusTrain(kExample + " --set devices=cpu,cpu,cpu", "pipeline_bad");
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_NE(run.output.find("3 devices, but parallel.pipeline_stages (2)"), std::string::npos)
-      << run.output;
+  expectSays(run, "3 devices, but parallel.pipeline_stages (2)");
   EXPECT_EQ(run.output.find("chorus run:"), std::string::npos) << "workers were started";
 }
 
