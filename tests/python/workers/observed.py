@@ -2,15 +2,19 @@
 prometheus_run_test.py).
 
     python observed.py --steps N [--global-batch B] [--lr LR] [--hold FILE] [--no-loss]
+                       [--kill-member M --kill-step S]
 
 Trains a small MLP on seeded synthetic data with chorus.DataParallel, ShardSampler and
-chorus.step for N steps (with loss=, unless --no-loss), then, with --hold, stays until FILE
-exists (at most 120 s), so that the test can read the agent's metrics of a finished job while the
-agent still serves them. Rank 0 prints "observed: N steps done" when its steps are done.
+chorus.step for N steps (with loss=, unless --no-loss) through chorus.elastic_steps (a plain loop
+unless `chorus run --elastic` started it), then, with --hold, stays until FILE exists (at most
+120 s), so that the test can read the agent's metrics of a finished job while the agent still
+serves them. Member M SIGKILLs itself at the start of step S. Rank 0 prints "observed: N steps
+done" when its steps are done.
 """
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -29,6 +33,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--hold")
     parser.add_argument("--no-loss", action="store_true")
+    parser.add_argument("--kill-member", type=int, default=-1)
+    parser.add_argument("--kill-step", type=int, default=-1)
     args = parser.parse_args()
 
     ctx = chorus.init()
@@ -43,15 +49,18 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     sampler = chorus.ShardSampler(data, global_batch=args.global_batch, seed=0)
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
-    done = 0
-    while done < args.steps:
-        for batch_inputs, batch_targets in loader:
-            loss = F.cross_entropy(model(batch_inputs), batch_targets, reduction="sum")
-            loss.backward()
-            chorus.step(optimizer, loss=None if args.no_loss else loss)
-            done += 1
-            if done == args.steps:
-                break
+
+    def train_step(batch):
+        if ctx.member == args.kill_member and model.step_count == args.kill_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        batch_inputs, batch_targets = batch
+        loss = F.cross_entropy(model(batch_inputs), batch_targets, reduction="sum")
+        loss.backward()
+        return chorus.step(optimizer, loss=None if args.no_loss else loss)
+
+    for _ in chorus.elastic_steps(loader, train_step, optimizer, steps=args.steps):
+        pass
+    done = model.step_count
     if ctx.rank == 0:
         print(f"observed: {done} steps done", flush=True)
     if args.hold:
