@@ -90,7 +90,8 @@ def start_job(chorus, workdir, hold):
     process = subprocess.Popen(
         [chorus, "run", "--devices", "cpu,cpu@0.5/1GiB", "--metrics-port", "0", "--",
          sys.executable, os.path.join(HERE, "workers", "observed.py"), "--steps", str(STEPS),
-         "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--hold", hold],
+         "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--hold", hold,
+         "--pause", "0.01"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def announced_port():

@@ -82,7 +82,8 @@ def test_metrics_and_trace_of_a_python_job(tmp_path):
     job = subprocess.Popen(
         [cli(), "run", "--devices", "cpu,cpu@0.25", "--metrics-port", "0", "--trace", str(trace),
          "--trace-steps", "0:4", "--", sys.executable, WORKER, "--steps", str(STEPS),
-         "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--hold", str(hold)],
+         "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--hold", str(hold),
+         "--pause", "0.01"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def output():
@@ -167,7 +168,8 @@ def test_an_elastic_recovery_shows_in_the_series_of_the_survivors(tmp_path):
     job = subprocess.Popen(
         [cli(), "run", "--elastic", "--devices", "cpu,cpu,cpu", "--metrics-port", "0", "--",
          sys.executable, WORKER, "--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH),
-         "--kill-member", "1", "--kill-step", "3", "--hold", str(hold)],
+         "--kill-member", "1", "--kill-step", "3", "--hold", str(hold),
+         "--pause", "0.01"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def output():

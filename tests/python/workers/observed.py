@@ -2,14 +2,16 @@
 prometheus_run_test.py).
 
     python observed.py --steps N [--global-batch B] [--lr LR] [--hold FILE] [--no-loss]
-                       [--kill-member M --kill-step S]
+                       [--kill-member M --kill-step S] [--pause SECONDS]
 
 Trains a small MLP on seeded synthetic data with chorus.DataParallel, ShardSampler and
 chorus.step for N steps (with loss=, unless --no-loss) through chorus.elastic_steps (a plain loop
 unless `chorus run --elastic` started it), then, with --hold, stays until FILE exists (at most
 120 s), so that the test can read the agent's metrics of a finished job while the agent still
-serves them. Member M SIGKILLs itself at the start of step S. Rank 0 prints "observed: N steps
-done" when its steps are done.
+serves them. Member M SIGKILLs itself at the start of step S. --pause sleeps that long
+before each step (as a slow data loader would), so that the agent takes every report even on a
+loaded host: its socket queues only 10 datagrams (docs/observability.md, "Limits"). Rank 0
+prints "observed: N steps done" when its steps are done.
 """
 
 import argparse
@@ -35,6 +37,7 @@ def main():
     parser.add_argument("--no-loss", action="store_true")
     parser.add_argument("--kill-member", type=int, default=-1)
     parser.add_argument("--kill-step", type=int, default=-1)
+    parser.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args()
 
     ctx = chorus.init()
@@ -51,6 +54,7 @@ def main():
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
 
     def train_step(batch):
+        time.sleep(args.pause)
         if ctx.member == args.kill_member and model.step_count == args.kill_step:
             os.kill(os.getpid(), signal.SIGKILL)
         batch_inputs, batch_targets = batch
