@@ -27,7 +27,7 @@ One run:
   4. asks the cost model (`chorus plan --shares ... --json`) and the simulator (`chorus simulate`)
      for the same plan's step time, uncalibrated (the measured rates as they are) and calibrated
      (step 2's efficiency and host work), and contended (plus step 2b's contention and latency
-     written into the cluster file); and the cost model as plan = "auto" prices it ("auto":
+     written into the cluster file); and the cost model calibrated from the model alone ("auto":
      `chorus plan --calibrate`, the job's model timed on this host, none of the runs above);
   5. the 2-stage pipeline: runs bench/pipeline_bench's heterogeneous case (cuts auto and even,
      1F1B, M = 8, B = 32) when the binary is built, else reads bench/results/pipeline.json, and
@@ -162,7 +162,7 @@ def predict(args, cluster, job, batch, fixed, calibration):
 
 
 def predict_auto(args, cluster, job, batch, fixed):
-    """The cost model's step time as plan = "auto" prices it: the job's model timed on this host
+    """The cost model's step time calibrated from the job's model timed on this host alone
     (`chorus plan --calibrate`, runtime/job/compute_calibration.h), nothing from the runs above."""
     answer = json.loads(run([args.chorus, "plan", "--cluster", cluster, "--model", job,
                              "--global-batch", str(batch), "--precision", "fp32", "--json",

@@ -198,8 +198,8 @@ int runAllReducePrice(const PlanArgs& args, const plan::Cluster& cluster) {
   return kExitOk;
 }
 
-// --calibrate: what plan = "auto" prices CPU workers with (runtime/job/compute_calibration.h),
-// for the job file's model, applied to the cluster's CPU types.
+// --calibrate: the job file's model timed on this host (runtime/job/compute_calibration.h),
+// applied to the cluster's CPU types.
 void calibrateOnThisHost(const PlanArgs& args, const plan::Cluster& cluster,
                          const plan::ModelProfile& model, plan::CostOptions& cost) {
   CHORUS_CHECK_CONFIG(args.model.size() > 5 && args.model.rfind(".toml") == args.model.size() - 5,
@@ -289,8 +289,8 @@ void addPlanCommand(CLI::App& app, Action& action) {
       ->capture_default_str();
   addCostFlags(*command, args->cost);
   command->add_flag("--calibrate", args->calibrate,
-                    "Time the job file's model on this host and price the CPU types with it, as "
-                    "plan = \"auto\" does (instead of --calibration and --layer-overhead-us)");
+                    "Time the job file's model on this host and price the CPU types with it "
+                    "(instead of --calibration and --layer-overhead-us)");
   command->add_option("--threads", args->threads, "With --calibrate: intra-op threads")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -104,8 +104,7 @@ void applyAutoPlan(const TrainArgs& args, SettledJob& settled) {
   const std::vector<int> threads = runtime::jobThreads(settled.job, settled.devices, settled.found);
   const runtime::PlannedJob planned =
       runtime::planJob(settled.job, settled.devices,
-                       runtime::measureJobDevices(settled.devices, settled.found, threads),
-                       runtime::calibrateForPlanning(settled.job, settled.devices, threads));
+                       runtime::measureJobDevices(settled.devices, settled.found, threads));
   std::cout << "chorus train: " << planned.summary << std::endl;
   adoptPlan(planned.plan, settled);
 }

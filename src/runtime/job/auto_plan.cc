@@ -288,22 +288,4 @@ PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
   return planned;
 }
 
-std::optional<ComputeCalibration> calibrateForPlanning(const JobConfig& job,
-                                                       const std::vector<DeviceSpec>& devices,
-                                                       const std::vector<int>& threads) {
-  if (!computesInFp32(job, devices)) return std::nullopt;
-  std::int64_t cpus = 0;
-  ComputeCalibrationOptions options;
-  for (size_t r = devices.size(); r-- > 0;)
-    if (devices[r].kind == DeviceKind::kCpu) {
-      ++cpus;
-      if (r < threads.size()) options.threads = threads[r];
-    }
-  if (cpus == 0) return std::nullopt;
-  // The whole batch and a quarter of it, as bench/plan_validation.py's calibration runs: a
-  // worker's share lies between them, and the line is not quite straight (caches).
-  options.batch = std::max<std::int64_t>(4, job.train.global_batch);
-  return calibrateJobCompute(job, options);
-}
-
 }  // namespace chorus::runtime

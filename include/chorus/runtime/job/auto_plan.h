@@ -71,16 +71,9 @@ plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name
 // the model jobModelProfile(job), the batch train.global_batch; the search covers what the
 // trainers run: data parallelism with uneven shares, and pipelines or replicas x pipelines when
 // nothing in the job rules them out (see docs/planner.md). CPU workers are priced with
-// `calibration` (calibrateForPlanning; the cost model's defaults without one), and the summary
-// says so. Throws ConfigError when nothing fits.
-// The job's model timed on this host's CPU for planning (compute_calibration.h): at the
-// intra-op threads of the job's CPU workers (`threads`, jobThreads), on the global batch and a
-// quarter of it. None when no device is a CPU or a CPU rank computes in 16 bits (the timing is
-// fp32's). Throws ConfigError when the host is too busy to measure.
-std::optional<ComputeCalibration> calibrateForPlanning(const JobConfig& job,
-                                                       const std::vector<DeviceSpec>& devices,
-                                                       const std::vector<int>& threads);
-
+// `calibration` where one is given (compute_calibration.h; the summary then says so), else with
+// the cost model's defaults, which `chorus train` uses: a timing of the model on a shared host
+// would make the chosen plan change with the host's load. Throws ConfigError when nothing fits.
 PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                    const std::vector<plan::MeasuredDevice>& measured,
                    const std::optional<ComputeCalibration>& calibration = std::nullopt);

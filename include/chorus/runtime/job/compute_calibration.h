@@ -1,5 +1,6 @@
-// The cost model calibrated on this host for the job's own model: what plan = "auto" (and
-// `chorus plan --calibrate`) price CPU workers with instead of the defaults.
+// The cost model calibrated on this host for the job's own model: what `chorus plan --calibrate`
+// prices CPU workers with instead of the defaults (plan = "auto" keeps the defaults, so that its
+// choice does not change with the host's load; docs/planner.md, "Validation").
 //
 // The cost model charges a CPU worker, per layer and pass, a fixed overhead plus the layer's FLOPs
 // at an efficiency of its measured matmul rate (plan/cost_model.h). Both depend on the model and
