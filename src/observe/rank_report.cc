@@ -1,7 +1,9 @@
 #include "chorus/observe/rank_report.h"
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "chorus/core/error.h"
 
@@ -10,6 +12,21 @@ namespace chorus::observe {
 double RankReport::utilization() const {
   if (step_seconds <= 0) return 0;
   return std::clamp(compute_seconds / step_seconds, 0.0, 1.0);
+}
+
+std::pair<std::uint64_t, std::uint64_t> processResidentSet() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  std::uint64_t rss = 0, peak = 0;
+  while (std::getline(status, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    std::uint64_t kib = 0;
+    fields >> key >> kib;
+    if (key == "VmRSS:") rss = kib * 1024;
+    if (key == "VmHWM:") peak = kib * 1024;
+  }
+  return {rss, peak};
 }
 
 std::string toJson(const RankReport& report) {

@@ -16,22 +16,6 @@
 namespace chorus::cli {
 namespace {
 
-// The process's resident set and its peak (VmRSS, VmHWM), in bytes: a CPU device's memory.
-std::pair<std::uint64_t, std::uint64_t> residentSet() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  std::uint64_t rss = 0, peak = 0;
-  while (std::getline(status, line)) {
-    std::istringstream fields(line);
-    std::string key;
-    std::uint64_t kib = 0;
-    fields >> key >> kib;
-    if (key == "VmRSS:") rss = kib * 1024;
-    if (key == "VmHWM:") peak = kib * 1024;
-  }
-  return {rss, peak};
-}
-
 template <typename T>
 T at(const std::vector<T>& values, int rank) {
   return rank >= 0 && static_cast<size_t>(rank) < values.size() ? values[rank] : T{};
@@ -69,7 +53,7 @@ void TrainMetrics::step(const runtime::StepRecord& record) {
   report.rebalances_total = rebalances_;
   report.dropped_reports_total = static_cast<std::uint64_t>(sender_.dropped());
   report.test_accuracy = record.test_accuracy;
-  const auto [rss, rss_peak] = residentSet();
+  const auto [rss, rss_peak] = observe::processResidentSet();
   report.memory_reserved = rss;
   const auto gpu = identity.device.kind == DeviceKind::kCuda
                        ? device::cudaMemoryFigures(identity.device.index)

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace chorus::observe {
@@ -72,6 +73,10 @@ struct RankReport {
 
 // The JSON form of a report (one datagram). fromJson throws ConfigError on a malformed report;
 // it takes reports of older workers without `member` (then the rank) or the elastic fields (0).
+// The process's resident set and its peak (VmRSS, VmHWM of /proc/self/status), in bytes: what a
+// CPU rank reports as its memory (RankReport::memory_used, memory_peak); zeros where unreadable.
+std::pair<std::uint64_t, std::uint64_t> processResidentSet();
+
 std::string toJson(const RankReport& report);
 RankReport rankReportFromJson(const std::string& text);
 

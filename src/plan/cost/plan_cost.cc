@@ -17,9 +17,8 @@ int gradElementBytes(const std::vector<Dtype>& dtypes) {
 
 LinearCost stageSyncCost(const CostModel& model, const std::vector<int>& devices, int element_bytes,
                          const CommPlan& comm, int zero_stage) {
-  LinearCost cost =
-      gradientAllReduceCost(model.cluster(), devices, comm.algorithm, comm.codec.kind,
-                            element_bytes, model.options().codec_seconds_per_byte);
+  LinearCost cost = gradientAllReduceCost(model.cluster(), devices, comm.algorithm, comm.codec.kind,
+                                          element_bytes, model.options().codec_seconds_per_byte);
   const double traffic = zero_stage == 2 ? 0.5 : zero_stage >= 3 ? 1.5 : 1;
   cost.latency *= traffic;
   cost.per_byte *= traffic;

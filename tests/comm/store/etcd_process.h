@@ -36,32 +36,19 @@ inline int freeLoopbackPort() {
   return ntohs(address.sin_port);
 }
 
-// Why etcd cannot run here ("" when it can), and whether that is a failure rather than a skip:
-// root with apt is where scripts/setup installs etcd-server, so its absence there is a broken
-// setup, not a machine without it.
-struct EtcdAvailability {
-  std::string missing;
-  bool must_have = false;
-};
-
-inline EtcdAvailability etcdAvailability() {
-  if (std::system("command -v etcd >/dev/null 2>&1") == 0) return {};
-  const bool can_install =
-      ::geteuid() == 0 && std::system("command -v apt-get >/dev/null 2>&1") == 0;
-  return {"etcd is not installed (scripts/setup installs Debian's etcd-server)", can_install};
+// Why etcd cannot run here, or "" when it can. scripts/setup installs Debian's etcd-server, so
+// its absence is a broken setup: a failure, never a skip.
+inline std::string etcdMissing() {
+  if (std::system("command -v etcd >/dev/null 2>&1") == 0) return "";
+  return "etcd is not installed; scripts/setup installs Debian's etcd-server";
 }
 
-// Skips the test (or fails it, see EtcdAvailability) when etcd cannot run. In a test body or a
-// fixture's SetUp (a failure there keeps the body from running).
-#define CHORUS_REQUIRE_ETCD()                                          \
-  do {                                                                 \
-    const ::chorus::comm::testing::EtcdAvailability etcd_here =        \
-        ::chorus::comm::testing::etcdAvailability();                   \
-    if (etcd_here.must_have)                                           \
-      FAIL() << etcd_here.missing                                      \
-             << "; this machine can have it: run "                     \
-                "scripts/setup";                                       \
-    if (!etcd_here.missing.empty()) GTEST_SKIP() << etcd_here.missing; \
+// Fails the test when etcd cannot run. In a test body or a fixture's SetUp (a failure there keeps
+// the body from running).
+#define CHORUS_REQUIRE_ETCD()                                                \
+  do {                                                                       \
+    const std::string etcd_missing = ::chorus::comm::testing::etcdMissing(); \
+    ASSERT_TRUE(etcd_missing.empty()) << etcd_missing;                       \
   } while (false)
 
 // One etcd member on 127.0.0.1. Owns the process (SIGTERM, then reaped) and its data directory.

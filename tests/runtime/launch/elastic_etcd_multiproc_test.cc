@@ -177,11 +177,8 @@ class ElasticEtcdMultiproc : public ::testing::Test {
       skip_ = "`ip netns` is unavailable";
       return;
     }
-    const comm::testing::EtcdAvailability etcd = comm::testing::etcdAvailability();
-    if (!etcd.missing.empty()) {
-      (etcd.must_have ? failure_ : skip_) = etcd.missing;
-      return;
-    }
+    failure_ = comm::testing::etcdMissing();
+    if (!failure_.empty()) return;
     prefix_ = "cee" + std::to_string(getpid() % 100000);
     dir_ = ::testing::TempDir() + "/" + prefix_;
     std::filesystem::remove_all(dir_);

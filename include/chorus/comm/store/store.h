@@ -4,8 +4,8 @@
 // TimeoutError naming the keys that did not appear. Implementations: MemoryStore (threads of one
 // process), TcpStore (a client of TcpStoreServer, authenticated by the job secret), EtcdStore (the
 // job's keys in etcd, which no agent of the job hosts) and PrefixStore (a namespace inside another
-// store). tests/comm/store/store_contract_test.cc holds every implementation to this contract. The c10d adapter (c10d_store.h) lets libtorch's process
-// groups rendezvous through any of them.
+// store). tests/comm/store/store_contract_test.cc holds every implementation to this contract. The
+// c10d adapter (c10d_store.h) lets libtorch's process groups rendezvous through any of them.
 #pragma once
 
 #include <chrono>
