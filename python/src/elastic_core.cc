@@ -4,19 +4,9 @@
 #include "chorus/core/error.h"
 
 namespace chorus::python {
-namespace {
-
-// The key under which `chorus run --elastic` publishes the launch for joining nodes
-// (src/runtime/launch/node_rendezvous.cc, kLaunchInfoKey). Only an elastic agent writes it, before
-// it starts its workers (node 0's, with an etcd store, before node 0's workers, without which no
-// world forms).
-constexpr const char* kElasticLaunchKey = "agents/launch";
-
-}  // namespace
 
 bool launchedElastic(const runtime::Worker& worker) {
-  return worker.identity().launcher == "chorus" && worker.store() &&
-         worker.store()->check({kElasticLaunchKey});
+  return worker.identity().launcher == "chorus" && worker.identity().elastic;
 }
 
 ElasticSession::ElasticSession(std::shared_ptr<runtime::Worker> worker,

@@ -157,6 +157,11 @@ void validate(const WorkerIdentity& identity) {
   if (identity.world_size < 1 || !rank_in_world)
     CHORUS_THROW(ConfigError, "worker identity: rank ", identity.rank, " is outside world size ",
                  identity.world_size, " (launcher: ", identity.launcher, ")");
+  if (identity.elastic && identity.launcher != "chorus")
+    CHORUS_THROW(ConfigError, "worker identity: ", env::kElastic,
+                 " is set by `chorus run --elastic`, but this worker was started by ",
+                 identity.launcher,
+                 ", which does not keep the other workers running when one fails");
   if (identity.cpu_threads < 1)
     CHORUS_THROW(ConfigError, "worker identity: ", env::kCpuThreads, " must be >= 1, got ",
                  identity.cpu_threads);
@@ -248,6 +253,7 @@ WorkerIdentity identityFromEnvironment(const Environment& environment) {
   identity.cpu_threads = readInt(environment, env::kCpuThreads, 1);
   identity.replaces = readInt(environment, env::kElasticReplaces, -1);
   identity.new_device = readInt(environment, env::kElasticNewDevice, 0) != 0;
+  identity.elastic = readInt(environment, env::kElastic, 0) != 0;
   validate(identity);
   return identity;
 }

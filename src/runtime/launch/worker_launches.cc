@@ -93,6 +93,7 @@ std::vector<WorkerLaunch> describeWorkers(const AgentOptions& options,
     };
     worker.secret = secret;  // through an inherited pipe, never the environment
     if (etcd) worker.env[env::kStoreBackend] = "etcd";
+    if (options.elastic) worker.env[env::kElastic] = "1";
     if (!malloc_tunables.empty()) worker.env[kGlibcTunables] = malloc_tunables;
     if (offsets[local] > 0) worker.env[env::kEmulationOffset] = std::to_string(offsets[local]);
     if (threads[local] > 1) worker.env[env::kCpuThreads] = std::to_string(threads[local]);

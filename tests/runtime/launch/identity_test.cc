@@ -198,6 +198,25 @@ TEST(Identity, AReplacementHasAMemberIdBeyondTheWorldSizeAndNamesTheRankItReplac
   }
 }
 
+// `chorus run --elastic` tells its workers so (the Python front's elastic_steps needs it); no
+// other launcher keeps the others running when one fails, so there it is refused.
+TEST(Identity, AnElasticAgentsWorkersKnowTheyMayRegroup) {
+  const Environment chorus{{"CHORUS_RANK", "0"}, {"CHORUS_WORLD_SIZE", "1"}};
+  EXPECT_FALSE(identityFromEnvironment(chorus).elastic);
+  Environment elastic = chorus;
+  elastic["CHORUS_ELASTIC"] = "1";
+  EXPECT_TRUE(identityFromEnvironment(elastic).elastic);
+  const Environment mpirun{
+      {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"CHORUS_ELASTIC", "1"}};
+  try {
+    identityFromEnvironment(mpirun);
+    FAIL() << "CHORUS_ELASTIC under mpirun was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("CHORUS_ELASTIC"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("mpirun"), std::string::npos) << error.what();
+  }
+}
+
 TEST(Identity, TakesTheSecretFromAnInheritedDescriptorOrAFile) {
   EXPECT_EQ(identityFromEnvironment({{"CHORUS_RANK", "0"},
                                      {"CHORUS_WORLD_SIZE", "2"},

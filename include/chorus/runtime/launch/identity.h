@@ -52,6 +52,9 @@ constexpr const char* kElasticReplaces = "CHORUS_ELASTIC_REPLACES";
 // Set ("1") for a worker that a node joining a running elastic job started (`chorus run --join`):
 // its device was not in the launch plan, and the members plan a place for it when they admit it.
 constexpr const char* kElasticNewDevice = "CHORUS_ELASTIC_NEW_DEVICE";
+// Set ("1") by `chorus run --elastic` for every worker it starts: its agent keeps the others
+// running when one fails, so the workers may regroup (the Python front's elastic_steps needs it).
+constexpr const char* kElastic = "CHORUS_ELASTIC";
 // Where an emulated CPU worker computes within a step (device::staggerOffsets); set by the agent.
 constexpr const char* kEmulationOffset = "CHORUS_EMULATION_OFFSET";
 // Intra-op threads of a CPU worker (device::intraOpThreads); set by the agent.
@@ -96,6 +99,8 @@ struct WorkerIdentity {
   // replacement its rank is a member id >= world_size, but it stands in for no launch rank.
   // Default: false.
   bool new_device = false;
+  // Started by an elastic agent (`chorus run --elastic`, env::kElastic). Default: false.
+  bool elastic = false;
 
   bool hasStore() const { return !store_host.empty(); }
   // Whether this worker joins a running elastic job rather than start with it.
