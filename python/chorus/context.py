@@ -52,14 +52,36 @@ def _close_elastic_sessions():
 atexit.register(_close_elastic_sessions)
 
 
+def _finish_observations():
+    # CHORUS_TRACE without an agent (mpirun, srun, torchrun): each rank hands its trace part to
+    # rank 0, which merges them (runtime/launch/job_observation.h). Registered before any
+    # DataParallel's flush, so it runs after them (atexit is last in, first out); the flush is
+    # repeated here, harmlessly, for the order's sake.
+    if os.getpid() != _parent_pid:
+        return
+    for context in list(_live):
+        if context._observation is None:
+            continue
+        if context.data_parallel is not None:
+            context.data_parallel._core.flush_observation()
+        context._observation.finish()
+
+
+atexit.register(_finish_observations)
+
+
 class Context:
     """One worker's view of the job. Made by :func:`init`; not copyable, not thread-safe."""
 
-    def __init__(self, worker, elastic=None, observe=None):
+    def __init__(self, worker, elastic=None, observe=None, observation=None):
         self.worker = worker
         self.data_parallel = None
         # What `chorus run --metrics-port/--trace` asks of this worker (its DataParallel reports
-        # each step to the agent and records the timeline: python/src/step_observer.h).
+        # each step to the agent and records the timeline: python/src/step_observer.h), or, under
+        # another launcher, CHORUS_METRICS_PORT / CHORUS_TRACE, which the job serves itself
+        # (`observation`, a _C.JobObservation: the node's first rank serves the metrics, rank 0
+        # merges the trace at exit).
+        self._observation = observation
         self._observe = observe if observe is not None else _C.ObserveRequest()
         # Elastic recovery (python/chorus/elastic.py): the membership, the launch ranks of the
         # world the DataParallel's reducer runs on, and what each recovery did.
@@ -145,6 +167,11 @@ def init(environment=None, single_thread=True, elastic=None, heartbeat=1.0, hear
     PyTorch's setting). The first context made
     becomes the default that the rest of the API uses; calling ``init()`` again returns it.
 
+    Metrics and a timeline (docs/python.md, "Metrics and timeline"): under ``chorus run
+    --metrics-port/--trace`` the agent's; under mpirun, srun or torchrun (or none) the job's own
+    when ``CHORUS_METRICS_PORT`` / ``CHORUS_TRACE`` are set: each node's first rank serves its
+    node's ``/metrics`` from here on, and rank 0 merges the trace when its process exits.
+
     ``elastic``: recover from a lost worker in :func:`chorus.elastic_steps` (docs/python.md,
     "Elastic"). None (default): when the job was started by ``chorus run --elastic``; True
     requires that (ConfigError otherwise); False never. An elastic worker's membership then
@@ -156,15 +183,20 @@ def init(environment=None, single_thread=True, elastic=None, heartbeat=1.0, hear
         return _default
     if elastic not in (None, True, False):
         raise ConfigError(f"elastic must be None, True or False, got {elastic!r}")
-    # Before joining: metrics or a trace that no agent would take are refused at once.
+    # Before joining: a request that cannot be served (the agent's socket without its agent,
+    # CHORUS_METRICS_PORT under chorus run) is refused at once.
     observe = _C.observe_request(environment)
     worker = _C.init(environment, single_thread)
+    # Without an agent the ranks serve the metrics and merge the trace themselves (collective).
+    observation = _C.observe_job(worker, observe)
+    if observation is not None:
+        observe = observation.request
     if elastic is None:
         elastic = _C.launched_elastic(worker)
     session = None
     if elastic:
         session = _C.ElasticSession(worker, float(heartbeat), int(heartbeat_misses))
-    context = Context(worker, session, observe)
+    context = Context(worker, session, observe, observation)
     if _default is None:
         _default = context
     return context

@@ -9,6 +9,7 @@
 #include "chorus/core/error.h"
 #include "chorus/observe/run_observe.h"
 #include "chorus/runtime/launch/identity.h"
+#include "chorus/runtime/launch/job_observation.h"
 #include "data_parallel_core.h"
 #include "zero_core.h"
 
@@ -118,7 +119,30 @@ void bindDataParallel(py::module_& module) {
       .def(py::init<>())
       .def_readonly("metrics_socket", &observe::ObserveRequest::metrics_socket)
       .def_readonly("trace", &observe::ObserveRequest::trace)
+      .def_readonly("metrics_port", &observe::ObserveRequest::metrics_port)
+      .def_readonly("node", &observe::ObserveRequest::node)
       .def_property_readonly("any", &observe::ObserveRequest::any);
+  py::class_<runtime::JobObservation>(
+      module, "JobObservation",
+      "CHORUS_METRICS_PORT / CHORUS_TRACE under mpirun, srun, torchrun or no launcher: the node's "
+      "first rank serves the node's metrics, rank 0 merges the trace (job_observation.h)")
+      .def_property_readonly("request", &runtime::JobObservation::request)
+      .def_property_readonly("port",
+                             [](const runtime::JobObservation& self) {
+                               return self.monitor() ? self.monitor()->port() : -1;
+                             })
+      .def("finish", &runtime::JobObservation::finish, py::call_guard<py::gil_scoped_release>());
+  module.def(
+      "observe_job",
+      [](std::shared_ptr<runtime::Worker> worker,
+         const observe::ObserveRequest& request) -> std::unique_ptr<runtime::JobObservation> {
+        if (!runtime::servedByJob(*worker, request)) return nullptr;
+        py::gil_scoped_release release;
+        return std::make_unique<runtime::JobObservation>(std::move(worker), request);
+      },
+      py::arg("worker"), py::arg("request"),
+      "A JobObservation when the request is the job's own to serve (no chorus agent started "
+      "this worker), else None; collective over the job's store");
   module.def(
       "observe_request",
       [](std::optional<std::map<std::string, std::string>> environment) {
@@ -129,7 +153,9 @@ void bindDataParallel(py::module_& module) {
       },
       py::arg("environment") = py::none(),
       "What chorus run's agent asks this worker to report (CHORUS_METRICS_SOCKET) and trace "
-      "(CHORUS_TRACE, CHORUS_TRACE_STEPS); ConfigError when another launcher started it");
+      "(CHORUS_TRACE, CHORUS_TRACE_STEPS), or, under another launcher, what the user asks "
+      "(CHORUS_METRICS_PORT, CHORUS_TRACE, CHORUS_TRACE_STEPS); ConfigError for the agent's "
+      "socket under another launcher and CHORUS_METRICS_PORT under chorus run");
   py::class_<DataParallelCore>(module, "DataParallelCore")
       .def(py::init([](std::shared_ptr<runtime::Worker> worker, std::vector<at::Tensor> parameters,
                        std::int64_t global_batch, const std::string& balance,

@@ -24,7 +24,9 @@ T at(const std::vector<T>& values, int rank) {
 
 StepObserver::StepObserver(std::shared_ptr<runtime::Worker> worker,
                            const observe::ObserveRequest& request, std::int64_t global_batch)
-    : worker_(std::move(worker)), global_batch_(global_batch) {
+    : worker_(std::move(worker)),
+      global_batch_(global_batch),
+      node_(request.node >= 0 ? request.node : worker_->identity().node_rank) {
   if (!request.metrics_socket.empty())
     sender_ = std::make_unique<observe::MetricsSender>(request.metrics_socket);
   if (!request.trace.empty()) {
@@ -35,8 +37,7 @@ StepObserver::StepObserver(std::shared_ptr<runtime::Worker> worker,
     trace_path_ = observe::tracePartPath(request.trace, member);
     trace_steps_ = request.trace_steps;
     trace_ = std::make_unique<observe::TraceRecorder>(
-        member, identity.node_rank,
-        "rank " + std::to_string(member) + " (" + identity.device.toString() + ")",
+        member, node_, "rank " + std::to_string(member) + " (" + identity.device.toString() + ")",
         request.trace_steps);
   }
 }
@@ -79,7 +80,7 @@ void StepObserver::send(const StepFigures& figures, const StepExtras& extras, do
   observe::RankReport report;
   report.rank = rank;
   report.member = worker_->member();
-  report.node = identity.node_rank;
+  report.node = node_;
   report.device = identity.device.toString();
   report.emulated = identity.device.emulated();
   report.step = figures.step + 1;

@@ -6,7 +6,9 @@
 // agent merges into one timeline when the workers are done.
 //
 // The request comes from chorus run's agent through the worker's environment, read once by
-// chorus.init (observe/run_observe.h). DataParallelCore owns one when something was asked and
+// chorus.init (observe/run_observe.h); under another launcher from the user's CHORUS_METRICS_PORT
+// and CHORUS_TRACE, with the node's socket that runtime::JobObservation found (the node's first
+// rank serves in the agent's stead). DataParallelCore owns one when something was asked and
 // tells it where a step begins and ends; it records spans of the compute phases, the bucket
 // all-reduces, the step figures' exchange and the optimizer. Training thread only; the send
 // never blocks a step (a report the agent cannot take at once is dropped, and the next one
@@ -71,6 +73,7 @@ class StepObserver {
 
   std::shared_ptr<runtime::Worker> worker_;
   std::int64_t global_batch_;
+  int node_;  // the node the reports and the trace name (ObserveRequest::node)
   std::unique_ptr<observe::MetricsSender> sender_;  // null: no metrics asked
   std::unique_ptr<observe::TraceRecorder> trace_;   // null: no trace asked
   std::string trace_path_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
 
 #include "chorus/core/error.h"
 
@@ -29,19 +30,39 @@ ObserveRequest observeRequestFromEnvironment(const std::map<std::string, std::st
   ObserveRequest request;
   request.metrics_socket = value(kMetricsSocketVariable);
   request.trace = value(kTraceVariable);
-  if (!request.any()) return request;
-  // Metrics nobody serves and trace parts nobody merges would be silently lost.
-  CHORUS_CHECK_CONFIG(launcher == "chorus", kMetricsSocketVariable, " and ", kTraceVariable,
-                      " are set by `chorus run --metrics-port/--trace` for its workers, but this "
-                      "process was started by ",
+  const std::string port = value(kMetricsPortVariable);
+  const std::string steps = value(kTraceStepsVariable);
+  if (request.metrics_socket.empty() && request.trace.empty() && port.empty() && steps.empty())
+    return request;
+  const bool agent = launcher == "chorus";
+  // The agent's socket outside its workers: metrics nobody serves would be silently lost.
+  CHORUS_CHECK_CONFIG(agent || request.metrics_socket.empty(), kMetricsSocketVariable,
+                      " is set by `chorus run --metrics-port` for its workers, but this process "
+                      "was started by ",
                       launcher == "none" ? "no launcher" : launcher,
-                      ": no chorus agent serves its metrics or merges its trace there; start "
-                      "one `chorus run --metrics-port PORT` per node instead (e.g. with srun "
-                      "--ntasks-per-node=1), or unset them");
-  if (!request.trace.empty()) {
-    const std::string steps = value(kTraceStepsVariable);
-    if (!steps.empty()) request.trace_steps = parseTraceSteps(steps);
+                      ": no chorus agent serves its metrics there; unset it and set ",
+                      kMetricsPortVariable,
+                      "=PORT instead (each node's first rank then serves its node's metrics), "
+                      "or start the job with `chorus run --metrics-port PORT`");
+  CHORUS_CHECK_CONFIG(!agent || port.empty(), kMetricsPortVariable, "=", port,
+                      " is for a job that mpirun, srun or torchrun starts; under `chorus run` its "
+                      "agent serves the node's metrics: give `chorus run --metrics-port ",
+                      port, "` instead");
+  if (!port.empty()) {
+    try {
+      size_t used = 0;
+      request.metrics_port = std::stoi(port, &used);
+      if (used != port.size()) request.metrics_port = -1;
+    } catch (const std::logic_error&) {
+      request.metrics_port = -1;
+    }
+    CHORUS_CHECK_CONFIG(request.metrics_port >= 0 && request.metrics_port <= 65535,
+                        "environment variable ", kMetricsPortVariable, "='", port,
+                        "' is not a port (0..65535; 0 picks a free one)");
   }
+  CHORUS_CHECK_CONFIG(steps.empty() || !request.trace.empty(), kTraceStepsVariable, "=", steps,
+                      " needs ", kTraceVariable, "=FILE (the trace it limits)");
+  if (!steps.empty()) request.trace_steps = parseTraceSteps(steps);
   return request;
 }
 

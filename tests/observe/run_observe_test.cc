@@ -1,5 +1,6 @@
 // How `chorus run` asks its workers for metrics and a timeline (observe/run_observe.h): the
-// request survives the environment, a process another launcher started refuses it, and the
+// request survives the environment, a process another launcher started refuses the agent's socket
+// and takes the user's CHORUS_METRICS_PORT and CHORUS_TRACE (refused under chorus run), and the
 // agent merges exactly the parts of its trace and removes them.
 #include "chorus/observe/run_observe.h"
 
@@ -32,18 +33,54 @@ TEST(RunObserve, TheRequestSurvivesTheEnvironment) {
   EXPECT_THROW(observeRequestFromEnvironment(environment, "chorus"), ConfigError);
 }
 
-TEST(RunObserve, AProcessAnotherLauncherStartedRefusesTheRequest) {
-  EXPECT_THROW(observeRequestFromEnvironment({{kTraceVariable, "/tmp/t.json"}}, "none"),
-               ConfigError);
-  for (const char* launcher : {"mpirun", "srun", "torchrun"}) {
+TEST(RunObserve, AProcessAnotherLauncherStartedRefusesTheAgentsSocket) {
+  for (const char* launcher : {"mpirun", "srun", "torchrun", "none"}) {
     try {
       observeRequestFromEnvironment({{kMetricsSocketVariable, "/tmp/s"}}, launcher);
       FAIL() << launcher;
     } catch (const ConfigError& error) {
-      EXPECT_NE(std::string(error.what()).find(std::string("started by ") + launcher),
-                std::string::npos)
+      const std::string said =
+          std::string("started by ") + (launcher == std::string("none") ? "no launcher" : launcher);
+      EXPECT_NE(std::string(error.what()).find(said), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find(kMetricsPortVariable), std::string::npos)
           << error.what();
     }
+  }
+}
+
+TEST(RunObserve, AJobWithoutAnAgentAsksThroughItsOwnVariables) {
+  for (const char* launcher : {"mpirun", "srun", "torchrun", "none"}) {
+    const ObserveRequest request = observeRequestFromEnvironment({{kMetricsPortVariable, "9400"},
+                                                                  {kTraceVariable, "/tmp/t.json"},
+                                                                  {kTraceStepsVariable, "2:6"}},
+                                                                 launcher);
+    EXPECT_EQ(request.metrics_port, 9400) << launcher;
+    EXPECT_TRUE(request.metrics_socket.empty());
+    EXPECT_EQ(request.trace, "/tmp/t.json");
+    EXPECT_EQ(request.trace_steps.first, 2);
+    EXPECT_EQ(request.trace_steps.end, 6);
+    EXPECT_EQ(request.node, -1);
+    EXPECT_TRUE(request.any());
+  }
+  EXPECT_EQ(observeRequestFromEnvironment({{kMetricsPortVariable, "0"}}, "mpirun").metrics_port, 0);
+  EXPECT_TRUE(observeRequestFromEnvironment({{kTraceVariable, "/tmp/t.json"}}, "srun").any());
+  EXPECT_EQ(observeRequestFromEnvironment({}, "srun").metrics_port, -1);
+  for (const char* port : {"-1", "65536", "94OO", "9400 "})
+    EXPECT_THROW(observeRequestFromEnvironment({{kMetricsPortVariable, port}}, "mpirun"),
+                 ConfigError)
+        << port;
+  // Steps without a trace limit nothing.
+  EXPECT_THROW(observeRequestFromEnvironment({{kTraceStepsVariable, "0:4"}}, "mpirun"),
+               ConfigError);
+}
+
+TEST(RunObserve, UnderChorusRunThePortIsTheAgentsOption) {
+  try {
+    observeRequestFromEnvironment({{kMetricsPortVariable, "9400"}}, "chorus");
+    FAIL();
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("chorus run --metrics-port 9400"), std::string::npos)
+        << error.what();
   }
 }
 

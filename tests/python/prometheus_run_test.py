@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """A Python program under `chorus run --metrics-port 0`, scraped by Debian's real Prometheus (CTest
-python.RunJobScrapedByPrometheus). The test starts and stops every server itself.
+python.RunJobScrapedByPrometheus); with --launcher mpirun, the same program started by Open MPI's
+`mpirun -np 2` with CHORUS_METRICS_PORT=0 (no chorus agent: rank 0 serves the node's metrics,
+runtime/launch/job_observation.h; CTest python.MpirunJobScrapedByPrometheus). The test starts and
+stops every server itself.
 
 The job: tests/python/workers/observed.py on `cpu,cpu@0.5/1GiB`, chorus.DataParallel with a
 global batch of 48, STEPS steps, its workers holding once done so that the agent still serves
@@ -9,13 +12,14 @@ chorus_steps_total equals the steps run and chorus_step_seconds_count as many ob
 ranks' devices; the shares sum to the global batch; samples/s > 0; the loss, learning rate,
 memory (the budget of the 1 GiB rank) and all-reduce bytes of the job.
 
-Usage: prometheus_run_test.py --chorus BUILD/tools/chorus/chorus
+Usage: prometheus_run_test.py --chorus BUILD/tools/chorus/chorus [--launcher chorus|mpirun]
 Exit: 0 pass, 1 fail.
 """
 import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -85,25 +89,45 @@ class Prometheus:
         self.log.close()
 
 
-def start_job(chorus, workdir, hold):
+def start_job(chorus, workdir, hold, launcher):
     log = open(os.path.join(workdir, "run.log"), "w+")
-    process = subprocess.Popen(
-        [chorus, "run", "--devices", "cpu,cpu@0.5/1GiB", "--metrics-port", "0", "--",
-         sys.executable, os.path.join(HERE, "workers", "observed.py"), "--steps", str(STEPS),
-         "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--hold", hold,
-         "--pause", "0.01"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    program = [sys.executable, os.path.join(HERE, "workers", "observed.py"), "--steps", str(STEPS),
+               "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--hold", hold,
+               "--pause", "0.01"]
+    if launcher == "chorus":
+        command = [chorus, "run", "--devices", "cpu,cpu@0.5/1GiB", "--metrics-port", "0", "--",
+                   *program]
+        env = None
+    else:
+        # As a user starts it: the job's store and secret, the devices by local rank, the port.
+        secret = os.path.join(workdir, "job.secret")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CHORUS_", "OMPI_", "PMIX_", "SLURM_"))}
+        env.update(CHORUS_RDZV_ENDPOINT=f"127.0.0.1:{free_port()}", CHORUS_SECRET_FILE=secret,
+                   CHORUS_DEVICES="cpu,cpu@0.5/1GiB", CHORUS_METRICS_PORT="0")
+        command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                   "-np", "2"]
+        for name in ("CHORUS_RDZV_ENDPOINT", "CHORUS_SECRET_FILE", "CHORUS_DEVICES",
+                     "CHORUS_METRICS_PORT", "PYTHONPATH"):
+            command += ["-x", name]
+        command += program
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
 
     def announced_port():
         log.seek(0)
-        found = re.search(r"chorus run: metrics on http://[^:]+:(\d+)/metrics", log.read())
+        found = re.search(r"chorus(?: run)?: metrics (?:of node \d+ \(\w+\) )?"
+                          r"on http://[^:]+:(\d+)/metrics", log.read())
         if process.poll() is not None:
             log.seek(0)
-            raise Failure(f"chorus run exited with {process.returncode}:\n{log.read()}")
+            raise Failure(f"{launcher} exited with {process.returncode}:\n{log.read()}")
         return int(found.group(1)) if found else None
 
-    port = script_support.wait_for("chorus run to announce its metrics port", announced_port,
-                                   DEADLINE_S, give_up_on=(Failure,))
+    port = script_support.wait_for(f"{launcher}'s job to announce its metrics port",
+                                   announced_port, DEADLINE_S, give_up_on=(Failure,))
     return process, log, port
 
 
@@ -148,6 +172,7 @@ def check(prometheus):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--chorus", required=True)
+    parser.add_argument("--launcher", choices=["chorus", "mpirun"], default="chorus")
     args = parser.parse_args()
     if not shutil.which("prometheus"):
         print("FAIL: prometheus is not installed (scripts/setup installs it)")
@@ -156,20 +181,22 @@ def main():
     hold = os.path.join(workdir, "hold")
     job = log = prometheus = None
     try:
-        job, log, port = start_job(args.chorus, workdir, hold)
+        if args.launcher == "mpirun" and not shutil.which("mpirun"):
+            raise Failure("mpirun is not installed (scripts/setup installs Open MPI)")
+        job, log, port = start_job(args.chorus, workdir, hold, args.launcher)
         prometheus = Prometheus(workdir, f"127.0.0.1:{port}")
         check(prometheus)
         open(hold, "w").close()
         code = job.wait(timeout=DEADLINE_S)
         if code != 0:
-            raise Failure(f"chorus run exited with {code}")
+            raise Failure(f"{args.launcher} exited with {code}")
         print("PASS")
         return 0
     except Failure as failure:
         print(f"FAIL: {failure}")
         if log:
             log.seek(0)
-            print("chorus run's output (end):\n" + log.read()[-3000:])
+            print(f"{args.launcher}'s output (end):\n" + log.read()[-3000:])
         return 1
     finally:
         open(hold, "w").close()

@@ -7,7 +7,8 @@ loss, learning rate, memory, collective bytes); its merged trace has each rank's
 backward, bucket all-reduce, step figures and optimizer spans for the traced steps, and padding
 only on the emulated rank; each rank's part is written once its last traced step ended, or at
 its exit when the job ends within the range. Bad requests are refused before any worker starts,
-and the variables the agent sets are refused in a process another launcher started.
+and the agent's socket variable is refused in a process another launcher started (where the user's
+CHORUS_METRICS_PORT and CHORUS_TRACE are served by the job itself: test_observe_launchers.py).
 """
 
 import json
@@ -220,10 +221,11 @@ def test_a_trace_the_job_ends_within_is_written_at_exit(tmp_path):
         assert {e["args"]["step"] for e in spans if e["args"]["rank"] == rank} == {5, 6, 7}
 
 
-def run_refused(marker, *options):
+def run_refused(marker, *options, env=None):
     """`chorus run` of a worker that would leave `marker` behind, were it started."""
     return subprocess.run([cli(), "run", "--devices", "cpu", *options, "--", "touch",
-                           str(marker)], capture_output=True, text=True, timeout=60)
+                           str(marker)], capture_output=True, text=True, timeout=60,
+                          env=None if env is None else dict(os.environ, **env))
 
 
 def test_bad_requests_are_refused_before_any_worker(tmp_path):
@@ -239,6 +241,13 @@ def test_bad_requests_are_refused_before_any_worker(tmp_path):
         busy.listen()
         taken = run_refused(marker, "--metrics-port", str(busy.getsockname()[1]))
     assert taken.returncode == 2 and "cannot listen" in taken.stderr, taken.stderr
+    # The variables a user sets for mpirun or srun (test_observe_launchers.py) would reach the
+    # workers, where no one merges or serves them: chorus run's options say it.
+    for name, value in (("CHORUS_TRACE", str(tmp_path / "t.json")), ("CHORUS_METRICS_PORT", "0")):
+        exported = run_refused(marker, env={name: value})
+        assert exported.returncode == 2, exported.stderr
+        assert f"{name}={value} is set in chorus run's environment" in exported.stderr, (
+            exported.stderr)
     assert not marker.exists()
     # The same command with a request that can be served does start the worker.
     served = run_refused(marker, "--trace", str(tmp_path / "t.json"))
@@ -246,9 +255,10 @@ def test_bad_requests_are_refused_before_any_worker(tmp_path):
     assert "no worker recorded a step" in served.stdout, served.stdout
 
 
-def test_the_agents_variables_are_refused_under_another_launcher(tmp_path):
+def test_the_agents_socket_is_refused_under_another_launcher(tmp_path):
+    # CHORUS_TRACE and CHORUS_METRICS_PORT are the user's there (test_observe_launchers.py).
     environment = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1",
                    "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
-                   "CHORUS_TRACE": str(tmp_path / "trace.json")}
+                   "CHORUS_METRICS_SOCKET": str(tmp_path / "socket")}
     with pytest.raises(chorus.ConfigError, match="started by mpirun: no chorus agent"):
         chorus.init(environment=environment)

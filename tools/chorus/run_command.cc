@@ -12,6 +12,7 @@
 #include "chorus/observe/run_observe.h"
 #include "chorus/runtime/launch/agent.h"
 #include "chorus/runtime/launch/host_launch.h"
+#include "chorus/runtime/launch/identity.h"
 #include "commands.h"
 #include "host_list.h"
 
@@ -44,6 +45,18 @@ std::vector<std::string> RunObserveArgs::forwarded() const {
 // the trace not written.
 std::unique_ptr<observe::NodeMonitor> startRunObservation(const RunObserveArgs& args,
                                                           runtime::AgentOptions& agent) {
+  // The variables a user sets for a job without an agent (mpirun, srun: run_observe.h) would
+  // reach the workers, where nobody serves or merges them: the options say it here.
+  const runtime::Environment environment = runtime::processEnvironment();
+  for (const char* name : {observe::kMetricsPortVariable, observe::kTraceVariable,
+                           observe::kTraceStepsVariable, observe::kMetricsSocketVariable}) {
+    const auto found = environment.find(name);
+    CHORUS_CHECK_CONFIG(found == environment.end() || found->second.empty(), name, "=",
+                        found->second,
+                        " is set in chorus run's environment, for a job that another launcher "
+                        "starts; chorus run's agent serves and merges what --metrics-port, "
+                        "--trace and --trace-steps ask: give those instead, and unset it");
+  }
   observe::ObserveRequest request;
   if (!args.trace.empty()) {
     request.trace = args.trace;
