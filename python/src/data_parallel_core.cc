@@ -8,7 +8,9 @@
 #include <numeric>
 
 #include "chorus/core/error.h"
+#include "chorus/core/logging.h"
 #include "chorus/plan/survivors.h"
+#include "chorus/runtime/train/gradient_path.h"
 #include "chorus/runtime/train/step_figures.h"
 #include "step_observer.h"
 
@@ -33,6 +35,11 @@ void checkOptions(const DataParallelOptions& options, int world) {
   CHORUS_CHECK_CONFIG(options.bucket_cap_mb > 0, "bucket_cap_mb must be positive, got ",
                       options.bucket_cap_mb);
   checkZeroOptions(options.zero, world);
+  CHORUS_CHECK_CONFIG(options.zero.stage < 2 || options.algorithm == AllReduceAlgorithm::kFlat,
+                      "ZeRO stage ", options.zero.stage,
+                      " reduce-scatters the gradients flat; "
+                      "algorithm ",
+                      toString(options.algorithm), " takes stage 0 or 1");
   if (options.shares.empty()) return;
   CHORUS_CHECK_CONFIG(static_cast<int>(options.shares.size()) == world, "shares has ",
                       options.shares.size(), " entries for ", world, " ranks");
@@ -79,6 +86,10 @@ parallel::ReducerOptions DataParallelCore::reducerOptions() {
   reducer.bucket_bytes = static_cast<std::int64_t>(options_.bucket_cap_mb * (1 << 20));
   reducer.first_bucket_bytes = std::min(reducer.first_bucket_bytes, reducer.bucket_bytes);
   reducer.overlap = options_.overlap;
+  // Collective: as chorus train, a module on a GPU reduces on the device through NCCL where one
+  // native collective spans the world, and in host memory (or bridged) beside unlike ranks.
+  const std::string path = runtime::chooseGradientPath(*worker_, options_.algorithm, reducer);
+  if (!path.empty() && rank() == 0) logInfo("gradient all-reduce: ", path);
   // An emulated device holds each bucket back when backward finishes it, noting how far the
   // phase's compute had got; endPhase() launches it when the slower device would have got there
   // (docs/architecture.md, "Emulated heterogeneity"). This object outlives the reducer it owns.
@@ -104,7 +115,9 @@ std::int64_t DataParallelCore::localShare() const { return shares()[rank()]; }
 void DataParallelCore::broadcastFromRankZero(std::vector<at::Tensor> tensors) {
   for (at::Tensor& tensor : tensors) {
     at::NoGradGuard no_grad;
-    at::Tensor flat = tensor.detach().contiguous();
+    // Through host memory: ranks of unlike devices (a GPU beside CPU ranks) share no device
+    // collective, and this runs once, before the first step.
+    at::Tensor flat = tensor.detach().to(at::kCPU).contiguous();
     worker_->world()->broadcast(flat, 0).wait();
     if (!flat.is_same(tensor)) tensor.detach().copy_(flat);
   }

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "chorus/core/collective_kinds.h"
 #include "chorus/device/speed_emulator.h"
 #include "chorus/observe/run_observe.h"
 #include "chorus/observe/trace_recorder.h"
@@ -53,6 +54,11 @@ struct DataParallelOptions {
   double bucket_cap_mb = 25;
   // Launch bucket all-reduces during backward. Default: true.
   bool overlap = true;
+  // The gradient all-reduce over groups of ranks by host and device vendor, as chorus train's
+  // comm.algorithm (runtime/train/gradient_path.h): kFlat keeps the buckets on the device where
+  // one native collective spans the world (NCCL between GPUs of one vendor), in host memory
+  // otherwise; the others bridge unlike groups through host memory. Default: kFlat.
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kFlat;
   // ZeRO's stage and shards (zero_core.h). Default: stage 0, replicated.
   ZeroOptions zero;
   // What `chorus run --metrics-port/--trace` asks of this rank (read by chorus.init from the

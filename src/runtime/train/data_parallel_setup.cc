@@ -2,20 +2,17 @@
 // rank's precision and loss scaler, the balancer's start, and the micro-batch a memory budget
 // allows by the job's memory model.
 #include <ATen/ATen.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 
-#include "chorus/comm/hierarchical_all_reduce.h"
-#include "chorus/comm/topology.h"
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/core/units.h"
-#include "chorus/device/discovery.h"
 #include "chorus/device/memory_budget.h"
 #include "chorus/runtime/job/job_plan.h"
 #include "chorus/runtime/job/memory_calibration.h"
+#include "chorus/runtime/train/gradient_path.h"
 #include "job/balancer_settings.h"
 #include "job/job_sections.h"
 #include "train/data_parallel_engine.h"
@@ -23,19 +20,6 @@
 
 namespace chorus::runtime {
 namespace {
-
-// What this rank tells the others for the gradient topology: its host, its device's vendor and,
-// for a GPU, which card (ranks sharing one cannot share a NCCL communicator), by its PCI address:
-// tasks given one GPU each all call theirs cuda:0.
-comm::RankDescriptor rankDescriptor(const WorkerIdentity& identity) {
-  comm::RankDescriptor self;
-  self.host_id = identity.host_id;
-  if (identity.device.kind == DeviceKind::kCuda) {
-    self.vendor = at::detail::getCUDAHooks().hasROCM() ? "amd" : "nvidia";
-    self.device = device::physicalGpuId(identity.device.index);
-  }
-  return self;
-}
 
 // The parameter indices (into `parameters`, the model's) of each layer of `model`.
 std::vector<std::vector<int>> layerIndices(const model::ZooModel& model,
@@ -82,12 +66,7 @@ std::int64_t planMicroBatch(const plan::Plan& plan, const JobConfig& job, int ra
 
 }  // namespace
 
-// Buckets, and the topology-aware path. The ranks are grouped by host and device vendor
-// (collective: one exchange of descriptors). Under comm.algorithm = "flat", a world that no native
-// collective spans (CUDA beside CPU ranks, ranks sharing a GPU) keeps its buckets in host memory,
-// a native one on the device; every other algorithm runs a hierarchical all-reduce over the
-// groups, which bridges them through host memory where the devices differ, and the buckets stay
-// on the device.
+// Buckets, the path over the job's devices (gradient_path.h: collective) and the codec.
 parallel::ReducerOptions DataParallelEngine::reducerOptions() {
   parallel::ReducerOptions options = reducerBuckets(comm_);
   options.skip_alone = !job_.elastic.enabled;
@@ -99,23 +78,8 @@ parallel::ReducerOptions DataParallelEngine::reducerOptions() {
     held_at_.push_back(phase_->computeSoFar());
     return true;
   };
-  auto topology = comm::Topology::discover(*worker_->world(), rankDescriptor(worker_->identity()),
-                                           comm::GroupBy::kHostAndVendor);
-  if (comm_.algorithm == AllReduceAlgorithm::kFlat) {
-    options.device_buckets = topology.native();
-    if (!topology.native() && worker_->rank() == 0)
-      logInfo("gradient all-reduce: flat, in host memory (", topology.describe(), ")");
-  } else {
-    options.device_buckets = true;
-    comm::HierarchicalOptions hierarchical;
-    hierarchical.algorithm = comm_.algorithm;
-    const std::string described = topology.describe();
-    options.hierarchical = std::make_shared<comm::HierarchicalAllReduce>(
-        worker_->world(), std::move(topology), hierarchical);
-    if (worker_->rank() == 0)
-      logInfo("gradient all-reduce: ", toString(comm_.algorithm), " over ", described,
-              " (rank 0: ", options.hierarchical->describeTransports(), ")");
-  }
+  const std::string path = chooseGradientPath(*worker_, comm_.algorithm, options);
+  if (!path.empty() && worker_->rank() == 0) logInfo("gradient all-reduce: ", path);
   codec_ = planCodec(comm_);
   options.codec = codec_;
   return options;
