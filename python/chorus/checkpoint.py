@@ -16,9 +16,29 @@ Under ZeRO (``DataParallel(zero=...)``) the file is the same: the model whole (s
 it for the save) and the optimizer's state consolidated from every rank's slice into the state
 dict it would have without ZeRO (python/chorus/zero.py), so a job of any stage, shards or world
 size loads it and cuts it into its own slices.
+
+The file is a ``torch.save`` of a dict that libtorch's C++ unpickler reads too, so that ``chorus
+checkpoint consolidate FILE`` (src/runtime/checkpoint/python_checkpoint.cc) writes its model as
+one model.pt without Python. libtorch reads only some of what Python pickles: it refuses the
+whole file over one int beyond 32 bits (every ``random.getstate()`` holds some), a set, bytes, a
+complex, a dtype, a sparse tensor or an instance of a class, and reads an ``OrderedDict`` as
+None. So the outer dict holds only::
+
+    "chorus":  {"format": "chorus-python-checkpoint/1"}
+    "model":   {name: tensor}  (the state dict's dense tensors; only when a model was saved)
+    "model_python_only": [name, ...]  (its other entries: non-tensors such as extra states,
+                                        sparse or quantized tensors; stored in "python")
+    "python":  uint8 tensor, the ``torch.save`` bytes of everything else: chorus's own state,
+               ``extra``, the optimizer's, the scaler's, the model's other entries, its key order
+               and ``_metadata``
+
+and ``chorus.load`` puts the two back together. It also reads files of the earlier layout (one
+dict of "chorus", "extra", "model", "optimizer", "scaler"), which libtorch could not.
 """
 
+import collections
 import contextlib
+import ctypes
 import hashlib
 import io
 import os
@@ -88,8 +108,11 @@ def save(path, model=None, optimizer=None, scaler=None, sampler=None, extra=None
     entries = {"chorus": state_dict(sampler, ctx), "extra": extra}
     if model is not None:
         with _zero_gathered(dp):  # stage 3: the parameters' values exist only inside
-            entries["model"] = {key: value.clone() if dp is not None and dp.zero_stage == 3
-                                else value for key, value in model.state_dict().items()}
+            state = model.state_dict()
+            entries["model"] = collections.OrderedDict(
+                (key, value.clone() if dp is not None and dp.zero_stage == 3 else value)
+                for key, value in state.items())
+            entries["model"]._metadata = getattr(state, "_metadata", None)
     if optimizer is not None:
         entries["optimizer"] = (_zero.full_state_dict(dp, optimizer, ctx)
                                 if dp is not None and dp.zero_stage > 0
@@ -98,7 +121,7 @@ def save(path, model=None, optimizer=None, scaler=None, sampler=None, extra=None
         entries["scaler"] = scaler.state_dict()
     if ctx.rank == 0:
         buffer = io.BytesIO()
-        torch.save(entries, buffer)
+        torch.save(_outer(entries), buffer)
         data = buffer.getvalue()
         _write_atomically(path, data)
         _write_atomically(path + ".sha256", hashlib.sha256(data).hexdigest().encode())
@@ -119,6 +142,8 @@ def load(path, model=None, optimizer=None, scaler=None, sampler=None, context=No
         raise CheckpointError(f"checkpoint {path} is damaged: its SHA-256 does not match "
                               f"{path}.sha256")
     entries = torch.load(io.BytesIO(data), weights_only=False)
+    if "python" in entries:  # this version's layout (see the module's note); else the earlier one
+        entries = _inner(entries)
     for name, obj in (("model", model), ("optimizer", optimizer), ("scaler", scaler)):
         if obj is not None and name not in entries:
             raise CheckpointError(f"checkpoint {path} holds no {name} state")
@@ -138,6 +163,50 @@ def load(path, model=None, optimizer=None, scaler=None, sampler=None, context=No
         scaler.load_state_dict(entries["scaler"])
     load_state_dict(entries["chorus"], sampler, ctx)
     return entries.get("extra")
+
+
+def _libtorch_reads(value):
+    """Whether libtorch's unpickler reads this state dict entry as the tensor it is."""
+    return (type(value) in (torch.Tensor, torch.nn.Parameter) and value.layout == torch.strided
+            and not value.is_quantized)
+
+
+def _outer(entries):
+    """The dict chorus.save pickles, from the entries chorus.load returns (module's note)."""
+    rest = {key: value for key, value in entries.items() if key != "model"}
+    outer = {"chorus": {"format": _FORMAT}}
+    if "model" in entries:
+        state = entries["model"]
+        outer["model"] = {key: value for key, value in state.items() if _libtorch_reads(value)}
+        outer["model_python_only"] = [key for key in state if key not in outer["model"]]
+        rest["model_objects"] = {key: state[key] for key in outer["model_python_only"]}
+        rest["model_order"] = list(state)
+        rest["model_metadata"] = getattr(state, "_metadata", None)
+    buffer = io.BytesIO()
+    torch.save(rest, buffer)
+    outer["python"] = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+    return outer
+
+
+def _inner(outer):
+    """The entries of chorus.save's dict put back together (the inverse of _outer)."""
+    if outer.get("chorus", {}).get("format") != _FORMAT:
+        raise CheckpointError(f"not a chorus checkpoint (format "
+                              f"{outer.get('chorus', {}).get('format')!r})")
+    blob = outer["python"].contiguous()
+    # ctypes, not bytes(blob.untyped_storage()): that takes 98 s for 50 MB (torch 2.15).
+    entries = torch.load(io.BytesIO(ctypes.string_at(blob.data_ptr(), blob.numel())),
+                         weights_only=False)
+    if "model" in outer:
+        objects = entries.pop("model_objects")
+        state = collections.OrderedDict(
+            (key, outer["model"][key] if key in outer["model"] else objects[key])
+            for key in entries.pop("model_order"))
+        metadata = entries.pop("model_metadata")
+        if metadata is not None:
+            state._metadata = metadata
+        entries["model"] = state
+    return entries
 
 
 def _zero_gathered(dp):

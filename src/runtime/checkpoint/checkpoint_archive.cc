@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 
 #include <algorithm>
 #include <array>
@@ -157,6 +158,24 @@ class ArchiveBytesAdapter final : public caffe2::serialize::ReadAdapterInterface
   const ArchiveBytes& bytes_;
 };
 
+// Before libtorch reads them, the zip directory is checked for the sizes it announces
+// (zip_records.h), and every pickle of the archive is walked for the lengths it announces and
+// followed for the storages it declares (pickle_storages.h). libtorch reads it without its debug
+// records (ArchiveBytes).
+void checkArchive(caffe2::serialize::PyTorchStreamReader& reader) {
+  const RecordSizeLookup record_size = [&reader](const std::string& name) {
+    return reader.hasRecord(name) ? std::optional<std::uint64_t>(reader.getRecordSize(name))
+                                  : std::nullopt;
+  };
+  for (const std::string& record : reader.getAllRecords()) {
+    if (!isPickleRecord(record)) continue;
+    auto [data, size] = reader.getRecord(record);
+    const auto* pickle = static_cast<const std::uint8_t*>(data.get());
+    checkPickleLengths(record, pickle, size);
+    checkPickleStorages(record, {reinterpret_cast<const char*>(pickle), size}, record_size);
+  }
+}
+
 }  // namespace
 
 std::string rankFile(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
@@ -167,33 +186,33 @@ std::string archiveBytes(torch::serialize::OutputArchive& archive) {
   return out.str();
 }
 
-// Before libtorch reads them, the zip directory is checked for the sizes it announces
-// (zip_records.h), and every pickle of the archive is walked for the lengths it announces and
-// followed for the storages it declares (pickle_storages.h). libtorch reads it without its debug
-// records (ArchiveBytes).
 torch::serialize::InputArchive archiveOf(const std::string& bytes) {
   checkZipRecordSizes(bytes);
   const ArchiveBytes archive_bytes(bytes);
   {
     caffe2::serialize::PyTorchStreamReader reader(
         std::make_shared<ArchiveBytesAdapter>(archive_bytes));
-    const RecordSizeLookup record_size = [&reader](const std::string& name) {
-      return reader.hasRecord(name) ? std::optional<std::uint64_t>(reader.getRecordSize(name))
-                                    : std::nullopt;
-    };
-    for (const std::string& record : reader.getAllRecords()) {
-      if (!isPickleRecord(record)) continue;
-      auto [data, size] = reader.getRecord(record);
-      const auto* pickle = static_cast<const std::uint8_t*>(data.get());
-      checkPickleLengths(record, pickle, size);
-      checkPickleStorages(record, {reinterpret_cast<const char*>(pickle), size}, record_size);
-    }
+    checkArchive(reader);
   }
   torch::serialize::InputArchive archive;
   archive.load_from([&archive_bytes](std::uint64_t pos, void* buf,
                                      std::size_t n) { return archive_bytes.read(pos, buf, n); },
                     [&archive_bytes] { return archive_bytes.size(); });
   return archive;
+}
+
+// As torch::pickle_load reads it ("data.pkl", its storages under "data/"), after the same checks
+// as archiveOf and through the same ArchiveBytes; every storage is read onto the CPU.
+c10::IValue pickledValueOf(const std::string& bytes) {
+  checkZipRecordSizes(bytes);
+  const ArchiveBytes archive_bytes(bytes);
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_shared<ArchiveBytesAdapter>(archive_bytes));
+  checkArchive(reader);
+  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                           /*type_resolver=*/std::nullopt,
+                                           /*obj_loader=*/std::nullopt, at::Device(at::kCPU),
+                                           reader);
 }
 
 at::Tensor generatorState(at::Generator generator) {

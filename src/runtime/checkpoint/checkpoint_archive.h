@@ -4,6 +4,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -20,8 +21,13 @@ namespace chorus::runtime {
 std::string rankFile(int rank);
 // The archive serialized to bytes (libtorch's zip format).
 std::string archiveBytes(torch::serialize::OutputArchive& archive);
-// An archive read from bytes.
+// An archive read from bytes. Throws CheckpointError where the archive announces sizes it does
+// not hold (checked before libtorch reads it; see checkpoint_archive.cc), and what libtorch
+// throws where it refuses the archive.
 torch::serialize::InputArchive archiveOf(const std::string& bytes);
+// The value a torch.save file (Python's, or torch::pickle_save's) holds, read by libtorch's
+// unpickler after archiveOf's checks, its tensors on the CPU. Throws as archiveOf does.
+c10::IValue pickledValueOf(const std::string& bytes);
 // A generator's state, and restoring it (under the generator's lock).
 at::Tensor generatorState(at::Generator generator);
 void setGeneratorState(at::Generator generator, const at::Tensor& state);

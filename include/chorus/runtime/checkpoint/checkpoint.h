@@ -117,6 +117,17 @@ void verifyCheckpoint(const std::string& checkpoint_dir);
 // no config). Returns the number of parameters (tensors) written. Throws CheckpointError when the
 // checkpoint is damaged or holds no whole data-parallel model (a pipeline's, local SGD's).
 std::int64_t consolidateCheckpoint(const std::string& checkpoint_dir, const std::string& out);
+// The same for a checkpoint of the Python front: one file that chorus.save wrote, with its
+// SHA-256 in `file`.sha256 (python/chorus/checkpoint.py). Its "model" entry (the state dict's
+// tensors by name, gathered whole under ZeRO) is written to `out` as consolidateCheckpoint writes
+// model.pt; state dict entries that are no tensor libtorch reads are left out, with a warning.
+// Returns the number of tensors written. Throws CheckpointError when the checksum is missing or
+// does not match, when the file is damaged or forged, of another format or of the layout before
+// this one (which libtorch cannot read: chorus.load still reads it), or holds no model.
+std::int64_t consolidatePythonCheckpoint(const std::string& file, const std::string& out);
+// Whether `path` names a checkpoint file, as chorus.save writes (a regular file), rather than a
+// checkpoint directory or root.
+bool isPythonCheckpointFile(const std::string& path);
 // Complete checkpoints under `root` (names step-*), newest first.
 std::vector<std::string> listCheckpoints(const std::string& root);
 // What `--resume WHAT` means: "latest" → the checkpoint `root`/latest names, or, when that is
