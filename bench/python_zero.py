@@ -22,6 +22,8 @@ bytes held for parameters, gradients, master slices and optimizer state at the s
 step and, for chorus, right after its backward (python_zero_worker.held_bytes); the load average
 before and after.
 
+The chorus binary and the build tree's `chorus` package are copied once, before the first round,
+and every round runs the copies (a rebuild of the shared build tree meanwhile changes nothing).
 Writes bench/results/python_zero_<date>.json.
 
     python3 bench/python_zero.py [--rounds 4] [--steps 30] [--warmup 5]   # ~8 min on 2 cores
@@ -32,6 +34,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -142,6 +145,17 @@ def file_digest(path):
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
+def snapshot_of(args):
+    """The copied binary's version and digests of what the workers import."""
+    version = subprocess.run([args.chorus, "--version"], capture_output=True, text=True)
+    package = os.path.join(args.pythonpath, "chorus")
+    return {"version": (version.stdout or version.stderr).strip(),
+            "binary_sha256_16": file_digest(args.chorus),
+            "python_package_sha256_16": {name: file_digest(os.path.join(package, name))
+                                         for name in sorted(os.listdir(package))
+                                         if os.path.isfile(os.path.join(package, name))}}
+
+
 def cpu_model():
     with open("/proc/cpuinfo") as info:
         for line in info:
@@ -174,9 +188,24 @@ def main():
         args.out = os.path.join(ROOT, "bench", "results",
                                 f"python_zero_{started.date().isoformat()}.json")
     runs = PY_RUNS + TORCH_RUNS
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "bench",
+                            "python"], capture_output=True, text=True).stdout.strip()
     load_before = os.getloadavg()
     rounds = []
     with tempfile.TemporaryDirectory() as workdir:
+        # The binary and package every round runs: copies, so that a rebuild of the build tree
+        # while the benchmark runs (others share the checkout) changes nothing under it.
+        built = {"built_binary": args.chorus, "built_python": args.pythonpath,
+                 "built_binary_mtime": datetime.datetime.fromtimestamp(
+                     os.path.getmtime(args.chorus), datetime.timezone.utc).isoformat()}
+        args.chorus = shutil.copy2(args.chorus, os.path.join(workdir, "chorus"))
+        args.pythonpath = os.path.join(workdir, "python")
+        shutil.copytree(os.path.join(built["built_python"], "chorus"),
+                        os.path.join(args.pythonpath, "chorus"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        snapshot = snapshot_of(args)
         for index in range(args.rounds):
             order = runs[index % len(runs):] + runs[:index % len(runs)]
             measured = {run: run_once(args, run, workdir, index) for run in order}
@@ -196,6 +225,9 @@ def main():
             "peak_rss_mib_per_rank_median": [
                 statistics.median(m["ranks"][k]["peak_rss_kib"] / 1024 for m in of)
                 for k in range(WORLD)],
+            # What training added to each rank's RSS: peak less the RSS before the first step.
+            "max_rss_growth_mib": spread([max(r["peak_rss_kib"] - r["rss_before_kib"]
+                                              for r in m["ranks"]) / 1024 for m in of]),
             "held_bytes_per_rank": [of[0]["ranks"][k]["held_bytes"] for k in range(WORLD)],
             "held_bytes_after_backward_per_rank": [
                 of[0]["ranks"][k]["held_bytes_after_backward"] for k in range(WORLD)],
@@ -204,17 +236,9 @@ def main():
                 for m in of for k in range(WORLD)
                 for key in ("held_bytes", "held_bytes_after_backward")),
             "loadavg_1min_before": spread([m["loadavg_before"][0] for m in of])}
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "bench",
-                            "python"], capture_output=True, text=True).stdout.strip()
-    version = subprocess.run([args.chorus, "--version"], capture_output=True, text=True)
     import warnings  # noqa: PLC0415
     warnings.filterwarnings("ignore", message=".*NumPy.*")
     import torch  # noqa: PLC0415  (only its version, after the runs)
-    package = os.path.join(args.pythonpath, "chorus")  # what the workers imported
-    extension = [os.path.join(package, name) for name in sorted(os.listdir(package))
-                 if os.path.isfile(os.path.join(package, name))]
     result = {
         "benchmark": "python_zero",
         "date": started.isoformat(timespec="seconds"),
@@ -226,13 +250,12 @@ def main():
                     "note": "2 vCPUs shared with a low-priority build running in the background"},
         "git_commit": commit,
         "uncommitted_in_bench_or_python": dirty.splitlines(),
-        "chorus": {"binary": args.chorus, "version": (version.stdout or version.stderr).strip(),
-                   "binary_sha256_16": file_digest(args.chorus),
-                   "python_package_sha256_16": {os.path.basename(p): file_digest(p)
-                                                  for p in extension}},
-        "environment": {"GLIBC_TUNABLES": CHORUS_MALLOC, "PYTHONPATH": args.pythonpath,
+        "chorus": dict(built, **snapshot),
+        "environment": {"GLIBC_TUNABLES": CHORUS_MALLOC,
+                        "PYTHONPATH": "a copy of " + built["built_python"],
                         "threads_per_process": 1, "transport": "chorus: shm; torch: gloo"},
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "settings": {k: v for k, v in vars(args).items()
+                     if k not in ("out", "chorus", "pythonpath")},
         "model": "zoo gpt defaults (bench/gpt_torch.py): vocab 96, 4 layers, width 128, 4 heads, "
                  "context 64 (826k parameters); AdamW, lr 0.001, warm-up 20, cosine to 0.1",
         "runs": {"py-N": "chorus.DataParallel(zero=N, shards='even', balance='fixed') under "
