@@ -41,6 +41,10 @@ DEBIAN_PACKAGES = [
     "libprometheus-cpp-push1.0", "libcivetweb-dev", "libcivetweb1", "civetweb", "libcurl4-openssl-dev",
     "libcurl4", "libhiredis-dev", "libibverbs-dev",
 ]
+# pytest and what it imports, pure Python: the Python front's GPU tests (tests/python/test_gpu.py)
+# run under it, and a GPU image need not have it. Unpacked into .gpu-deps/python, which
+# scripts/gpu-check appends to PYTHONPATH (the machine's own packages come first).
+PYTHON_PACKAGES = ["pytest", "pluggy", "iniconfig", "packaging"]
 TORCH_VERSION = "2.11.0"
 # The parts of the wheel a C++ build reads: headers, libraries, CMake package files.
 TORCH_PARTS = ("torch/include/", "torch/lib/", "torch/share/")
@@ -77,6 +81,7 @@ def debian_packages():
     if not os.path.exists(TEXT):
         sys.exit(f"gpu-check: {TEXT} is missing (the precision check trains on it): run "
                  "scripts/setup")
+    python_packages()
     os.makedirs(os.path.join(DEPS, "data"))
     shutil.copy(TEXT, os.path.join(DEPS, "data"))
     size = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(DEPS) for f in files)
@@ -194,6 +199,20 @@ def finish(build, result, ok):
     if not ok and result.get("output"):
         print(result["output"][-3000:], flush=True)
     return ok
+
+
+def python_packages():
+    """Downloads PYTHON_PACKAGES' wheels (pure Python, no dependencies beyond each other) and
+    unpacks them into .gpu-deps/python."""
+    scratch = tempfile.mkdtemp(prefix="gpu-deps-python.")
+    code, output = run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--only-binary", ":all:", "-d", scratch] + PYTHON_PACKAGES)
+    if code != 0:
+        sys.exit(f"gpu-check: pip download of {PYTHON_PACKAGES} failed:\n{output[-2000:]}")
+    for wheel in sorted(glob.glob(os.path.join(scratch, "*.whl"))):
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(os.path.join(DEPS, "python"))
+    shutil.rmtree(scratch)
 
 
 def prepare(torch_check_version=TORCH_VERSION):

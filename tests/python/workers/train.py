@@ -4,11 +4,14 @@
                     [--save-at S] [--resume] [--die-at S --die-rank R --die-how kill|stall]
                     [--overflow-at S --overflow-rank R] [--dropout P] [--model mlp|cnn]
                     [--zero 0|1|2|3 --shards memory|even|0.2,0.3,0.5] [--optimizer sgd|adamw]
+                    [--on-device] [--amp bf16|fp16]
 
 Trains a small model on synthetic data (seeded) with chorus.DataParallel, ShardSampler and
 chorus.step, plain SGD, and writes OUT_DIR/rank<R>.pt with the final parameters, the shares and
 losses of every step. The data and initial model depend only on the seeds, so the test can
-replay the same global batches in one process and compare.
+replay the same global batches in one process and compare. --on-device puts the model and each
+batch on the rank's device (`chorus run --devices cuda:0,cpu`: a CUDA module beside a CPU one);
+--amp runs forward under torch.autocast on that device (fp16 with a GradScaler).
 """
 
 import argparse
@@ -75,6 +78,8 @@ def main():
     parser.add_argument("--zero", type=int, default=0)
     parser.add_argument("--shards", default="")
     parser.add_argument("--optimizer", default="sgd")
+    parser.add_argument("--on-device", action="store_true")
+    parser.add_argument("--amp", default="", choices=["", "bf16", "fp16"])
     args = parser.parse_args()
 
     # The launcher stops every worker (SIGTERM) when one dies; the failure tests want to see what
@@ -89,7 +94,9 @@ def main():
     if args.shards:
         zero_shards = (args.shards if args.shards in ("memory", "even")
                        else [float(f) for f in args.shards.split(",")])
-    model = chorus.DataParallel(make_model(args.model, args.dropout), global_batch=args.global_batch,
+    device = ctx.device if args.on_device else torch.device("cpu")
+    model = chorus.DataParallel(make_model(args.model, args.dropout).to(device),
+                                global_batch=args.global_batch,
                                 balance=args.balance, shares=shares, zero=args.zero,
                                 shards=zero_shards)
     optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr, args.momentum)
@@ -98,7 +105,10 @@ def main():
     # (each epoch, and at a resume), which would shift the dropout masks of a resumed job.
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler,
                                          generator=torch.Generator().manual_seed(0))
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if args.overflow_at >= 0 else None
+    scaler = None
+    if args.overflow_at >= 0 or args.amp == "fp16":
+        scaler = torch.amp.GradScaler(device.type, init_scale=1024.0)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     checkpoint = os.path.join(args.out, "checkpoint.pt")
     torch.manual_seed(100 + ctx.rank)  # dropout differs by rank; a resume restores each RNG
     if args.resume:
@@ -113,7 +123,9 @@ def main():
                 if args.die_how == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
                 time.sleep(3600)  # stall: never arrive
-            loss = F.cross_entropy(model(inputs), targets, reduction="sum")
+            inputs, targets = inputs.to(device), targets.to(device)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss = F.cross_entropy(model(inputs), targets, reduction="sum")
             if step == args.overflow_at and ctx.rank == args.overflow_rank:
                 loss = loss * float("inf")
             try:
@@ -146,7 +158,7 @@ def main():
     # ZeRO-3 keeps no parameter values between steps: bytes held now, then gathered to read.
     record["parameter_bytes"] = sum(p.untyped_storage().nbytes() for p in model.parameters())
     with model.gathered():
-        record["parameters"] = [p.detach().clone() for p in model.module.parameters()]
+        record["parameters"] = [p.detach().cpu().clone() for p in model.module.parameters()]
     record["shard_bounds"] = model.shard_bounds
     record["shard_fractions"] = model.shard_fractions
     record["optimizer_elements"] = sum(t.numel() for state in optimizer.state.values()
