@@ -28,11 +28,14 @@ def _keep_workers_in_child():
     # A forked child (a DataLoader worker) has none of the parent's threads: destroying a C++
     # worker there, when the garbage collector frees a context the parent had dropped, would wait
     # forever for the communicator's threads. The child keeps them all until it exits.
-    # The same for an elastic membership, whose monitor thread the child does not have either.
+    # The same for an elastic membership, whose monitor thread the child does not have either, and
+    # for a node's metrics monitor (CHORUS_METRICS_PORT), whose server and receiver threads too.
     for context in list(_live):
         _kept_in_child.append(context.worker)
         if context._elastic is not None:
             _kept_in_child.append(context._elastic)
+        if context._observation is not None:
+            _kept_in_child.append(context._observation)
 
 
 os.register_at_fork(after_in_child=_keep_workers_in_child)

@@ -8,7 +8,8 @@ the trace and no part is left. The same over two hosts as mpirun lays them out (
 localhost:2,fakehost2:2`, a stand-in for ssh starting the second host's daemon here, each host
 given its own CHORUS_HOST_ID): each host's first rank serves its own two ranks under its own node
 index, and the trace holds all four ranks and both nodes. Under torchrun (which names the node)
-the same on one node. Refused: a busy port (on every rank of the node, at once), the agent's
+the same on one node; and a process started by hand (with DataLoader worker processes) serves
+its own. Refused: a busy port (on every rank of the node, at once), the agent's
 socket variable without an agent, CHORUS_METRICS_PORT under `chorus run`.
 """
 
@@ -188,7 +189,8 @@ def check_spans(spans, ranks, steps):
         assert {e["args"]["step"] for e in mine} == set(steps), (rank, mine[:3])
         names = {e["name"] for e in mine}
         assert {"forward", "backward", "step figures", "optimizer"} <= names, names
-        assert any(n.startswith("all_reduce bucket") for n in names), names
+        if len(ranks) > 1:  # a job of one reduces nothing
+            assert any(n.startswith("all_reduce bucket") for n in names), names
     assert {e["args"]["rank"] for e in spans} == set(ranks)
 
 
@@ -292,6 +294,44 @@ def test_a_torchrun_job_serves_its_metrics_and_merges_its_trace(tmp_path):
     assert f"chorus: wrote the timeline of 2 ranks to {trace}" in job.output(), job.output()
     spans, _ = trace_spans(trace)
     check_spans(spans, [0, 1], [0, 1])
+
+
+BY_HAND = """
+import urllib.request
+import torch
+import chorus
+ctx = chorus.init()
+data = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randint(0, 3, (256,)))
+model = chorus.DataParallel(torch.nn.Linear(8, 3), global_batch=32)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+sampler = chorus.ShardSampler(data, global_batch=32)
+# Forked loader processes: they must keep the parent's monitor, whose threads they lack.
+for inputs, targets in torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=2):
+    loss = torch.nn.functional.cross_entropy(model(inputs), targets, reduction="sum")
+    loss.backward()
+    chorus.step(optimizer, loss=loss)
+url = f"http://127.0.0.1:{ctx._observation.port}/metrics"
+print("steps:", [line for line in urllib.request.urlopen(url).read().decode().splitlines()
+                 if line.startswith("chorus_steps_total")])
+"""
+
+
+def test_a_process_started_by_hand_serves_its_own_metrics_and_trace(tmp_path):
+    trace = tmp_path / "trace.json"
+    script = tmp_path / "by_hand.py"
+    script.write_text(BY_HAND)
+    env = clean_environment(tmp_path, CHORUS_METRICS_PORT="0", CHORUS_TRACE=str(trace),
+                            CHORUS_TRACE_STEPS="2:4")
+    del env["CHORUS_RDZV_ENDPOINT"], env["CHORUS_SECRET_FILE"]  # a job of one
+    done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=DEADLINE_S)
+    assert done.returncode == 0, done.stdout
+    assert re.search(r"chorus: metrics of node 0 \(no launcher\) on http://", done.stdout)
+    assert """steps: ['chorus_steps_total{device="cpu",node="0",rank="0"} 8']""" in done.stdout
+    assert f"chorus: wrote the timeline of 1 ranks to {trace}" in done.stdout, done.stdout
+    spans, _ = trace_spans(trace)
+    check_spans(spans, [0], [2, 3])
 
 
 @needs_mpirun

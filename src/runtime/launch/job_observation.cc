@@ -89,7 +89,9 @@ JobObservation::JobObservation(std::shared_ptr<Worker> worker, observe::ObserveR
         request_.metrics_socket = monitor_->socketPath();
         posted["socket"] = request_.metrics_socket;
         const std::string host = hostName();
-        std::cout << "chorus: metrics of node " << request_.node << " (" << identity.launcher
+        const std::string launcher =
+            identity.launcher == "none" ? "no launcher" : identity.launcher;
+        std::cout << "chorus: metrics of node " << request_.node << " (" << launcher
                   << ") on http://" << host << ":" << monitor_->port()
                   << "/metrics, live page on http://" << host << ":" << monitor_->port() << "/"
                   << std::endl;
