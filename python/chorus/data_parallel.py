@@ -45,6 +45,11 @@ class DataParallel(torch.nn.Module):
       shares: initial shares, one per rank, each >= 1, summing to B (default: equal split).
       bucket_cap_mb: cap of the gradient buckets after the first, MiB (default 25, DDP's).
       overlap: launch bucket all-reduces during backward (default True).
+      algorithm: the gradient all-reduce over groups of ranks by host and device vendor, as
+        chorus train's comm.algorithm: ``"flat"`` (default: on the device where one native
+        collective spans the world, e.g. NCCL, else in host memory), ``"hierarchical"``, ``"2d"``
+        or ``"auto"`` (reduce in each group, across groups through host memory: the bridge
+        between a GPU group and CPU ranks). ZeRO stages 2 and 3 take only ``"flat"``.
       zero: ZeRO stage (default 0, everything replicated): 1 shards the optimizer state, 2 the
         gradients too (each bucket reduce-scattered during backward), 3 the parameters too (the
         module holds no values between steps and is all-gathered from the slices at the step's
@@ -63,7 +68,7 @@ class DataParallel(torch.nn.Module):
     """
 
     def __init__(self, module, global_batch, balance="adaptive", shares=None, bucket_cap_mb=25.0,
-                 overlap=True, zero=0, shards=None, context=None):
+                 overlap=True, zero=0, shards=None, algorithm="flat", context=None):
         super().__init__()
         self.module = module
         context = current(context)
@@ -80,7 +85,7 @@ class DataParallel(torch.nn.Module):
         self._core = _C.DataParallelCore(context.worker, parameters, int(global_batch), balance,
                                          [int(s) for s in (shares or [])], float(bucket_cap_mb),
                                          bool(overlap), stage, kind, fractions,
-                                         context._observe)
+                                         context._observe, str(algorithm))
         self._core.broadcast_from_rank_zero(
             [t.data for t in module.parameters()] + [b for b in module.buffers()])
         self._trained = parameters  # the core's parameter list (its indices)

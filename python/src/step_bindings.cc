@@ -161,7 +161,7 @@ void bindDataParallel(py::module_& module) {
                        std::int64_t global_batch, const std::string& balance,
                        std::vector<std::int64_t> shares, double bucket_cap_mb, bool overlap,
                        int zero, const std::string& shards, std::vector<double> fractions,
-                       const observe::ObserveRequest& observe) {
+                       const observe::ObserveRequest& observe, const std::string& algorithm) {
              DataParallelOptions options;
              options.global_batch = global_batch;
              options.balance = balance;
@@ -172,6 +172,7 @@ void bindDataParallel(py::module_& module) {
              options.zero.shards = shards;
              options.zero.fractions = std::move(fractions);
              options.observe = observe;
+             options.algorithm = parseAllReduceAlgorithm(algorithm);
              py::gil_scoped_release release;
              return std::make_unique<DataParallelCore>(std::move(worker), std::move(parameters),
                                                        options);
@@ -180,7 +181,7 @@ void bindDataParallel(py::module_& module) {
            py::arg("balance") = "adaptive", py::arg("shares") = std::vector<std::int64_t>{},
            py::arg("bucket_cap_mb") = 25.0, py::arg("overlap") = true, py::arg("zero") = 0,
            py::arg("shards") = "memory", py::arg("fractions") = std::vector<double>{},
-           py::arg("observe") = observe::ObserveRequest{})
+           py::arg("observe") = observe::ObserveRequest{}, py::arg("algorithm") = "flat")
       .def("broadcast_from_rank_zero", &DataParallelCore::broadcastFromRankZero,
            py::call_guard<py::gil_scoped_release>())
       .def("begin_forward", &DataParallelCore::beginForward, py::arg("arm"), py::arg("samples"),

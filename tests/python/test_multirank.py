@@ -148,6 +148,27 @@ def test_survivors_of_a_lost_rank_get_a_clear_error(run_job, tmp_path, how):
     assert job.seconds < 28, job.output
 
 
+@pytest.mark.parametrize("algorithm", ["hierarchical", "2d"])
+def test_grouped_all_reduce_matches_single_process_training(run_job, tmp_path, algorithm):
+    # Groups by host and device vendor (gradient_path.h): on one host of CPU ranks one group,
+    # reduced inside and then across its one leader, as chorus train's comm.algorithm.
+    job = run_job("cpu,cpu,cpu", "train.py", tmp_path, "--steps", 10, "--global-batch", 64,
+                  "--shares", "5,17,42", "--balance", "fixed", "--lr", 0.1,
+                  "--algorithm", algorithm)
+    assert job.returncode == 0, job.output
+    assert f"gradient all-reduce: {algorithm} over" in job.output
+    expected, _ = reference_parameters(10, 64, lr=0.1)
+    for rank in load_ranks(tmp_path, 3):
+        assert max_relative_error(rank["parameters"], expected) < 1e-6
+
+
+def test_zero_two_refuses_a_grouped_all_reduce(run_job, tmp_path):
+    job = run_job("cpu,cpu", "train.py", tmp_path, "--steps", 2, "--global-batch", 8,
+                  "--zero", 2, "--algorithm", "auto")
+    assert job.returncode != 0
+    assert "reduce-scatters the gradients flat" in job.output, job.output
+
+
 def test_an_overflow_on_one_rank_skips_the_step_on_all(run_job, tmp_path):
     job = run_job("cpu,cpu", "train.py", tmp_path, "--steps", 6, "--global-batch", 32,
                   "--overflow-at", 3, "--overflow-rank", 1)

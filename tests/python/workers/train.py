@@ -4,7 +4,7 @@
                     [--save-at S] [--resume] [--die-at S --die-rank R --die-how kill|stall]
                     [--overflow-at S --overflow-rank R] [--dropout P] [--model mlp|cnn]
                     [--zero 0|1|2|3 --shards memory|even|0.2,0.3,0.5] [--optimizer sgd|adamw]
-                    [--on-device] [--amp bf16|fp16]
+                    [--on-device] [--amp bf16|fp16] [--algorithm flat|hierarchical|2d|auto]
 
 Trains a small model on synthetic data (seeded) with chorus.DataParallel, ShardSampler and
 chorus.step, plain SGD, and writes OUT_DIR/rank<R>.pt with the final parameters, the shares and
@@ -79,6 +79,7 @@ def main():
     parser.add_argument("--shards", default="")
     parser.add_argument("--optimizer", default="sgd")
     parser.add_argument("--on-device", action="store_true")
+    parser.add_argument("--algorithm", default="flat")
     parser.add_argument("--amp", default="", choices=["", "bf16", "fp16"])
     args = parser.parse_args()
 
@@ -98,7 +99,7 @@ def main():
     model = chorus.DataParallel(make_model(args.model, args.dropout).to(device),
                                 global_batch=args.global_batch,
                                 balance=args.balance, shares=shares, zero=args.zero,
-                                shards=zero_shards)
+                                shards=zero_shards, algorithm=args.algorithm)
     optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr, args.momentum)
     sampler = chorus.ShardSampler(data, global_batch=args.global_batch, seed=3)
     # Its own generator: a DataLoader draws a seed from the global RNG whenever an iterator starts
