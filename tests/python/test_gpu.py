@@ -1,7 +1,7 @@
 """The Python front on a GPU (CTest labels gpu, python; scripts/gpu-check runs it on a GPU machine).
 
 A module on CUDA reduces as chorus train's does (runtime/train/gradient_path.h): beside a CPU rank
-its buckets live in host memory; two ranks sharing one GPU (emulated devices) cannot share a NCCL
+its buckets live in host memory (algorithm "flat") or on the device, bridged ("auto"); two ranks sharing one GPU (emulated devices) cannot share a NCCL
 communicator, so they too reduce in host memory; a world of one GPU rank per card would use NCCL
 on the device. Each test compares with single-process PyTorch on the CPU on the same global
 batches, and AMP's overflow consensus holds on the GPU. Every test skips without a usable CUDA
@@ -18,11 +18,16 @@ pytestmark = [pytest.mark.multiproc,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no usable CUDA device")]
 
 
-def test_a_cuda_module_beside_a_cpu_rank_trains_as_one_process(run_job, tmp_path):
+@pytest.mark.parametrize("algorithm", ["flat", "auto"])
+def test_a_cuda_module_beside_a_cpu_rank_trains_as_one_process(run_job, tmp_path, algorithm):
     job = run_job("cuda:0,cpu", "train.py", tmp_path, "--on-device", "--steps", 12,
-                  "--global-batch", 64, "--shares", "40,24", "--balance", "fixed", "--lr", 0.1)
+                  "--global-batch", 64, "--shares", "40,24", "--balance", "fixed", "--lr", 0.1,
+                  "--algorithm", algorithm)
     assert job.returncode == 0, job.output
-    assert "gradient all-reduce: flat, in host memory" in job.output
+    # flat: host buckets; auto: device buckets, the GPU group bridged to the CPU's through host
+    # memory (gradient_path.h).
+    assert ("gradient all-reduce: flat, in host memory" if algorithm == "flat"
+            else "gradient all-reduce: auto over") in job.output
     expected, losses = reference_parameters(12, 64, lr=0.1)
     ranks = load_ranks(tmp_path, 2)
     for rank in ranks:
