@@ -95,6 +95,9 @@ def run_once(args, run, workdir, round_index):
             ranks.append({"rss_before_kib": mine["rss_before_kib"],
                           "peak_rss_kib": mine["peak_rss_kib"], "held_bytes": held,
                           "held_bytes_after_backward": after_backward})
+            ranks[-1]["median_parts_ms"] = {
+                key[:-2]: statistics.median(part[key] for part in mine["parts"][args.warmup:]) * 1000
+                for key in ("data_s", "forward_backward_s", "chorus_step_s")}
             if rank == 0:
                 times, losses = mine["step_s"], mine["loss"]
         else:
@@ -236,6 +239,10 @@ def main():
                 for m in of for k in range(WORLD)
                 for key in ("held_bytes", "held_bytes_after_backward")),
             "loadavg_1min_before": spread([m["loadavg_before"][0] for m in of])}
+        if "median_parts_ms" in of[0]["ranks"][0]:  # chorus's runs: medians over rounds, per rank
+            summary[run]["median_parts_ms_per_rank"] = [
+                {key: statistics.median(m["ranks"][k]["median_parts_ms"][key] for m in of)
+                 for key in of[0]["ranks"][k]["median_parts_ms"]} for k in range(WORLD)]
     import warnings  # noqa: PLC0415
     warnings.filterwarnings("ignore", message=".*NumPy.*")
     import torch  # noqa: PLC0415  (only its version, after the runs)

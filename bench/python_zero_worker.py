@@ -127,7 +127,7 @@ def chorus_rank(args):
     generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
     local = model.local_share
     rss_before = zero_torch.rss_kib()
-    step_s, losses = [], []
+    step_s, losses, parts = [], [], []
     model.train()
     chorus.world().barrier().wait()
     for step in range(args.steps):
@@ -135,16 +135,25 @@ def chorus_rank(args):
         inputs, targets = synthetic_tokens(local, m, generator, successor)
         for group in optimizer.param_groups:
             group["lr"] = zero_torch.learning_rate(args, step)
+        forward_at = time.perf_counter()
         logits = model(inputs)
         loss = F.cross_entropy(logits.reshape(-1, m["vocab"]), targets.reshape(-1),
                                reduction="sum") / m["context"]
         loss.backward()
+        backward_end = time.perf_counter()
         if step == TALLY_AT_STEP:  # before chorus.step's reduction end frees or drops anything
             with open(os.path.join(args.out, f"tally_backward{rank}.json"), "w") as out:
                 json.dump(held_bytes(optimizer, module, slices), out)
+        step_at = time.perf_counter()
         info = chorus.step(optimizer, loss=loss)
         step_s.append(time.perf_counter() - start)
         losses.append(info.loss)
+        # Where the step's time went on this rank: data, forward + backward (ZeRO-3's gather at
+        # the first forward included), chorus.step (the reduction's end, the optimizer, stages
+        # 1-2's all-gather); and chorus's own figures: compute and wait per rank.
+        parts.append({"data_s": forward_at - start, "forward_backward_s": backward_end - forward_at,
+                      "chorus_step_s": time.perf_counter() - step_at,
+                      "compute_s": info.compute_seconds, "wait_s": info.wait_seconds})
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with open(tally_path) as f:
         tally = json.load(f)
@@ -152,7 +161,8 @@ def chorus_rank(args):
         json.dump({"rank": rank, "world": world, "zero": model.zero_stage,
                    "shard_fractions": model.shard_fractions, "local_share": local,
                    "rss_before_kib": rss_before, "peak_rss_kib": peak, "held_bytes": tally,
-                   "step_s": step_s, "loss": losses, "torch": torch.__version__}, out)
+                   "step_s": step_s, "loss": losses, "parts": parts,
+                   "torch": torch.__version__}, out)
 
 
 def torch_rank(rank, args, port, out_dir):
