@@ -26,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 // The job's store keys (one job per store: no prefix beyond the purpose).
 std::string hostKey(int rank) { return "observe/host/" + std::to_string(rank); }
 std::string nodeKey(const std::string& host_id) { return "observe/node/" + host_id; }
+std::string claimKey(const std::string& host_id) { return "observe/first-rank/" + host_id; }
 std::string partKey(int member) { return "observe/trace-part/" + std::to_string(member); }
 
 std::string hostName() {
@@ -76,6 +77,19 @@ JobObservation::JobObservation(std::shared_ptr<Worker> worker, observe::ObserveR
   if (exchange && !identity.node_known) store->setString(hostKey(identity.rank), identity.host_id);
   request_.node = identity.node_rank;
   if (identity.local_rank == 0) {
+    if (exchange) {
+      // One first rank per host id: a second node of the same id would leave its ranks reporting
+      // to whichever node posted last.
+      const std::string mine = std::to_string(identity.rank);
+      const std::string claimed = comm::toString(
+          store->compareSet(claimKey(identity.host_id), comm::Bytes{}, comm::toBytes(mine)));
+      CHORUS_CHECK_CONFIG(claimed == mine, "ranks ", claimed, " and ", identity.rank,
+                          " are both the first rank of host id '", identity.host_id,
+                          "' (the host name, or CHORUS_HOST_ID): the ranks of a node are told "
+                          "apart by it, for ",
+                          observe::kMetricsPortVariable, " and ", observe::kTraceVariable,
+                          "; give each node its own");
+    }
     if (exchange && !identity.node_known)
       request_.node = nodeIndexFromHosts(*store, identity, timeout);
     nlohmann::json posted = {{"node", request_.node}};
@@ -106,18 +120,7 @@ JobObservation::JobObservation(std::shared_ptr<Worker> worker, observe::ObserveR
       if (exchange) store->setString(nodeKey(identity.host_id), posted.dump());
       CHORUS_THROW(ConfigError, refusal);
     }
-    if (exchange) {
-      // Posted once per host id: a second node of the same id would leave its ranks reporting to
-      // whichever node posted last.
-      const std::string mine = posted.dump();
-      const std::string found = comm::toString(
-          store->compareSet(nodeKey(identity.host_id), comm::Bytes{}, comm::toBytes(mine)));
-      CHORUS_CHECK_CONFIG(found == mine, "rank ", identity.rank, " and another node's first rank ",
-                          "share the host id '", identity.host_id,
-                          "' (the host name, or CHORUS_HOST_ID): the ranks of a node are told "
-                          "apart by it, for ",
-                          observe::kMetricsPortVariable, "; give each node its own");
-    }
+    if (exchange) store->setString(nodeKey(identity.host_id), posted.dump());
   } else if (exchange) {
     const auto posted = nlohmann::json::parse(store->getString(nodeKey(identity.host_id), timeout));
     if (posted.contains("error"))

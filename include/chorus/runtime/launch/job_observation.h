@@ -34,8 +34,9 @@ class JobObservation {
   // Collective over the job's store: every rank makes one after init(), before its first step.
   // On a node's first rank it listens on request.metrics_port; rank 0 removes an earlier run's
   // trace parts. Throws ConfigError when the port cannot be used (on every rank of that node: the
-  // first one posts the refusal) or the trace cannot be written, TimeoutError when the node's first
-  // rank posts nothing within the job's deadline.
+  // first one posts the refusal), the trace cannot be written, or a second rank claims to be the
+  // first of a host id (two nodes of one name); TimeoutError when the node's first rank posts
+  // nothing within the job's deadline.
   JobObservation(std::shared_ptr<Worker> worker, observe::ObserveRequest request);
   ~JobObservation();
   JobObservation(const JobObservation&) = delete;
