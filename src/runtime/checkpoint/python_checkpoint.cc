@@ -130,7 +130,16 @@ std::int64_t consolidatePythonCheckpoint(const std::string& file, const std::str
       CHORUS_THROW(CheckpointError, "checkpoint '", file,
                    "' is damaged: its model holds an entry that is no named tensor");
     }
-    archive.write(item.key().toStringRef(), item.value().toTensor());
+    const at::Tensor& tensor = item.value().toTensor();
+    // chorus.save puts only dense tensors there (the rest goes to model_python_only). A forged
+    // quantized tensor whose quantizer libtorch cannot name made the archive writer terminate
+    // the process (fuzz/seeds/python_checkpoint/forged_quantized_tensor).
+    if (tensor.layout() != at::kStrided || tensor.is_quantized()) {
+      CHORUS_THROW(CheckpointError, "checkpoint '", file, "' is damaged: its model entry '",
+                   item.key().toStringRef(),
+                   "' is not a dense tensor (chorus.save writes only those there)");
+    }
+    archive.write(item.key().toStringRef(), tensor);
     ++count;
   }
   const std::string left_out = pythonOnlyNames(file, entry(outer, "model_python_only"));

@@ -173,6 +173,32 @@ TEST_F(PythonCheckpoint, ModelEntryThatIsNoTensorIsRefused) {
             std::string::npos);
 }
 
+// The python_checkpoint fuzzer's seeds: chorus.save's files consolidate (all but the one saved
+// without a model), and its findings are CheckpointErrors. forged_quantized_tensor: a model
+// entry forged into a quantized tensor whose quantizer libtorch cannot name, which made the
+// archive writer terminate the process (std::terminate from inside libtorch's exporter).
+TEST_F(PythonCheckpoint, EveryConsolidateFuzzerSeedConsolidatesOrIsACheckpointError) {
+  const std::filesystem::path seeds =
+      std::filesystem::path(CHORUS_SOURCE_DIR) / "fuzz/seeds/python_checkpoint";
+  int count = 0;
+  for (const auto& seed : std::filesystem::directory_iterator(seeds)) {
+    std::ifstream in(seed.path(), std::ios::binary);
+    const std::string file = write({std::istreambuf_iterator<char>(in), {}});
+    const std::string name = seed.path().filename().string();
+    if (name == "mlp_and_optimizer" || name == "batchnorm_and_extra") {
+      EXPECT_GT(consolidatePythonCheckpoint(file, out()), 0) << name;
+      std::filesystem::remove(out());
+    } else {
+      const std::string message = refusal(file);
+      if (name == "forged_quantized_tensor")
+        EXPECT_NE(message.find("is not a dense tensor"), std::string::npos) << message;
+      if (name == "no_model") EXPECT_NE(message.find("holds no model"), std::string::npos);
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 4);
+}
+
 // The archive fuzzer's seeds (fuzz/seeds/checkpoint_archive: chorus's archives, and the forged
 // ones that crashed or exhausted libtorch's reader) through libtorch's unpickler as consolidate
 // reads a file: each a CheckpointError (none is chorus.save's), the forged ones refused by
