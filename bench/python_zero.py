@@ -75,14 +75,24 @@ def run_once(args, run, workdir, round_index):
     env = dict(os.environ, GLIBC_TUNABLES=CHORUS_MALLOC, PYTHONWARNINGS="ignore",
                PYTHONPATH=os.pathsep.join(filter(None, [args.pythonpath,
                                                         os.environ.get("PYTHONPATH")])))
-    wait_for_quiet()
-    load_before = os.getloadavg()
-    start = time.monotonic()
-    done = subprocess.run(command_of(args, run, out), cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=args.timeout)
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        sys.exit(f"{run} failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    failures = []
+    while True:
+        wait_for_quiet()
+        load_before = os.getloadavg()
+        start = time.monotonic()
+        done = subprocess.run(command_of(args, run, out), cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=args.timeout)
+        wall = time.monotonic() - start
+        if done.returncode == 0:
+            break
+        tail = (done.stdout + done.stderr)[-3000:]
+        if len(failures) >= args.retries:
+            sys.exit(f"{run} failed ({done.returncode}):\n{tail}")
+        # Rerun it, and keep what failed in the results (a Gloo job once aborted under load).
+        failures.append({"returncode": done.returncode, "output_tail": tail[-1200:]})
+        print(f"{run} failed ({done.returncode}); rerunning it", flush=True)
+        shutil.rmtree(out)
+        os.makedirs(out)
     ranks = []
     for rank in range(WORLD):
         with open(os.path.join(out, f"tally{rank}.json")) as f:
@@ -117,7 +127,7 @@ def run_once(args, run, workdir, round_index):
             "max_held_bytes_after_backward": max(r["held_bytes_after_backward"]["total"]
                                                  for r in ranks),
             "wall_s": round(wall, 2), "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg()}
+            "loadavg_after": os.getloadavg(), "failed_tries": failures}
 
 
 def spread(values):
@@ -180,6 +190,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--retries", type=int, default=1,
+                        help="reruns of a job that failed (each failure is kept in the JSON)")
     parser.add_argument("--out", default=None,
                         help="default: bench/results/python_zero_<UTC date>.json")
     args = parser.parse_args()
