@@ -105,8 +105,9 @@ def run_once(args, run, workdir, round_index):
             ranks.append({"rss_before_kib": mine["rss_before_kib"],
                           "peak_rss_kib": mine["peak_rss_kib"], "held_bytes": held,
                           "held_bytes_after_backward": after_backward})
+            timed = mine["parts"][args.warmup:]
             ranks[-1]["median_parts_ms"] = {
-                key[:-2]: statistics.median(part[key] for part in mine["parts"][args.warmup:]) * 1000
+                key[:-2]: statistics.median(part[key] for part in timed) * 1000
                 for key in ("data_s", "forward_backward_s", "chorus_step_s")}
             if rank == 0:
                 times, losses = mine["step_s"], mine["loss"]
