@@ -100,6 +100,7 @@ void TaskQueue::run() {
       if (stopping_) {
         // Tasks not started at shutdown fail rather than run: peers may already be gone.
         lock.unlock();
+        item->task = nullptr;
         item->work->complete(std::make_exception_ptr(
             CommError("task queue destroyed before the task ran", __FILE__, __LINE__)));
         continue;
@@ -118,6 +119,9 @@ void TaskQueue::run() {
         group_->markBroken("task failed");
       }
     }
+    // The task's captures (tensors) go before its waiter learns it is done: the waiter then
+    // holds the last references and frees them on its own thread, never this one afterwards.
+    item->task = nullptr;
     item->work->complete(error);
   }
 }

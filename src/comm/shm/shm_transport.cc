@@ -47,21 +47,26 @@ c10::intrusive_ptr<c10d::Work> ShmTransport::submit(const ShmWaitContext& ticket
 
 void ShmTransport::execute(ShmWorkQueue::Job& job) {
   if (!failure_.empty()) {
+    job.body = nullptr;
     job.work->complete(std::make_exception_ptr(
         CommError(detail::concat(job.context.operation, " #", job.context.sequence,
                                  ": the shm transport is broken by an earlier failure: ", failure_),
                   __FILE__, __LINE__)));
     return;
   }
+  // The body's captures (the operation's tensors) go before the waiter learns the job is done,
+  // so that the waiter holds the last references and frees them on its own thread.
+  std::exception_ptr error;
   try {
     job.body(job.context);
-    job.work->complete(nullptr);
-  } catch (const std::exception& error) {
+  } catch (const std::exception& failure) {
     // The ranks are now at different steps of the segment: no later operation can run on it.
-    failure_ = error.what();
+    failure_ = failure.what();
     sync_.markFailed();
-    job.work->complete(std::current_exception());
+    error = std::current_exception();
   }
+  job.body = nullptr;
+  job.work->complete(error);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmTransport::allReduce(const ShmWaitContext& ticket,

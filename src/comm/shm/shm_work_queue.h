@@ -64,7 +64,8 @@ class ShmWorkQueue : public std::enable_shared_from_this<ShmWorkQueue> {
     std::function<void(const ShmWaitContext&)> body;
     c10::intrusive_ptr<ShmWork> work;
   };
-  // Runs one job and completes its work, never throws. Called by one thread at a time.
+  // Runs one job and completes its work, never throws; releases the job's body (its captured
+  // tensors) before completing, so the waiter frees them. Called by one thread at a time.
   using Executor = std::function<void(Job&)>;
 
   explicit ShmWorkQueue(Executor execute) : execute_(std::move(execute)) {}
