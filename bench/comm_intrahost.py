@@ -101,17 +101,35 @@ def mpi_transport(exe, args):
 
 
 def machine():
-    """CPU model and count, as the docs quote them."""
-    model = "?"
+    """The CPU as the docs quote it: model, family/model/stepping (a VM's model name is often
+    just the vendor's), how the vCPUs share cores (SMT siblings share a core's caches, which
+    decides what shared memory can reach), and the cache sizes."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+                if not line.strip():
+                    break  # the first processor is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return {"cpu": model, "vcpus": os.cpu_count(), "kernel": platform.release(),
+    lscpu = {}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            lscpu[key.strip()] = value.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {"cpu": fields.get("model name", "?"),
+            "cpu_family_model_stepping": [fields.get("cpu family"), fields.get("model"),
+                                          fields.get("stepping")],
+            "threads_per_core": lscpu.get("Thread(s) per core", "?"),
+            "caches": {name: lscpu.get(name, "?") for name in
+                       ("L1d cache", "L2 cache", "L3 cache")},
+            "hypervisor": lscpu.get("Hypervisor vendor", "none"),
+            "vcpus": os.cpu_count(), "kernel": platform.release(),
             "load_average_at_start": os.getloadavg()}
 
 
