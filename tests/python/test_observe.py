@@ -19,11 +19,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 import chorus
+from metrics_text import by_rank, get, parse_metrics, series
 
 pytestmark = pytest.mark.multiproc
 
@@ -47,33 +47,6 @@ def wait_for(what, predicate, deadline_s=DEADLINE_S):
             return value
         time.sleep(0.2)
     pytest.fail(f"gave up after {deadline_s} s waiting for {what}")
-
-
-def parse_metrics(text):
-    """{(name, ((label, value), ...)): value} of a Prometheus text exposition."""
-    samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        found = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)", line)
-        assert found, f"not a sample line of the text format: {line!r}"
-        labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
-                                         found.group(2) or "")))
-        samples[(found.group(1), labels)] = float(found.group(3))
-    return samples
-
-
-def series(samples, name):
-    return {labels: value for (n, labels), value in samples.items() if n == name}
-
-
-def by_rank(samples, name):
-    return {dict(labels)["rank"]: value for labels, value in series(samples, name).items()}
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
 
 
 def test_metrics_and_trace_of_a_python_job(tmp_path):

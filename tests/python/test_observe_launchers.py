@@ -22,11 +22,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 
 import chorus
+from metrics_text import by_rank, get, parse_metrics, series
 
 pytestmark = pytest.mark.multiproc
 
@@ -53,33 +53,6 @@ def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def parse_metrics(text):
-    """{(name, ((label, value), ...)): value} of a Prometheus text exposition."""
-    samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        found = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)", line)
-        assert found, f"not a sample line of the text format: {line!r}"
-        labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
-                                         found.group(2) or "")))
-        samples[(found.group(1), labels)] = float(found.group(3))
-    return samples
-
-
-def series(samples, name):
-    return {labels: value for (n, labels), value in samples.items() if n == name}
-
-
-def by_rank(samples, name):
-    return {dict(labels)["rank"]: value for labels, value in series(samples, name).items()}
-
-
-def get(url):
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.read().decode()
 
 
 def clean_environment(tmp_path, **variables):
