@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "chorus/core/error.h"
 
@@ -21,10 +23,22 @@ inline c10::Allocator* wrappableCpuAllocator() {
   return current;
 }
 
+// Every wrapper libtorch has seen, kept for the process's life (storages keep raw pointers to
+// their allocator, so none may go, even uninstalled), and reachable from here so that the leak
+// checker does not count the deliberate retention as a leak. Never destroyed: libtorch's own
+// statics may free storages after ours are gone.
+template <typename Wrapper>
+void retainForTheProcess(std::unique_ptr<Wrapper> wrapper) {
+  static auto* const mutex = new std::mutex;
+  static auto* const retained = new std::vector<std::unique_ptr<Wrapper>>;
+  std::lock_guard<std::mutex> lock(*mutex);
+  retained->push_back(std::move(wrapper));
+}
+
 // Registers `wrapper` in `slot` and makes it libtorch's CPU allocator at `priority`, and returns
-// it, leaked: storages keep raw pointers to their allocator. Until libtorch has seen it nothing
-// refers to it, so a failure deletes it: DeviceError already(the wrapper in the slot) when the
-// slot is taken, DeviceError `refused` (the slot emptied again) when libtorch keeps another one.
+// it, kept for the process's life (retainForTheProcess). Until libtorch has seen it nothing refers
+// to it, so a failure deletes it: DeviceError already(the wrapper in the slot) when the slot is
+// taken, DeviceError `refused` (the slot emptied again) when libtorch keeps another one.
 template <typename Wrapper, typename AlreadyMessage>
 Wrapper* installCpuAllocator(std::atomic<Wrapper*>& slot, std::unique_ptr<Wrapper> wrapper,
                              std::uint8_t priority, AlreadyMessage already, const char* refused) {
@@ -36,7 +50,9 @@ Wrapper* installCpuAllocator(std::atomic<Wrapper*>& slot, std::unique_ptr<Wrappe
     slot.store(nullptr);
     CHORUS_THROW(DeviceError, refused);
   }
-  return wrapper.release();
+  Wrapper* installed = wrapper.get();
+  retainForTheProcess(std::move(wrapper));
+  return installed;
 }
 
 // Undoes installCpuAllocator: puts `previous` back only if `wrapper` is still libtorch's CPU

@@ -34,7 +34,8 @@ MemoryBudget::MemoryBudget(std::uint64_t budget_bytes, c10::Allocator* previous)
 
 std::shared_ptr<MemoryBudget> MemoryBudget::install(std::uint64_t budget_bytes) {
   CHORUS_CHECK_CONFIG(budget_bytes > 0, "a memory budget must be positive");
-  // Leaked once installed: see the class comment (storages keep raw pointers to their allocator).
+  // Kept for the process's life once installed (cpu_allocator_slot.h): storages keep raw
+  // pointers to their allocator.
   MemoryBudget* budget = installCpuAllocator(
       g_installed,
       std::unique_ptr<MemoryBudget>(new MemoryBudget(budget_bytes, wrappableCpuAllocator())),

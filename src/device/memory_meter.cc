@@ -70,7 +70,8 @@ std::shared_ptr<MemoryMeter> MemoryMeter::install() {
       [](const MemoryMeter&) { return "a memory meter is already installed in this process"; },
       "libtorch refused the memory meter's CPU allocator");
   meter->installed_.store(true);
-  // Leaked once installed; the shared_ptr owns the installation, not the object.
+  // Kept for the process's life once installed (cpu_allocator_slot.h); the shared_ptr owns the
+  // installation, not the object.
   return std::shared_ptr<MemoryMeter>(meter, [](MemoryMeter* owned) { owned->uninstall(); });
 }
 
