@@ -6,7 +6,8 @@
 // entries into a model.pt. Whatever the bytes, the answer is a model.pt or a CheckpointError;
 // libtorch's own errors (c10::Error, torch::jit::ErrorReport) must be translated, never escape.
 //
-// Input: the file's bytes. Seeds are files chorus.save wrote (fuzz/make_python_checkpoint_seeds.py).
+// Input: the file's bytes. Seeds are files chorus.save wrote
+// (fuzz/make_python_checkpoint_seeds.py).
 #include "checkpoint/checkpoint_files.h"
 #include "chorus/runtime/checkpoint/checkpoint.h"
 #include "fuzz_support.h"

@@ -137,7 +137,8 @@ TEST_F(JobObservationTest, TwoNodesOfOneHostIdAreRefused) {
   });
   // Whichever posted second is refused.
   EXPECT_EQ(errors[0].empty() + errors[1].empty(), 1) << errors[0] << " | " << errors[1];
-  EXPECT_NE((errors[0] + errors[1]).find("are both the first rank of host id 'same'"), std::string::npos)
+  EXPECT_NE((errors[0] + errors[1]).find("are both the first rank of host id 'same'"),
+            std::string::npos)
       << errors[0] << errors[1];
 }
 
