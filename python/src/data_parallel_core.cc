@@ -37,8 +37,7 @@ void checkOptions(const DataParallelOptions& options, int world) {
   checkZeroOptions(options.zero, world);
   CHORUS_CHECK_CONFIG(options.zero.stage < 2 || options.algorithm == AllReduceAlgorithm::kFlat,
                       "ZeRO stage ", options.zero.stage,
-                      " reduce-scatters the gradients flat; "
-                      "algorithm ",
+                      " reduce-scatters the gradients flat; algorithm ",
                       toString(options.algorithm), " takes stage 0 or 1");
   if (options.shares.empty()) return;
   CHORUS_CHECK_CONFIG(static_cast<int>(options.shares.size()) == world, "shares has ",

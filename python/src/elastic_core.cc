@@ -6,7 +6,8 @@
 namespace chorus::python {
 
 bool launchedElastic(const runtime::Worker& worker) {
-  return worker.identity().launcher == "chorus" && worker.identity().elastic;
+  // Only chorus run's agent sets it (identity.cc refuses it under other launchers).
+  return worker.identity().elastic;
 }
 
 ElasticSession::ElasticSession(std::shared_ptr<runtime::Worker> worker,

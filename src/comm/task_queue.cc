@@ -46,6 +46,13 @@ class TaskWork : public c10d::Work {
 struct TaskQueue::Item {
   std::function<void()> task;
   c10::intrusive_ptr<TaskWork> work;
+
+  // The task's captures (tensors) go before its waiter learns it is done: the waiter then holds
+  // the last references and frees them on its own thread, never the queue's afterwards.
+  void finish(std::exception_ptr error) {
+    task = nullptr;
+    work->complete(std::move(error));
+  }
 };
 
 TaskQueue::TaskQueue(std::string name, std::chrono::milliseconds task_timeout)
@@ -100,8 +107,7 @@ void TaskQueue::run() {
       if (stopping_) {
         // Tasks not started at shutdown fail rather than run: peers may already be gone.
         lock.unlock();
-        item->task = nullptr;
-        item->work->complete(std::make_exception_ptr(
+        item->finish(std::make_exception_ptr(
             CommError("task queue destroyed before the task ran", __FILE__, __LINE__)));
         continue;
       }
@@ -119,10 +125,7 @@ void TaskQueue::run() {
         group_->markBroken("task failed");
       }
     }
-    // The task's captures (tensors) go before its waiter learns it is done: the waiter then
-    // holds the last references and frees them on its own thread, never this one afterwards.
-    item->task = nullptr;
-    item->work->complete(error);
+    item->finish(error);
   }
 }
 

@@ -12,7 +12,8 @@ ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, int rank,
     : segment_(std::move(segment)),
       sync_(*segment_, rank, std::move(group)),
       collectives_(*segment_, sync_, rank),
-      queue_(std::make_shared<ShmWorkQueue>([this](ShmWorkQueue::Job& job) { execute(job); })) {
+      queue_(
+          std::make_shared<ShmWorkQueue>([this](ShmWorkQueue::Job& job) { return execute(job); })) {
   auto ready = std::make_shared<std::promise<void>>();
   std::future<void> started = ready->get_future();
   thread_ = std::thread([this, ready] {
@@ -45,28 +46,22 @@ c10::intrusive_ptr<c10d::Work> ShmTransport::submit(const ShmWaitContext& ticket
   });
 }
 
-void ShmTransport::execute(ShmWorkQueue::Job& job) {
+std::exception_ptr ShmTransport::execute(ShmWorkQueue::Job& job) {
   if (!failure_.empty()) {
-    job.body = nullptr;
-    job.work->complete(std::make_exception_ptr(
+    return std::make_exception_ptr(
         CommError(detail::concat(job.context.operation, " #", job.context.sequence,
                                  ": the shm transport is broken by an earlier failure: ", failure_),
-                  __FILE__, __LINE__)));
-    return;
+                  __FILE__, __LINE__));
   }
-  // The body's captures (the operation's tensors) go before the waiter learns the job is done,
-  // so that the waiter holds the last references and frees them on its own thread.
-  std::exception_ptr error;
   try {
     job.body(job.context);
+    return nullptr;
   } catch (const std::exception& failure) {
     // The ranks are now at different steps of the segment: no later operation can run on it.
     failure_ = failure.what();
     sync_.markFailed();
-    error = std::current_exception();
+    return std::current_exception();
   }
-  job.body = nullptr;
-  job.work->complete(error);
 }
 
 c10::intrusive_ptr<c10d::Work> ShmTransport::allReduce(const ShmWaitContext& ticket,

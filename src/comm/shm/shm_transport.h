@@ -60,7 +60,7 @@ class ShmTransport {
 
   c10::intrusive_ptr<c10d::Work> submit(const ShmWaitContext& ticket, Body body);
   // Runs one job on whichever thread the queue chose; one at a time.
-  void execute(ShmWorkQueue::Job& job);
+  std::exception_ptr execute(ShmWorkQueue::Job& job);
 
   std::unique_ptr<ShmSegment> segment_;
   ShmSync sync_;

@@ -117,17 +117,21 @@ void ShmWorkQueue::stop() {
 void ShmWorkQueue::runLocked(std::unique_lock<std::mutex>& lock, Job job) {
   running_ = job.work;
   lock.unlock();
-  execute_(job);
-  job = Job{};  // the work handle; the executor released the body (its tensors) before completing
+  finish(job, execute_(job));
+  job = Job{};
   lock.lock();
   running_.reset();
 }
 
 void ShmWorkQueue::fail(Job& job, const char* why) {
-  job.body = nullptr;  // as the executor does: its tensors go before the waiter wakes
-  job.work->complete(std::make_exception_ptr(
-      CommError(detail::concat(job.context.operation, " #", job.context.sequence, ": ", why),
-                __FILE__, __LINE__)));
+  finish(job, std::make_exception_ptr(CommError(
+                  detail::concat(job.context.operation, " #", job.context.sequence, ": ", why),
+                  __FILE__, __LINE__)));
+}
+
+void ShmWorkQueue::finish(Job& job, std::exception_ptr error) {
+  job.body = nullptr;
+  job.work->complete(std::move(error));
 }
 
 }  // namespace chorus::comm

@@ -64,9 +64,9 @@ class ShmWorkQueue : public std::enable_shared_from_this<ShmWorkQueue> {
     std::function<void(const ShmWaitContext&)> body;
     c10::intrusive_ptr<ShmWork> work;
   };
-  // Runs one job and completes its work, never throws; releases the job's body (its captured
-  // tensors) before completing, so the waiter frees them. Called by one thread at a time.
-  using Executor = std::function<void(Job&)>;
+  // Runs one job's body; returns its failure (null: it ran), never throws. The queue then
+  // completes the job's work (finish()). Called by one thread at a time.
+  using Executor = std::function<std::exception_ptr(Job&)>;
 
   explicit ShmWorkQueue(Executor execute) : execute_(std::move(execute)) {}
   ShmWorkQueue(const ShmWorkQueue&) = delete;
@@ -88,6 +88,9 @@ class ShmWorkQueue : public std::enable_shared_from_this<ShmWorkQueue> {
   // REQUIRES: executing_ was set by this thread; `lock` holds mutex_. Runs `job` unlocked.
   void runLocked(std::unique_lock<std::mutex>& lock, Job job);
   static void fail(Job& job, const char* why);
+  // Releases the job's body (its captured tensors), then completes its work with `error`: the
+  // waiter holds the last references and frees them on its own thread.
+  static void finish(Job& job, std::exception_ptr error);
 
   Executor execute_;
   std::mutex mutex_;

@@ -178,14 +178,14 @@ void validate(const WorkerIdentity& identity) {
                  ")");
 }
 
+}  // namespace
+
 std::string hostName() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0)
     CHORUS_THROW(ConfigError, "worker identity: cannot read this host's name (gethostname)");
   return name;
 }
-
-}  // namespace
 
 std::string launcherOf(const Environment& environment) {
   for (const LauncherVars& vars : kLaunchers)

@@ -29,12 +29,6 @@ std::string nodeKey(const std::string& host_id) { return "observe/node/" + host_
 std::string claimKey(const std::string& host_id) { return "observe/first-rank/" + host_id; }
 std::string partKey(int member) { return "observe/trace-part/" + std::to_string(member); }
 
-std::string hostName() {
-  char host[256] = "localhost";
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
-
 // This node's index where the launcher names none (mpirun): its place among the hosts of ranks
 // 0..rank, ordered by their lowest rank (Communicator::splitByHost's order). Called on the node's
 // first rank, which is its lowest.

@@ -111,6 +111,9 @@ struct WorkerIdentity {
 // or malformed (e.g. a rank outside the world size).
 WorkerIdentity identityFromEnvironment(const Environment& environment);
 
+// This host's name (gethostname). Throws ConfigError when it cannot be read.
+std::string hostName();
+
 // Which launcher started the process, as WorkerIdentity::launcher names it ("chorus", "mpirun",
 // "srun", "torchrun" or "none"), without reading or checking the rest of the identity.
 std::string launcherOf(const Environment& environment);
