@@ -175,7 +175,11 @@ int runAbsent(chorus::runtime::Worker& worker, int absent) {
 int runCrash(chorus::runtime::Worker& worker, int victim) {
   Communicator& world = *worker.world();
   world.barrier().wait();
-  if (world.rank() == victim) std::raise(SIGSEGV);
+  if (world.rank() == victim) {
+    // Die of the signal itself: a sanitizer's handler would turn it into an exit code.
+    std::signal(SIGSEGV, SIG_DFL);
+    std::raise(SIGSEGV);
+  }
   at::Tensor t = at::ones({16});
   try {
     world.allReduce(t).wait();

@@ -55,11 +55,11 @@ FaultInjection FaultInjection::parse(const std::string& text) {
     }
     parsed.point = parts[1];
     if (parsed.point != "forward" && parsed.point != "reduce" && parsed.point != "optimizer" &&
-        parsed.point != "recovery" && parsed.point != "regroup" && parsed.point != "checkpoint" &&
-        parsed.point != "join")
+        parsed.point != "recovery" && parsed.point != "regroup" && parsed.point != "rebuild" &&
+        parsed.point != "checkpoint" && parsed.point != "join")
       CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': the point '", parsed.point,
                    "' is unknown; expected forward, reduce, optimizer, recovery, regroup, "
-                   "checkpoint or join");
+                   "rebuild, checkpoint or join");
     parseAction(parts[3], fault, parsed);
     injection.faults_.push_back(parsed);
   }

@@ -5,12 +5,12 @@
 //   CHORUS_FAULT="RANK:POINT:STEP:FAULT[,RANK:POINT:STEP:FAULT...]"
 //
 // RANK is the launch rank (a replacement's: its member id), POINT one of TrainerHooks::at_point's
-// points ("forward", "reduce", "optimizer", "recovery", "regroup", "checkpoint") or "join" (a
-// replacement worker, started and about to ask to join the running job, at step 0), STEP the
-// 0-based step, FAULT "KILL" (the worker sends
-// itself SIGKILL there, once: a crash), "STOP" (SIGSTOP, once: a hung worker; a test sends SIGCONT
-// later) or "SLOW<ms>" (it sleeps that long there in that step and every later one: a straggler, or
-// a job slow enough for a replacement worker to join while it runs). The training code is not
+// points ("forward", "reduce", "optimizer", "recovery", "regroup", "rebuild", "checkpoint") or
+// "join" (a replacement worker, started and about to ask to join the running job, at step 0),
+// STEP the 0-based step, FAULT "KILL" (the worker sends itself SIGKILL there, once: a crash),
+// "STOP" (SIGSTOP, once: a hung worker; a test sends SIGCONT later) or "SLOW<ms>" (it sleeps that
+// long there in that step and every later one: a straggler, or a job slow enough for a
+// replacement worker to join while it runs). The training code is not
 // changed for it: the CLI connects it to the trainer's test hook. Value type.
 #pragma once
 

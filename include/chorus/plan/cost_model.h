@@ -114,6 +114,10 @@ struct PlanCost {
 class CostModel {
  public:
   CostModel(const Cluster& cluster, const ModelProfile& model, CostOptions options = {});
+  // A temporary would dangle as soon as the constructing expression ends.
+  CostModel(const Cluster&, ModelProfile&&, CostOptions = {}) = delete;
+  CostModel(Cluster&&, const ModelProfile&, CostOptions = {}) = delete;
+  CostModel(Cluster&&, ModelProfile&&, CostOptions = {}) = delete;
 
   const Cluster& cluster() const { return cluster_; }
   const ModelProfile& model() const { return model_; }

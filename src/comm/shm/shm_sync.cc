@@ -159,6 +159,10 @@ void ShmSync::checkWaiting(const ShmWaitContext& context, int peer) {
       status = kShmLeft;
       theirs.status.store(kShmLeft);
       if (error == EOWNERDEAD) pthread_mutex_consistent(&theirs.alive);
+      // Let go at once: a robust mutex this thread holds stays on its robust list, which would
+      // point into the segment after it is unmapped, and glibc writes through that list when the
+      // thread takes its next robust mutex (a later group's).
+      pthread_mutex_unlock(&theirs.alive);
     }
   }
   // The caller saw the peer not arrived, then this read its status: a peer that arrived in

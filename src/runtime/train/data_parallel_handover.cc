@@ -24,7 +24,7 @@ const std::string kModelPrefix = "handover/model/";
 
 at::Tensor textTensor(const std::string& text) {
   at::Tensor tensor = at::empty({static_cast<std::int64_t>(text.size())}, at::kByte);
-  std::memcpy(tensor.data_ptr(), text.data(), text.size());
+  if (!text.empty()) std::memcpy(tensor.data_ptr(), text.data(), text.size());
   return tensor;
 }
 

@@ -42,6 +42,7 @@ std::string broadcastBytes(comm::Communicator& world, const std::string& bytes, 
       at::tensor({static_cast<std::int64_t>(world.rank() == root ? bytes.size() : 0)}, at::kLong);
   world.broadcast(length, root).wait();
   at::Tensor data = at::empty({length.item<std::int64_t>()}, at::kByte);
+  if (data.numel() == 0) return "";  // an empty tensor has no buffer to copy to or from
   if (world.rank() == root) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
   world.broadcast(data, root).wait();
   return std::string(static_cast<const char*>(data.data_ptr()), data.numel());
@@ -113,6 +114,15 @@ void resizeShardsByMemory(const JobConfig& job, plan::Plan& next) {
   }
 }
 
+// The shares of s.engine_members: the engine's, or, where a failed attempt left none, those its
+// plan gave them.
+std::vector<std::int64_t> currentShares(const Trainer::State& s) {
+  if (s.engine) return s.engine->shares();
+  std::vector<std::int64_t> shares;
+  for (const plan::ReplicaPlan& replica : s.plan.replicas) shares.push_back(replica.share);
+  return shares;
+}
+
 Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change) {
   // A new device gets a slot of its own, at the end of the launch plan; a failed attempt leaves
   // every member's launch plan as it was (they take this one from the header).
@@ -129,7 +139,7 @@ Regroup regroupOf(const Trainer::State& s, const Generation& next, Change change
   std::vector<int> kept_slots;
   for (int rank : change.kept) kept_slots.push_back(slotOf(s, s.engine_members.at(rank)));
   const std::vector<std::int64_t> shares =
-      plan::regroupShares(s.engine->shares(), change.kept, plannedShares(launch, kept_slots),
+      plan::regroupShares(currentShares(s), change.kept, plannedShares(launch, kept_slots),
                           plannedShares(launch, change.joiner_slots));
   plan::Plan next_plan =
       plan::regroupPlan(s.plan, change.kept, launch, change.joiner_slots, shares, kept_slots);
@@ -200,11 +210,14 @@ void adoptGeneration(Trainer::State& s, const Generation& next, std::string head
   // model's values are of no known step: a failed attempt must not offer them.
   s.layers_unsure = true;
   s.engine.reset();  // its reducer's hooks go before the new one's are set
+  // The plan is this generation's now, engine or not: a build that fails leaves a rank that the
+  // next attempt regroups from these members (and, as its source, from the checkpoint).
+  s.engine_members = next.members;
   // ZeRO-3 leaves the parameters without bytes between steps, and the next engine is built over
   // them (their values come from the checkpoint).
   parallel::allocateDroppedStorages(c.model->parameters());
+  if (hooks.at_point) hooks.at_point(next.step, "rebuild");
   s.engine = engineFor(c, s.plan);
-  s.engine_members = next.members;
   s.next_step = next.step;
   if (layers) {
     installLayerStates(*s.engine, std::move(*layers));
@@ -233,6 +246,24 @@ std::string withLastCheckpoint(const Trainer::State& s, const std::string& heade
   return parsed.dump();
 }
 
+// The header of a source whose engine a failed attempt took (another loss while it was being
+// built): the state it trained is gone, so the members go back to the last checkpoint, or, with
+// none, every member stops with the reason.
+std::string withoutState(const Trainer::State& s, const std::string& header) {
+  const std::string why =
+      "the recovery's source lost its training state when another rank was lost while its "
+      "engine was being rebuilt";
+  if (s.context->job.checkpoint.dir.empty())
+    return nlohmann::json{{"error", why + ", and the job writes no checkpoint to go back to"}}
+        .dump();
+  try {
+    return withLastCheckpoint(s, header);
+  } catch (const CheckpointError& error) {
+    return nlohmann::json{{"error", why + ", and no checkpoint can be read: " + error.message()}}
+        .dump();
+  }
+}
+
 // The header of a ZeRO job whose slices have replicas: what the members need to rebuild the
 // slices from them (zero_replicas.h).
 std::string withReplicas(const std::string& header, const ZeroHolding& holding) {
@@ -255,6 +286,10 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   std::string header, handover;
   if (next.source == c.worker->member() && s.launch_plan.stageCount() > 1) {
     header = withLastCheckpoint(s, pipelineHeader(s, next));
+  } else if (next.source == c.worker->member() && !s.engine) {
+    logWarn("elastic: this rank, the source of generation ", next.number,
+            ", lost its training state when a loss interrupted its engine's rebuild");
+    header = withoutState(s, regroupOf(s, next, change).header);
   } else if (next.source == c.worker->member()) {
     const Regroup regroup = regroupOf(s, next, change);
     if (s.plan.zero_stage > 0) {

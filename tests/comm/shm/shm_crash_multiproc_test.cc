@@ -1,10 +1,13 @@
 // A peer process killed in the middle of shared-memory all-reduces: the survivor gets a
-// PeerFailure naming it (not a hang until the deadline), and the segment's name is gone from
-// /dev/shm. The peer is this test binary itself, started again with a filter that selects the
-// Child test and the store's address in its environment.
+// PeerFailure naming it (not a hang until the deadline), the segment's name is gone from
+// /dev/shm, and the survivor's thread holds no mutex of the segment once it is unmapped. The peer
+// is this test binary itself, started again with a filter that selects the Child test and the
+// store's address in its environment.
 #include <ATen/ATen.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +58,15 @@ bool segmentNameLeft() {
   return found;
 }
 
+// Whether the calling thread holds a robust mutex: glibc keeps those on the thread's robust list,
+// whose head (registered with the kernel) points to itself when the list is empty.
+bool holdsRobustMutex() {
+  robust_list_head* head = nullptr;
+  size_t length = 0;
+  EXPECT_EQ(::syscall(SYS_get_robust_list, 0, &head, &length), 0);
+  return head != nullptr && head->list.next != &head->list;
+}
+
 pid_t startChild(int port, const std::string& secret) {
   return testing::startSelf(kChildVariable, std::to_string(port) + " " + secret,
                             "ShmCrashMultiproc.Child");
@@ -84,6 +96,14 @@ TEST(ShmCrashMultiproc, KilledPeerIsAPeerFailureNotAHang) {
     }
   }
   EXPECT_GE(failed_at, kChildDiesAt) << "the peer's death was not detected";
+  // The waiter took the dead peer's robust mutex (EOWNERDEAD) to be sure of the death, and must
+  // have let it go: one left on this thread's robust list would point into the unmapped segment,
+  // and glibc writes through that list when the thread takes its next robust mutex (a crash under
+  // ASan in elastic recovery, which builds the next group on the same thread; silent corruption
+  // where the address was mapped again). This thread usually ran the operation itself
+  // (ShmWorkQueue), so without the release this fails on almost every run.
+  comm.reset();
+  EXPECT_FALSE(holdsRobustMutex()) << "a mutex of the unmapped segment is still held";
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child status " << status;

@@ -87,7 +87,8 @@ TEST(CommCost, BucketsOverlapTheBackwardPass) {
 // checkpointing stage recomputes layer by layer.
 TEST(CostModel, StageMemoryIsTheMemoryModels) {
   const Cluster cluster = makeCluster({{"A100-80"}});
-  const CostModel model(cluster, uniformModel(4, 1e9, 1e12, 1e9, 1e7));
+  const ModelProfile profile = uniformModel(4, 1e9, 1e12, 1e9, 1e7);
+  const CostModel model(cluster, profile);
   StageMemoryRequest replica;
   replica.last_layer = 4;
   replica.dtype = Dtype::kBf16;
@@ -114,7 +115,8 @@ TEST(CostModel, StageMemoryIsTheMemoryModels) {
 TEST(CostModel, ComputeIsARooflineWithOverheadAndCalibratesPerType) {
   const Cluster cluster = makeCluster({{"A100-80"}});
   CostOptions options;
-  const CostModel model(cluster, uniformModel(2, 1e6, 1e12, 1e6, 1e4), options);
+  const ModelProfile profile = uniformModel(2, 1e6, 1e12, 1e6, 1e4);
+  const CostModel model(cluster, profile, options);
   const DeviceType& a100 = type("A100-80");
   // Compute-bound: 2 layers x 1e12 FLOPs x 8 samples at 50% of 312 TFLOP/s.
   const double expected = 2 * options.layer_overhead_seconds + 16e12 / (0.5 * 312e12);
@@ -122,11 +124,12 @@ TEST(CostModel, ComputeIsARooflineWithOverheadAndCalibratesPerType) {
   EXPECT_DOUBLE_EQ(model.microBatchSeconds(a100, Dtype::kBf16, 0, 2, 8, false), 3 * expected);
   EXPECT_DOUBLE_EQ(model.microBatchSeconds(a100, Dtype::kBf16, 0, 2, 8, true), 4 * expected);
   options.calibrations.push_back({"A100-80", Dtype::kBf16, 0.25});
-  const CostModel calibrated(cluster, uniformModel(2, 1e6, 1e12, 1e6, 1e4), options);
+  const CostModel calibrated(cluster, profile, options);
   EXPECT_DOUBLE_EQ(calibrated.forwardSeconds(a100, Dtype::kBf16, 0, 2, 8),
                    2 * options.layer_overhead_seconds + 16e12 / (0.25 * 312e12));
   // Memory-bound: huge weights, few FLOPs.
-  const CostModel streaming(cluster, uniformModel(1, 1e10, 1e6, 0, 0), options);
+  const ModelProfile heavy = uniformModel(1, 1e10, 1e6, 0, 0);
+  const CostModel streaming(cluster, heavy, options);
   EXPECT_DOUBLE_EQ(streaming.forwardSeconds(a100, Dtype::kBf16, 0, 1, 1),
                    options.layer_overhead_seconds + 2e10 / (2039e9 * 0.8));
   EXPECT_EQ(CostModel::trainingDtype(type("V100-32"), PrecisionPolicy::kMixed), Dtype::kFp16);

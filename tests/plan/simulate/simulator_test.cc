@@ -134,7 +134,8 @@ TEST(Simulator, WritesAChromeTraceWithOneTrackPerRank) {
 
 TEST(Simulator, RejectsPlansForAnotherModel) {
   const Cluster cluster = makeCluster({{"A100-80", "A100-80"}});
-  const CostModel cost(cluster, uniformModel(4, 1, 1, 1, 1));
+  const ModelProfile profile = uniformModel(4, 1, 1, 1, 1);
+  const CostModel cost(cluster, profile);
   const Plan plan = gridPlan(cluster, 6, 1, 2, 4, 4, Schedule::kGpipe);
   EXPECT_THROW(simulate(cost, plan), ConfigError);
 }

@@ -100,6 +100,31 @@ std::vector<std::string> processesHolding(const std::string& needle) {
   return found;
 }
 
+// What descriptor `fd` of process `pid` refers to ("pipe:[INODE]", "socket:[INODE]", a path),
+// or "" when it is closed.
+std::string descriptorTarget(const std::string& pid, const std::string& fd) {
+  char target[256];
+  const ssize_t length =
+      readlink(("/proc/" + pid + "/fd/" + fd).c_str(), target, sizeof target - 1);
+  return length < 0 ? "" : std::string(target, static_cast<size_t>(length));
+}
+
+// Whether `fd` of `pid` is still the secret's pipe: the read end of a pipe that no other
+// descriptor of the worker holds (its write end was closed before the worker started). Once the
+// worker closed it, the number may be taken again by what it opens next (its communicator's
+// sockets and wake-up pipe, both of whose ends it holds), so an open descriptor alone says
+// nothing.
+bool holdsInheritedPipeEnd(const std::string& pid, const std::string& fd) {
+  const std::string target = descriptorTarget(pid, fd);
+  if (target.rfind("pipe:", 0) != 0) return false;
+  DIR* fds = opendir(("/proc/" + pid + "/fd").c_str());
+  int ends = 0;
+  while (dirent* entry = readdir(fds))
+    if (entry->d_name[0] != '.' && descriptorTarget(pid, entry->d_name) == target) ++ends;
+  closedir(fds);
+  return ends == 1;
+}
+
 TEST(SecretMultiproc, NoProcessEnvironmentHoldsTheSecretFile) {
   const std::string secret = "environ-test-secret-" + std::to_string(getpid()) + "-0123456789";
   const std::string file = testing::TempDir() + "/environ_test.secret";
@@ -115,7 +140,7 @@ TEST(SecretMultiproc, NoProcessEnvironmentHoldsTheSecretFile) {
     ASSERT_NE(fd, "");
     EXPECT_EQ(valueOf(variables, "CHORUS_JOB_SECRET"), "");
     // The worker read the pipe and closed it: nothing it starts can inherit the secret.
-    EXPECT_NE(access(("/proc/" + pid + "/fd/" + fd).c_str(), F_OK), 0) << "fd " << fd << " open";
+    EXPECT_FALSE(holdsInheritedPipeEnd(pid, fd)) << "fd " << fd << " is still the secret's pipe";
   }
   EXPECT_EQ(processesHolding(secret), std::vector<std::string>{}) << job.output();
 }

@@ -200,6 +200,25 @@ TEST(ElasticMultiproc, AZeroThreeRanksParametersComeBackFromTheLastCheckpoint) {
   expectSameModel(run, reference("cpu,cpu,cpu", extra));
 }
 
+// A second loss while the survivors build their next engine: rank 2 dies just before its ZeRO-3
+// engine is built, so ranks 0 and 3 fail inside their builds (every rank's micro-batch limit is
+// agreed there) and are left without an engine, their training state gone. Rank 0, the next
+// source, says so and takes the members back to the last checkpoint (after step 8), from which
+// the run ends where an uninterrupted one does.
+TEST(ElasticMultiproc, ALossDuringTheEnginesRebuildTakesTheJobBackToTheLastCheckpoint) {
+  const std::string extra = "--set zero.stage=3 --set checkpoint.every=4";
+  const ElasticRun run =
+      runElastic("zero3_rebuild", "cpu,cpu,cpu,cpu", "1:forward:9:KILL,2:rebuild:9:KILL", extra);
+  expectRecovered(run, {0, 3}, {1, 2});
+  EXPECT_NE(run.run.output.find("lost its training state when a loss interrupted its engine's "
+                                "rebuild"),
+            std::string::npos)
+      << run.run.output;
+  EXPECT_EQ(run.recoveries.back().at("redo_step").get<int>(), 9);
+  EXPECT_EQ(run.steps.back().at("step").get<int>(), kSteps);
+  expectSameModel(run, reference("cpu,cpu,cpu,cpu", extra));
+}
+
 // zero.redundancy = 1: rank 0 keeps a replica of rank 1's slice, so rank 1's loss in step 10's
 // forward costs no going back: the survivors cut the slices anew from what they hold and redo
 // step 10 alone. Every step is logged once and the run ends where an uninterrupted run without

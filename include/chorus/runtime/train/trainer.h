@@ -103,7 +103,8 @@ struct TrainerHooks {
   // first micro-batch; "reduce": after the last backward, with gradient buckets in flight;
   // "optimizer": after every rank's figures arrived, before the optimizer steps; "recovery":
   // when an elastic recovery begins, with the step to redo; "regroup": a pipeline's, before its
-  // layers move; "checkpoint": after a checkpoint of the step was written, or while an async one
+  // layers move; "rebuild": a recovery's, before the next generation's engine is built;
+  // "checkpoint": after a checkpoint of the step was written, or while an async one
   // is written). A test program kills or stops its own process there. Default: none.
   std::function<void(std::int64_t step, const char* point)> at_point;
   // Test hook: the emulated speed of this rank from a step on (1.0 = real speed); overrides the
