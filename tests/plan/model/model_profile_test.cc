@@ -44,7 +44,8 @@ TEST(TransformerShapes, BlockFiguresFollowMegatronAndKorthikanti) {
   EXPECT_DOUBLE_EQ(block.output_bytes, 2 * s * h);
   EXPECT_EQ(model.activation_element_bytes, 2);
   // GQA: LLaMA-70B's key/value projections are 8/64 of the query's.
-  const LayerProfile& llama = resolveModel("llama-70b").layers[1];
+  const ModelProfile llama_70b = resolveModel("llama-70b");
+  const LayerProfile& llama = llama_70b.layers[1];
   EXPECT_DOUBLE_EQ(llama.params,
                    2 * 8192.0 * 8192 + 2 * 8192.0 * 1024 + 3 * 8192.0 * 28672 + 2 * 8192);
 }
