@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -21,6 +23,22 @@ std::vector<std::string> split(const std::string& text, char separator) {
   std::string part;
   while (std::getline(stream, part, separator)) parts.push_back(part);
   return parts;
+}
+
+// TrainerHooks::at_point's points, and "join" (the CLI's, before a replacement asks to join).
+constexpr std::array<const char*, 8> kPoints = {"forward", "reduce",  "optimizer",  "recovery",
+                                                "regroup", "rebuild", "checkpoint", "join"};
+
+bool knownPoint(const std::string& point) {
+  return std::find(kPoints.begin(), kPoints.end(), point) != kPoints.end();
+}
+
+// "forward, reduce, ... or join".
+std::string pointList() {
+  std::string list;
+  for (std::size_t i = 0; i < kPoints.size(); ++i)
+    list += std::string(i == 0 ? "" : i + 1 == kPoints.size() ? " or " : ", ") + kPoints[i];
+  return list;
 }
 
 // Fills `parsed`'s signal or slowness from FAULT.
@@ -54,12 +72,9 @@ FaultInjection FaultInjection::parse(const std::string& text) {
       CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': RANK and STEP must be integers");
     }
     parsed.point = parts[1];
-    if (parsed.point != "forward" && parsed.point != "reduce" && parsed.point != "optimizer" &&
-        parsed.point != "recovery" && parsed.point != "regroup" && parsed.point != "rebuild" &&
-        parsed.point != "checkpoint" && parsed.point != "join")
+    if (!knownPoint(parsed.point))
       CHORUS_THROW(ConfigError, "CHORUS_FAULT: '", fault, "': the point '", parsed.point,
-                   "' is unknown; expected forward, reduce, optimizer, recovery, regroup, "
-                   "rebuild, checkpoint or join");
+                   "' is unknown; expected ", pointList());
     parseAction(parts[3], fault, parsed);
     injection.faults_.push_back(parsed);
   }

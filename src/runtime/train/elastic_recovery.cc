@@ -249,10 +249,12 @@ std::string withLastCheckpoint(const Trainer::State& s, const std::string& heade
 // The header of a source whose engine a failed attempt took (another loss while it was being
 // built): the state it trained is gone, so the members go back to the last checkpoint, or, with
 // none, every member stops with the reason.
-std::string withoutState(const Trainer::State& s, const std::string& header) {
-  const std::string why =
-      "the recovery's source lost its training state when another rank was lost while its "
-      "engine was being rebuilt";
+std::string withoutState(const Trainer::State& s, const Generation& next,
+                         const std::string& header) {
+  const std::string why = "rank " + std::to_string(next.source) + ", the source of generation " +
+                          std::to_string(next.number) +
+                          ", lost its training state when a loss interrupted its engine's rebuild";
+  logWarn("elastic: ", why);
   if (s.context->job.checkpoint.dir.empty())
     return nlohmann::json{{"error", why + ", and the job writes no checkpoint to go back to"}}
         .dump();
@@ -287,9 +289,7 @@ RecoveryRecord recoverOnce(Trainer::State& s, const std::exception& failure,
   if (next.source == c.worker->member() && s.launch_plan.stageCount() > 1) {
     header = withLastCheckpoint(s, pipelineHeader(s, next));
   } else if (next.source == c.worker->member() && !s.engine) {
-    logWarn("elastic: this rank, the source of generation ", next.number,
-            ", lost its training state when a loss interrupted its engine's rebuild");
-    header = withoutState(s, regroupOf(s, next, change).header);
+    header = withoutState(s, next, regroupOf(s, next, change).header);
   } else if (next.source == c.worker->member()) {
     const Regroup regroup = regroupOf(s, next, change);
     if (s.plan.zero_stage > 0) {
