@@ -17,17 +17,18 @@
 
 namespace chorus::testing {
 
-// Heartbeat period of the elastic jobs the tests run, as a `--set` argument: 200 ms, and 1 s under
-// ThreadSanitizer, where four instrumented workers on two cores can starve a live rank's monitor
-// thread past three periods and get it left out for a loss it did not suffer. Only the period
-// scales with the build; what the tests assert does not.
+// The `--set` arguments that make a test's job elastic, with its heartbeat period: 200 ms, and 1 s
+// under ThreadSanitizer, where four instrumented workers on two cores can starve a live rank's
+// monitor thread past three periods and get it left out for a loss it did not suffer. Only the
+// period scales with the build; what the tests assert does not.
 #if defined(__SANITIZE_THREAD__)
 inline constexpr int kElasticHeartbeatMs = 1000;
 #else
 inline constexpr int kElasticHeartbeatMs = 200;
 #endif
-inline std::string heartbeatArg() {
-  return " --set elastic.heartbeat_ms=" + std::to_string(kElasticHeartbeatMs);
+inline std::string elasticArgs() {
+  return " --set elastic.enabled=true --set elastic.heartbeat_ms=" +
+         std::to_string(kElasticHeartbeatMs);
 }
 
 struct CommandResult {

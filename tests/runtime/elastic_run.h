@@ -36,8 +36,8 @@ inline std::string jobArgs(const std::string& devices, const std::string& dir) {
          std::to_string(kSteps) +
          " --set train.eval_every=0 --set train.eval_samples=256"
          " --set train.target_accuracy=0 --set optimizer.name=adamw --set optimizer.lr=0.003"
-         " --set comm.bucket_mb=0.004 --set elastic.enabled=true" +
-         heartbeatArg() + " --set checkpoint.dir=" + dir;
+         " --set comm.bucket_mb=0.004" +
+         elasticArgs() + " --set checkpoint.dir=" + dir;
 }
 
 struct ElasticRun {

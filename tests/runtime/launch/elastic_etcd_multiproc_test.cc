@@ -138,9 +138,8 @@ std::string job(const std::string& devices, const std::string& dir) {
          " --set train.steps=" +
          std::to_string(kSteps) +
          " --set train.eval_every=0 --set train.eval_samples=256 --set train.target_accuracy=0"
-         " --set optimizer.name=adamw --set optimizer.lr=0.003 --set comm.bucket_mb=0.004"
-         " --set elastic.enabled=true" +
-         heartbeatArg() + " --set checkpoint.dir=" + dir;
+         " --set optimizer.name=adamw --set optimizer.lr=0.003 --set comm.bucket_mb=0.004" +
+         elasticArgs() + " --set checkpoint.dir=" + dir;
 }
 
 std::vector<std::string> words(const std::string& text) {

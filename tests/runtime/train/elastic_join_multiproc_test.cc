@@ -34,7 +34,7 @@ std::string jobArgs(const std::string& dir, bool elastic) {
          " --set train.eval_every=0 --set train.eval_samples=256 --set train.target_accuracy=0"
          " --set optimizer.name=adamw --set optimizer.lr=0.003 --set comm.bucket_mb=0.004"
          " --set checkpoint.dir=" +
-         dir + (elastic ? " --set elastic.enabled=true" + heartbeatArg() : "");
+         dir + (elastic ? elasticArgs() : "");
 }
 
 struct Job {
