@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +29,21 @@ std::string hostKey(int rank) { return "observe/host/" + std::to_string(rank); }
 std::string nodeKey(const std::string& host_id) { return "observe/node/" + host_id; }
 std::string claimKey(const std::string& host_id) { return "observe/first-rank/" + host_id; }
 std::string partKey(int member) { return "observe/trace-part/" + std::to_string(member); }
+
+// Prints one line to stdout in a single write: under PYTHONUNBUFFERED (which makes Python's C
+// stdout unbuffered) each `<<` piece would be its own write, and the ranks and the launcher that
+// share the terminal or log file would cut the line apart.
+void announce(const std::string& text) {
+  std::cout.flush();
+  const std::string line = text + "\n";
+  size_t written = 0;
+  while (written < line.size()) {
+    const ssize_t n = ::write(STDOUT_FILENO, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stdout closed: the announcement has nowhere to go
+    written += static_cast<size_t>(n);
+  }
+}
 
 // This node's index where the launcher names none (mpirun): its place among the hosts of ranks
 // 0..rank, ordered by their lowest rank (Communicator::splitByHost's order). Called on the node's
@@ -99,10 +115,9 @@ JobObservation::JobObservation(std::shared_ptr<Worker> worker, observe::ObserveR
         const std::string host = hostName();
         const std::string launcher =
             identity.launcher == "none" ? "no launcher" : identity.launcher;
-        std::cout << "chorus: metrics of node " << request_.node << " (" << launcher
-                  << ") on http://" << host << ":" << monitor_->port()
-                  << "/metrics, live page on http://" << host << ":" << monitor_->port() << "/"
-                  << std::endl;
+        const std::string url = "http://" + host + ":" + std::to_string(monitor_->port());
+        announce("chorus: metrics of node " + std::to_string(request_.node) + " (" + launcher +
+                 ") on " + url + "/metrics, live page on " + url + "/");
       }
     } catch (const ConfigError& error) {
       // The node's other ranks would wait for a socket that never comes: they get the refusal.
@@ -175,11 +190,11 @@ int JobObservation::finish() {
   }
   const int merged = observe::mergeTraceOf(request_.trace);
   if (merged > 0)
-    std::cout << "chorus: wrote the timeline of " << merged << " ranks to " << request_.trace
-              << std::endl;
+    announce("chorus: wrote the timeline of " + std::to_string(merged) + " ranks to " +
+             request_.trace);
   else
-    std::cout << "chorus: no rank recorded a step for " << request_.trace
-              << " (the timeline comes from chorus.DataParallel and chorus.step)" << std::endl;
+    announce("chorus: no rank recorded a step for " + request_.trace +
+             " (the timeline comes from chorus.DataParallel and chorus.step)");
   return merged;
 }
 
