@@ -214,9 +214,8 @@ void calibrateOnThisHost(const PlanArgs& args, const plan::Cluster& cluster,
     if (type.device_class == plan::DeviceClass::kCpu) cpu_types.push_back(type.name);
   CHORUS_CHECK_CONFIG(!cpu_types.empty(), "chorus plan: --calibrate prices CPU types, and ",
                       args.cluster, " has none");
-  runtime::ComputeCalibrationOptions options;
-  options.threads = args.threads;
-  options.batch = std::max(4, args.global_batch);
+  const runtime::ComputeCalibrationOptions options =
+      runtime::ComputeCalibrationOptions::forJob(args.global_batch, args.threads);
   const runtime::JobConfig job = runtime::readJobConfig(Config::parseFile(args.model));
   const runtime::ComputeCalibration calibration = runtime::calibrateJobCompute(job, options);
   runtime::applyComputeCalibration(cost, calibration, model, cpu_types,

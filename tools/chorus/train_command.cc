@@ -95,16 +95,18 @@ void adoptPlan(const plan::Plan& plan, SettledJob& settled) {
   settled.plan = std::move(adopted.plan);
 }
 
-// plan = "auto": measures the job's devices, plans, prints the choice in one line and runs the
-// planner's Plan as it is, prediction included.
+// plan = "auto": measures the job's devices, times its model on this host's CPU, plans, prints
+// the choice in one line and runs the planner's Plan as it is, prediction included.
 void applyAutoPlan(const TrainArgs& args, SettledJob& settled) {
   CHORUS_CHECK_CONFIG(args.nnodes == 1,
                       "config key 'plan': plan = \"auto\" plans one node's devices; with --nnodes "
                       "> 1 set [parallel] or balancer.shares by hand (plan = \"manual\")");
   const std::vector<int> threads = runtime::jobThreads(settled.job, settled.devices, settled.found);
-  const runtime::PlannedJob planned =
-      runtime::planJob(settled.job, settled.devices,
-                       runtime::measureJobDevices(settled.devices, settled.found, threads));
+  const std::vector<plan::MeasuredDevice> measured =
+      runtime::measureJobDevices(settled.devices, settled.found, threads);
+  const runtime::PlannedJob planned = runtime::planJob(
+      settled.job, settled.devices, measured,
+      runtime::autoPlanCalibration(settled.job, settled.devices, measured, threads));
   std::cout << "chorus train: " << planned.summary << std::endl;
   adoptPlan(planned.plan, settled);
 }

@@ -1,5 +1,6 @@
 // What plan = "auto" (and `chorus plan --model JOB.toml`) plans with: the job's devices as
-// measured on this host, and the job's zoo model as the planner's per-layer profile.
+// measured on this host, the job's zoo model as the planner's per-layer profile, and (plan =
+// "auto") that model timed on this host's CPU.
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "chorus/device/microbench.h"
 #include "chorus/model/zoo_model.h"
 #include "chorus/runtime/job/auto_plan.h"
+#include "chorus/runtime/job/compute_calibration.h"
 #include "chorus/runtime/job/memory_calibration.h"
 #include "job/trained_model.h"
 
@@ -120,6 +122,23 @@ std::vector<double> measureStartRates(const JobConfig& job,
     rates.push_back(rate);
   }
   return rates;
+}
+
+std::optional<ComputeCalibration> autoPlanCalibration(
+    const JobConfig& job, const std::vector<DeviceSpec>& devices,
+    const std::vector<plan::MeasuredDevice>& measured, const std::vector<int>& threads) {
+  CHORUS_CHECK_CONFIG(measured.size() == devices.size(), "autoPlanCalibration: ", measured.size(),
+                      " measured devices for ", devices.size(), " device specs");
+  for (size_t r = 0; r < devices.size(); ++r) {
+    if (devices[r].kind != DeviceKind::kCpu) continue;
+    ComputeCalibrationOptions options = ComputeCalibrationOptions::forJob(
+        job.train.global_batch, r < threads.size() ? threads[r] : 1);
+    // The device's own measurement, before its emulated speed scales it (planJob's cluster
+    // applies the speed to the rate and the efficiency alike).
+    options.matmul_gflops = measured[r].gflops[static_cast<int>(plan::Dtype::kFp32)];
+    return calibrateJobCompute(job, options);
+  }
+  return std::nullopt;
 }
 
 // The planner's profile of the job's model is the calibrated one, so its memory predictions are

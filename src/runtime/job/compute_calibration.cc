@@ -1,6 +1,7 @@
 #include "chorus/runtime/job/compute_calibration.h"
 
 #include <ATen/ATen.h>
+#include <malloc.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -16,6 +17,20 @@
 
 namespace chorus::runtime {
 namespace {
+
+// Keeps the memory a pass frees in the heap for the next pass, as a training worker's heap does
+// (its data loader's allocations sit above a step's activations). Otherwise glibc returns the
+// freed top of the heap to the kernel after every pass (its trim threshold follows the largest
+// freed block), and the next pass faults every page of its activations back in: a CNN's pass
+// timed that way took 1.75 times as long as the same pass in a worker. glibc cannot put its
+// adaptive thresholds back, so the process keeps these: at most the largest pass's memory stays
+// with it.
+void keepFreedMemoryForTheNextPass() {
+  constexpr int kLargestHeapBlock = 32 << 20;  // glibc's ceiling; larger blocks are mapped apart
+  constexpr int kKeptAtTheTop = 1 << 30;
+  mallopt(M_MMAP_THRESHOLD, kLargestHeapBlock);
+  mallopt(M_TRIM_THRESHOLD, kKeptAtTheTop);
+}
 
 // The fastest of `repeats` forward + backward passes over `batch`, after one warm-up.
 double fastestStep(model::ZooModel& model, const SyntheticBatch& batch, int repeats) {
@@ -46,6 +61,14 @@ double cpuMatmulGflops(int threads) {
 
 }  // namespace
 
+ComputeCalibrationOptions ComputeCalibrationOptions::forJob(std::int64_t global_batch,
+                                                            int threads) {
+  ComputeCalibrationOptions options;
+  options.threads = threads;
+  options.batch = std::clamp<std::int64_t>(global_batch, 4, kMaxTimedBatch);
+  return options;
+}
+
 double ComputeCalibration::secondsPerSample() const {
   return (large_seconds - small_seconds) / static_cast<double>(large_batch - small_batch);
 }
@@ -63,12 +86,15 @@ double ComputeCalibration::layerOverheadSeconds(const plan::ModelProfile& profil
 
 ComputeCalibration calibrateCompute(const model::ModelConfig& config, std::uint64_t seed,
                                     const ComputeCalibrationOptions& options) {
-  CHORUS_CHECK_CONFIG(options.threads >= 1 && options.batch >= 2 && options.repeats >= 1,
-                      "compute calibration: threads >= 1, batch >= 2 and repeats >= 1");
+  CHORUS_CHECK_CONFIG(options.threads >= 1 && options.batch >= 2 && options.repeats >= 1 &&
+                          options.matmul_gflops >= 0,
+                      "compute calibration: threads >= 1, batch >= 2, repeats >= 1 and "
+                      "matmul_gflops >= 0");
   ComputeCalibration result;
   result.large_batch = options.batch;
   result.small_batch = std::max<std::int64_t>(1, options.batch / 4);
   const device::ScopedIntraOpThreads threads(options.threads);
+  keepFreedMemoryForTheNextPass();
   // The model's initialization and the matmul benchmark's operands draw from it.
   const GeneratorGuard generator;
   {
@@ -79,7 +105,8 @@ ComputeCalibration calibrateCompute(const model::ModelConfig& config, std::uint6
     result.large_seconds =
         fastestStep(*model, syntheticBatch(config, result.large_batch), options.repeats);
   }
-  result.matmul_gflops = cpuMatmulGflops(options.threads);
+  result.matmul_gflops =
+      options.matmul_gflops > 0 ? options.matmul_gflops : cpuMatmulGflops(options.threads);
   CHORUS_CHECK_CONFIG(result.secondsPerSample() > 0 && result.matmul_gflops > 0,
                       "compute calibration: ", result.large_batch, " samples took ",
                       result.large_seconds, " s, ", result.small_batch, " took ",

@@ -1,11 +1,12 @@
 // The cost model calibrated on this host for the job's model (compute_calibration.h): the figures
-// it derives from two timings, plan = "auto" pricing CPU workers with a given calibration, and
-// the timing itself on a real model.
+// it derives from two timings, plan = "auto" pricing CPU workers with a given calibration and
+// timing the job's model, and the timing itself on a real model.
 #include "chorus/runtime/job/compute_calibration.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,37 @@ TEST(ComputeCalibration, TimesARealModelWithoutMovingTheRandomStream) {
   EXPECT_EQ(calibration.small_batch, 64);
   EXPECT_GT(calibration.secondsPerSample(), 0);
   EXPECT_GT(calibration.matmul_gflops, 0);
+}
+
+TEST(ComputeCalibration, TimesTheGlobalBatchWithinBounds) {
+  EXPECT_EQ(ComputeCalibrationOptions::forJob(2, 1).batch, 4);
+  EXPECT_EQ(ComputeCalibrationOptions::forJob(64, 3).batch, 64);
+  EXPECT_EQ(ComputeCalibrationOptions::forJob(64, 3).threads, 3);
+  EXPECT_EQ(ComputeCalibrationOptions::forJob(1 << 20, 1).batch,
+            ComputeCalibrationOptions::kMaxTimedBatch);
+}
+
+// plan = "auto" times the job's model against the matmul rate it measured for its first CPU
+// worker (not a second measurement), and times nothing for a job without CPU workers.
+TEST(ComputeCalibration, AutoPlanTimesTheModelAgainstTheMeasuredRateOfItsFirstCpuWorker) {
+  Config config = Config::parseString(defaultJobToml(), "<default>");
+  for (const char* setting :
+       {"plan=auto", "data.dataset=synthetic", "train.global_batch=16", "model.channels=8"})
+    config.set(setting);
+  const JobConfig job = readJobConfig(config);
+  plan::MeasuredDevice gpu, cpu;
+  gpu.gflops[static_cast<int>(plan::Dtype::kFp32)] = 5000;
+  cpu.gflops[static_cast<int>(plan::Dtype::kFp32)] = 123.5;
+  const std::vector<DeviceSpec> mixed = parseDeviceSpecs("cuda:0,cpu@0.5");
+  const std::optional<ComputeCalibration> calibration =
+      autoPlanCalibration(job, mixed, {gpu, cpu}, {0, 1});
+  ASSERT_TRUE(calibration.has_value());
+  EXPECT_EQ(calibration->matmul_gflops, 123.5);
+  EXPECT_EQ(calibration->large_batch, 16);
+  EXPECT_EQ(calibration->small_batch, 4);
+  EXPECT_GT(calibration->secondsPerSample(), 0);
+  EXPECT_FALSE(
+      autoPlanCalibration(job, parseDeviceSpecs("cuda:0,cuda:1"), {gpu, gpu}, {0, 0}).has_value());
 }
 
 }  // namespace

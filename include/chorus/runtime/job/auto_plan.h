@@ -66,14 +66,22 @@ plan::MeasuredDevice toMeasuredDevice(const device::DeviceInfo& info,
 // Throws ConfigError (e.g. a missing corpus).
 plan::ModelProfile jobModelProfile(const JobConfig& job, const std::string& name);
 
+// The job's model timed on this host's CPU (compute_calibration.h) at the threads of its first CPU
+// worker, against the matmul rate measureJobDevices measured at those threads (`measured`, in
+// the order of `devices`): what plan = "auto" prices its CPU workers with. Empty when the job has
+// no CPU worker. Throws ConfigError when the timing gives no time per sample.
+std::optional<ComputeCalibration> autoPlanCalibration(
+    const JobConfig& job, const std::vector<DeviceSpec>& devices,
+    const std::vector<plan::MeasuredDevice>& measured, const std::vector<int>& threads);
+
 // Plans `job` on this node: devices[i] (expanded specs) with measured figures measured[i]
 // becomes one device of a local cluster (plan/local_cluster.h; rates times the emulated speed),
 // the model jobModelProfile(job), the batch train.global_batch; the search covers what the
 // trainers run: data parallelism with uneven shares, and pipelines or replicas x pipelines when
 // nothing in the job rules them out (see docs/planner.md). CPU workers are priced with
-// `calibration` where one is given (compute_calibration.h; the summary then says so), else with
-// the cost model's defaults, which `chorus train` uses: a timing of the model on a shared host
-// would make the chosen plan change with the host's load. Throws ConfigError when nothing fits.
+// `calibration` where one is given (compute_calibration.h; the summary then says so; `chorus
+// train` gives autoPlanCalibration's), else with the cost model's defaults. Throws ConfigError
+// when nothing fits.
 PlannedJob planJob(const JobConfig& job, const std::vector<DeviceSpec>& devices,
                    const std::vector<plan::MeasuredDevice>& measured,
                    const std::optional<ComputeCalibration>& calibration = std::nullopt);

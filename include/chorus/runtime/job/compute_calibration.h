@@ -1,6 +1,6 @@
-// The cost model calibrated on this host for the job's own model: what `chorus plan --calibrate`
-// prices CPU workers with instead of the defaults (plan = "auto" keeps the defaults, so that its
-// choice does not change with the host's load; docs/planner.md, "Validation").
+// The cost model calibrated on this host for the job's own model: what plan = "auto" and `chorus
+// plan --calibrate` price CPU workers with instead of the defaults (docs/planner.md,
+// "Validation").
 //
 // The cost model charges a CPU worker, per layer and pass, a fixed overhead plus the layer's FLOPs
 // at an efficiency of its measured matmul rate (plan/cost_model.h). Both depend on the model and
@@ -24,6 +24,12 @@
 namespace chorus::runtime {
 
 struct ComputeCalibrationOptions {
+  // What plan = "auto" and `chorus plan --calibrate` time for a job of `global_batch` samples at
+  // `threads`: the global batch, at least 4 and at most kMaxTimedBatch (the front end's start-up
+  // stays short however large the batch; the line is as straight past it).
+  static ComputeCalibrationOptions forJob(std::int64_t global_batch, int threads);
+  static constexpr std::int64_t kMaxTimedBatch = 256;
+
   // Intra-op threads of the timing and of the matmul rate it is set against: a CPU worker's.
   // Default: 1.
   int threads = 1;
@@ -32,6 +38,9 @@ struct ComputeCalibrationOptions {
   // Timed repetitions of each size after one warm-up; the fastest counts, as the least disturbed
   // by other processes (device::measureDevice's rule for the matmul rate). Default: 5.
   int repeats = 5;
+  // The fp32 matmul rate at `threads` in GFLOP/s, when it was measured already (plan = "auto"
+  // measured the job's devices); 0 measures it here. Default: 0.
+  double matmul_gflops = 0;
 };
 
 // A model's forward + backward on this host's CPU in fp32 at two batch sizes, and the fp32 matmul
