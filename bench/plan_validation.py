@@ -27,8 +27,9 @@ One run:
   4. asks the cost model (`chorus plan --shares ... --json`) and the simulator (`chorus simulate`)
      for the same plan's step time, uncalibrated (the measured rates as they are) and calibrated
      (step 2's efficiency and host work), and contended (plus step 2b's contention and latency
-     written into the cluster file); and the cost model calibrated from the model alone ("auto":
-     `chorus plan --calibrate`, the job's model timed on this host, none of the runs above);
+     written into the cluster file); and plan = "auto"'s own pricing ("auto": `chorus plan
+     --calibrate`, the job's model timed on this host as plan = "auto" times it, none of the runs
+     above);
   5. the 2-stage pipeline: runs bench/pipeline_bench's heterogeneous case (cuts auto and even,
      1F1B, M = 8, B = 32) when the binary is built, else reads bench/results/pipeline.json, and
      predicts it with `chorus plan --cuts`.
@@ -430,6 +431,8 @@ def multihost_cases(args, workdir):
         rows.append(row(f"2 hosts x 2, 1 Gbit/s: {line['mode']} all-reduce 64 MiB",
                         "all-reduce", [1.0] * 4, line["time_s"], predicted, predicted,
                         "bench/multihost.py's setup (this run)", predicted))
+        # plan = "auto" prices the same collective with the same link: no compute to time.
+        add_auto(rows[-1], predicted)
         rows[-1]["link"] = {"latency_s": link[0], "bandwidth_gbs": 1e-9 / per_byte,
                             "codec_ns_per_byte": codec}
     return rows
@@ -530,6 +533,11 @@ def main():
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
+    for column, key in (("calibrated", "within_target"), ("contended", "within_target_contended"),
+                        ("auto", "within_target_auto")):
+        scored = [line for line in rows if key in line]
+        print(f"{column}: {sum(line[key] for line in scored)} of {len(scored)} within "
+              f"{100 * TARGET:.0f}%")
     print(f"wrote {args.json}; load average {os.getloadavg()}; calibrations:")
     for name, figures in calibrations.items():
         print(f"  {name}: " + describe_calibration(figures))
