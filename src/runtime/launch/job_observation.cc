@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include "chorus/core/error.h"
 #include "chorus/core/logging.h"
 #include "chorus/observe/metrics_server.h"
+#include "launch/output_pump.h"
 
 namespace chorus::runtime {
 namespace {
@@ -30,19 +30,14 @@ std::string nodeKey(const std::string& host_id) { return "observe/node/" + host_
 std::string claimKey(const std::string& host_id) { return "observe/first-rank/" + host_id; }
 std::string partKey(int member) { return "observe/trace-part/" + std::to_string(member); }
 
-// Prints one line to stdout in a single write: under PYTHONUNBUFFERED (which makes Python's C
-// stdout unbuffered) each `<<` piece would be its own write, and the ranks and the launcher that
-// share the terminal or log file would cut the line apart.
+// Prints one line to stdout in a single write (writeAll, as the agent's output pump writes its
+// lines): under PYTHONUNBUFFERED, which makes Python's C stdout unbuffered, each `<<` piece would
+// be its own write, and the ranks and the launcher that share the terminal or log file would cut
+// the line apart. A closed stdout loses the announcement, nothing else.
 void announce(const std::string& text) {
   std::cout.flush();
   const std::string line = text + "\n";
-  size_t written = 0;
-  while (written < line.size()) {
-    const ssize_t n = ::write(STDOUT_FILENO, line.data() + written, line.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // stdout closed: the announcement has nowhere to go
-    written += static_cast<size_t>(n);
-  }
+  writeAll(STDOUT_FILENO, line.data(), line.size());
 }
 
 // This node's index where the launcher names none (mpirun): its place among the hosts of ranks
